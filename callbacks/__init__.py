@@ -1,0 +1,1 @@
+"""Lightning callbacks: schedules, throughput, time-to-target, trust ratios, divergence guard."""

@@ -1,0 +1,1 @@
+"""Data: demo dataset, ImageFolder -> FFCV conversion, Lightning DataModules."""

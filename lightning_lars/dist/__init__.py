@@ -1,0 +1,1 @@
+"""Scale-out: DDP communication hooks, strategies, launch and the bucket planner."""

@@ -1,0 +1,1 @@
+"""Optimizers: LARS and LAMB in the published forms."""
