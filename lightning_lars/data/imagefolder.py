@@ -1,0 +1,100 @@
+"""List and validate an ImageFolder tree (``<src>/<split>/<class>/<image>``, ImageNet's layout).
+
+Rules (documented in ``python -m lightning_lars.data.prepare --help``):
+- Classes are the sorted subfolder names of ``train/``; every split uses that list, so label ``i`` means
+  the same class in every split. A ``val`` class missing from ``train`` is an error.
+- Every regular, non-hidden file inside a class folder is a candidate, whatever its extension; a file PIL
+  cannot fully decode (corrupt, truncated, not an image) is skipped and reported. Hidden files (``.DS_Store``)
+  are ignored. Files lying directly in a split folder, outside any class folder, are skipped and reported.
+- An empty class folder keeps its label index (labels stay stable) and is reported as a warning.
+"""
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lightning_lars.errors import UserError
+
+EXPECTED_LAYOUT = "expected <src>/train/<class>/<image> (and <src>/val/<class>/<image>), ImageNet's layout"
+
+
+@dataclass
+class SplitListing:
+    """The files of one split: ``samples`` are ``(path, label)`` pairs in sorted order."""
+
+    name: str
+    samples: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (path, reason) pairs
+    empty_classes: list = field(default_factory=list)
+
+
+def _visible_entries(folder):
+    return sorted((entry for entry in os.scandir(folder) if not entry.name.startswith(".")), key=lambda e: e.name)
+
+
+def list_classes(src):
+    """Sorted class folder names under ``src/train``; UserError when the tree is not an ImageFolder."""
+    src = Path(src)
+    if not src.is_dir():
+        raise UserError(f"source folder {src} does not exist; {EXPECTED_LAYOUT}")
+    train_dir = src / "train"
+    if not train_dir.is_dir():
+        raise UserError(f"no train/ folder in {src}; {EXPECTED_LAYOUT}")
+    classes = [entry.name for entry in _visible_entries(train_dir) if entry.is_dir()]
+    if not classes:
+        raise UserError(f"no class folders in {train_dir}; {EXPECTED_LAYOUT}")
+    return classes
+
+
+def list_split(src, split, classes):
+    """All candidate files of ``src/split`` labelled by ``classes`` (the train class list)."""
+    split_dir = Path(src) / split
+    if not split_dir.is_dir():
+        raise UserError(f"no {split}/ folder in {src}; {EXPECTED_LAYOUT} (or pass --splits to choose splits)")
+    label_of = {name: index for index, name in enumerate(classes)}
+    listing = SplitListing(split)
+    entries = _visible_entries(split_dir)
+    unknown = [entry.name for entry in entries if entry.is_dir() and entry.name not in label_of]
+    if unknown:
+        raise UserError(f"{split}/ has class folders missing from train/: {', '.join(unknown[:5])}"
+                        f"{' ...' if len(unknown) > 5 else ''}; every split must use train's classes")
+    listing.skipped += [(entry.path, "not inside a class folder") for entry in entries if entry.is_file()]
+    present = {entry.name for entry in entries if entry.is_dir()}
+    for name in classes:
+        files = [entry.path for entry in _visible_entries(split_dir / name)] if name in present else []
+        files = [path for path in files if os.path.isfile(path)]
+        if not files:
+            listing.empty_classes.append(name)
+        listing.samples += [(path, label_of[name]) for path in files]
+    return listing
+
+
+def load_rgb(path, max_resolution=None):
+    """Decode ``path`` fully into an RGB uint8 array (H, W, 3); raises on any decode problem.
+
+    With ``max_resolution``, JPEGs are decoded by libjpeg's DCT scaling at the smallest power-of-two
+    reduction that keeps the longer side >= ``max_resolution`` (several times faster for ImageNet-sized
+    files; FFCV's writer then resizes exactly with INTER_AREA).
+    """
+    with Image.open(path) as image:
+        if max_resolution is not None and image.format == "JPEG":
+            ratio = max_resolution / max(image.size)
+            if ratio < 1:
+                image.draft("RGB", (math.ceil(image.size[0] * ratio), math.ceil(image.size[1] * ratio)))
+        # convert() forces a full decode: truncated files raise here, not later in a writer process.
+        return np.asarray(image.convert("RGB"))
+
+
+def check_image(path, max_resolution=None):
+    """``None`` when ``path`` decodes fully, else a short reason (the decoder's message)."""
+    try:
+        pixels = load_rgb(path, max_resolution)
+    except Exception as error:  # noqa: BLE001 -- PIL raises many types (OSError, SyntaxError, ValueError...)
+        return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
+        return f"unexpected decoded shape {pixels.shape}"
+    return None

@@ -1,0 +1,353 @@
+"""Convert an ImageFolder dataset (``train/<class>/*.JPEG``, ``val/<class>/*.JPEG``) into FFCV files.
+
+    python -m lightning_lars.data.prepare --src /data/imagenet --out /data/imagenet_ffcv
+
+writes ``<out>/train.beton`` and ``<out>/val.beton`` (fields ``image``: RGBImageField, ``label``: IntField,
+as ffcv-imagenet writes them) and ``<out>/manifest.json`` (classes, counts, skipped files, writer settings).
+
+Each split is done in two passes: a parallel check that fully decodes every file (undecodable files are
+skipped and listed, or with ``strict`` the first one is an error), then FFCV's ``DatasetWriter``. Files are
+written as ``<name>.tmp-<pid>``, re-opened with ``ffcv.reader.Reader`` and checked, and renamed onto their
+final names only after every split succeeded; ``manifest.json`` is removed first and written last, so a
+folder with a manifest is always complete. An exception or Ctrl-C removes the temporary files.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from lightning_lars.data.imagefolder import EXPECTED_LAYOUT, check_image, list_classes, list_split, load_rgb
+from lightning_lars.errors import UserError
+
+MANIFEST_NAME = "manifest.json"
+WRITE_MODES = ("proportion", "jpg", "raw", "smart")
+DEFAULT_PAGE_SIZE = 1 << 23  # bytes; FFCV's default (4 x 2 MiB). Grown when one raw image would not fit.
+
+
+class _LabelledImages:
+    """Indexable ``(rgb_uint8, label)`` samples for FFCV's writer processes (inherited by fork)."""
+
+    def __init__(self, samples, max_resolution, seed):
+        self.samples, self.max_resolution, self.seed = samples, max_resolution, seed
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        path, label = self.samples[index]
+        pixels = load_rgb(path, self.max_resolution)
+        # RGBImageField draws np.random.rand() right after this call in 'proportion' mode: seeding per
+        # index makes the jpg/raw choice of each image the same on every run, whichever worker takes it.
+        np.random.seed((self.seed * 1_000_003 + index) % (1 << 32))
+        return pixels, label
+
+
+def _make_writer_class():
+    from ffcv.writer import DatasetWriter  # FFCV imports numba and takes seconds: import on first use
+
+    class GuardedDatasetWriter(DatasetWriter):
+        """FFCV's writer, with one labelled progress bar and no hang when a worker process dies.
+
+        Upstream ``_write_common`` polls a shared counter until it reaches ``num_samples``: a worker that
+        raises (a file that changed after the check, a full disk) leaves it waiting forever.
+        """
+
+        def __init__(self, *args, description="write", progress=True, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.description, self.progress = description, progress
+
+        def _write_common(self, num_samples, queue_content, work_fn, extra_worker_args):
+            import ctypes
+            from ffcv.memory_allocator import MemoryAllocator
+
+            self.num_samples = num_samples
+            self.prepare()  # writes header and field descriptors, creates the shared metadata block
+            processes = []
+            try:
+                work_queue, allocations_queue = multiprocessing.Queue(), multiprocessing.Queue()
+                for todo in queue_content:
+                    work_queue.put(todo)
+                for _ in range(self.num_workers):
+                    work_queue.put(None)  # one stop token per worker
+                done_number = multiprocessing.Value(ctypes.c_uint64, 0)
+                allocator = MemoryAllocator(self.fname, self.data_region_start, self.page_size)
+                worker_args = (work_queue, self.metadata_sm, self.metadata_type, self.fields, allocator,
+                               done_number, allocations_queue, *extra_worker_args)
+                processes = [multiprocessing.Process(target=work_fn, args=worker_args, daemon=True)
+                             for _ in range(self.num_workers)]
+                for process in processes:
+                    process.start()
+                allocation_list = []
+                with tqdm(total=num_samples, desc=self.description, unit="img", disable=not self.progress) as bar:
+                    while len(allocation_list) < len(processes):
+                        bar.update(done_number.value - bar.n)
+                        failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                        if failed:
+                            raise RuntimeError(f"an FFCV writer process exited with code {failed[0]} "
+                                               "(its traceback is printed above)")
+                        try:  # each worker sends its allocation table once, after its last sample
+                            allocation_list.append(allocations_queue.get(timeout=0.1))
+                        except Exception:  # queue.Empty: not finished yet
+                            continue
+                    bar.update(done_number.value - bar.n)
+                for process in processes:
+                    process.join()
+                self.finalize([entry for table in allocation_list for entry in table])
+            finally:
+                for process in processes:
+                    if process.is_alive():
+                        process.terminate()
+                        process.join()
+                self.metadata_sm.close()
+                self.metadata_sm.unlink()
+
+    return GuardedDatasetWriter
+
+
+def _check_split(listing, max_resolution, num_workers, strict, progress):
+    """Decode every file once in parallel; drop undecodable ones. Returns the largest (h, w) seen."""
+    paths = [path for path, _ in listing.samples]
+    good, largest = [], (0, 0)
+    with multiprocessing.Pool(num_workers) as pool:
+        results = pool.imap(_check_one, [(path, max_resolution) for path in paths], chunksize=16)
+        for sample, (reason, shape) in tqdm(zip(listing.samples, results), total=len(paths),
+                                            desc=f"check {listing.name}", unit="img", disable=not progress):
+            if reason is None:
+                good.append(sample)
+                largest = max(largest, shape, key=lambda hw: hw[0] * hw[1])
+            elif strict:
+                raise UserError(f"cannot decode {sample[0]} ({reason}); fix or remove it, or drop --strict")
+            else:
+                listing.skipped.append((sample[0], reason))
+    listing.samples = good
+    return largest
+
+
+def _check_one(args):
+    path, max_resolution = args
+    reason = check_image(path, max_resolution)
+    if reason is not None:
+        return reason, None
+    from PIL import Image
+
+    with Image.open(path) as image:
+        width, height = image.size
+    return None, (height, width)
+
+
+def _page_size_for(largest_hw, max_resolution, minimum=DEFAULT_PAGE_SIZE):
+    """Smallest power-of-two FFCV page (>= ``minimum`` bytes) that holds the largest image stored raw."""
+    height, width = largest_hw
+    if max_resolution is not None and max(height, width) > max_resolution:
+        scale = max_resolution / max(height, width)
+        height, width = int(height * scale) + 1, int(width * scale) + 1
+    page_size = minimum
+    while page_size < height * width * 3 + 4096:  # 3 bytes per RGB pixel, slack for the page header
+        page_size *= 2
+    return page_size
+
+
+def verify_beton(path, labels):
+    """Re-open ``path`` with FFCV's Reader; raise RuntimeError unless it holds exactly ``labels``."""
+    from ffcv.reader import Reader
+
+    reader = Reader(str(path))
+    if reader.num_samples != len(labels):
+        raise RuntimeError(f"{path}: {reader.num_samples} samples written, {len(labels)} expected")
+    label_column = reader.metadata.dtype.names[reader.field_names.index("label")]
+    if not np.array_equal(reader.metadata[label_column], np.asarray(labels)):
+        raise RuntimeError(f"{path}: labels differ from the source tree")
+    table = reader.alloc_table
+    if len(labels) and len(np.unique(table["sample_id"])) != len(labels):
+        raise RuntimeError(f"{path}: some images have no data in the allocation table")
+    if len(table) and os.path.getsize(path) < int((table["ptr"] + table["size"]).max()):
+        raise RuntimeError(f"{path}: file is shorter than its allocation table says (truncated)")
+
+
+def _remove_stale_temporaries(out):
+    """Delete ``*.tmp-<pid>`` files left in ``out`` by killed conversions whose process is gone."""
+    for path in out.glob("*.tmp-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, owned by someone else
+
+
+def _write_json_atomic(path, payload):
+    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
+                       num_workers, splits, page_size):
+    if write_mode not in WRITE_MODES:
+        raise UserError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
+    if max_resolution is not None and max_resolution < 8:
+        raise UserError(f"max_resolution must be >= 8 pixels (ffcv-imagenet uses 256-512), got {max_resolution}")
+    if not 1 <= jpeg_quality <= 100:
+        raise UserError(f"jpeg_quality must be in 1..100, got {jpeg_quality}")
+    if compress_probability is not None:
+        if not 0.0 <= compress_probability <= 1.0:
+            raise UserError(f"compress_probability must be in 0..1, got {compress_probability}")
+        if write_mode != "proportion":
+            print(f"warning: compress_probability has no effect with write_mode={write_mode!r}", file=sys.stderr)
+    if write_mode == "smart" and smart_threshold is None:
+        raise UserError("write_mode 'smart' needs smart_threshold (bytes of raw RGB above which to store JPEG)")
+    if num_workers < 1:
+        raise UserError(f"num_workers must be >= 1, got {num_workers}")
+    if page_size < (1 << 21) or page_size & (page_size - 1):
+        raise UserError(f"page_size must be a power of two >= 2 MiB (2097152), got {page_size}")
+    if "train" not in splits:
+        raise UserError("splits must include 'train' (it defines the class list)")
+
+
+def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probability=None,
+            write_mode="proportion", smart_threshold=None, num_workers=None, strict=False,
+            splits=("train", "val"), progress=True, seed=0, page_size=DEFAULT_PAGE_SIZE, manifest_extra=None):
+    """Convert ``src/<split>/<class>/*`` into ``out/<split>.beton`` plus ``out/manifest.json``.
+
+    Args:
+        max_resolution: longer image side stored, in pixels (None keeps the original size).
+        jpeg_quality: JPEG quality of the images FFCV stores compressed.
+        compress_probability: share of images stored as JPEG in 'proportion' mode (default 0.5).
+        write_mode: 'proportion' (ffcv-imagenet's), 'jpg', 'raw' or 'smart' (JPEG above smart_threshold bytes).
+        num_workers: processes for checking and writing (default: all usable cores).
+        strict: the first undecodable file or empty class folder is a UserError instead of a warning.
+        seed: seeds the per-image jpg/raw choice of 'proportion' mode.
+        page_size: minimum FFCV page in bytes, a power of two >= 2 MiB (each writer process pads its last
+            page, so small datasets want small pages); grown automatically to hold the largest raw image.
+        manifest_extra: extra top-level keys for manifest.json.
+
+    Returns the manifest dict (also written to ``out/manifest.json``).
+    """
+    num_workers = num_workers or len(os.sched_getaffinity(0))
+    _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
+                       num_workers, splits, page_size)
+    if compress_probability is None:
+        compress_probability = 0.5
+    src, out = Path(src), Path(out)
+    classes = list_classes(src)
+    listings = [list_split(src, split, classes) for split in splits]
+    for listing in listings:
+        if listing.empty_classes:
+            message = (f"{listing.name}/ has {len(listing.empty_classes)} empty class folder(s): "
+                       f"{', '.join(listing.empty_classes[:5])}")
+            if strict:
+                raise UserError(f"{message}; add images or remove the folders, or drop --strict")
+            print(f"warning: {message} (their labels are kept)", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(out)
+
+    from ffcv.fields import IntField, RGBImageField
+
+    writer_class = _make_writer_class()
+    settings = {"max_resolution": max_resolution, "write_mode": write_mode, "jpeg_quality": jpeg_quality,
+                "compress_probability": compress_probability, "smart_threshold": smart_threshold, "seed": seed,
+                "min_page_size": page_size}
+    temporaries, started = {}, time.perf_counter()
+    try:
+        for listing in listings:
+            largest = _check_split(listing, max_resolution, num_workers, strict, progress)
+            if not listing.samples:
+                raise UserError(f"no decodable images in {src / listing.name}; {EXPECTED_LAYOUT}")
+            tmp = out / f"{listing.name}.beton.tmp-{os.getpid()}"
+            temporaries[listing.name] = tmp
+            fields = {"image": RGBImageField(write_mode=write_mode, max_resolution=max_resolution,
+                                             smart_threshold=smart_threshold, jpeg_quality=jpeg_quality,
+                                             compress_probability=compress_probability),
+                      "label": IntField()}
+            writer = writer_class(str(tmp), fields, page_size=_page_size_for(largest, max_resolution, page_size),
+                                  num_workers=num_workers, description=f"write {listing.name}", progress=progress)
+            writer.from_indexed_dataset(_LabelledImages(listing.samples, max_resolution, seed), chunksize=100)
+            verify_beton(tmp, [label for _, label in listing.samples])
+        (out / MANIFEST_NAME).unlink(missing_ok=True)  # from here until the manifest exists, out is incomplete
+        for name, tmp in temporaries.items():
+            os.replace(tmp, out / f"{name}.beton")
+    finally:
+        for tmp in temporaries.values():
+            tmp.unlink(missing_ok=True)
+
+    import ffcv
+
+    manifest = {
+        "src": str(src.resolve()),
+        "classes": classes,
+        "num_classes": len(classes),
+        "splits": {listing.name: {"num_images": len(listing.samples), "num_skipped": len(listing.skipped),
+                                  "empty_classes": listing.empty_classes} for listing in listings},
+        "skipped": [{"split": listing.name, "path": path, "reason": reason}
+                    for listing in listings for path, reason in listing.skipped],
+        "writer": {**settings, "ffcv_version": getattr(ffcv, "__version__", "?")},
+        "seconds": round(time.perf_counter() - started, 1),
+        **(manifest_extra or {}),
+    }
+    _write_json_atomic(out / MANIFEST_NAME, manifest)
+    _print_summary(manifest, out)
+    return manifest
+
+
+def _print_summary(manifest, out):
+    counts = ", ".join(f"{name} {split['num_images']}" for name, split in manifest["splits"].items())
+    print(f"wrote {out}: {manifest['num_classes']} classes, images: {counts} ({manifest['seconds']} s)")
+    if manifest["skipped"]:
+        print(f"skipped {len(manifest['skipped'])} file(s) that could not be decoded:", file=sys.stderr)
+        for entry in manifest["skipped"]:
+            print(f"  {entry['path']}: {entry['reason']}", file=sys.stderr)
+
+
+def run_cli(action):
+    """Run ``action()`` as a CLI: UserError -> one line 'error: ...' and exit code 2; Ctrl-C -> 130."""
+    try:
+        action()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; no partial output was left behind", file=sys.stderr)
+        return 130
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m lightning_lars.data.prepare",
+                                     description="Convert an ImageFolder tree to FFCV .beton files.")
+    parser.add_argument("--src", required=True, help="folder holding train/<class>/* and val/<class>/*")
+    parser.add_argument("--out", required=True, help="output folder for train.beton, val.beton, manifest.json")
+    parser.add_argument("--max-resolution", type=int, default=256,
+                        help="longer side stored, pixels; 0 keeps originals (default: 256)")
+    parser.add_argument("--write-mode", choices=WRITE_MODES, default="proportion", help="default: proportion")
+    parser.add_argument("--jpeg-quality", type=int, default=90, help="default: 90")
+    parser.add_argument("--compress-probability", type=float, default=None,
+                        help="share stored as JPEG in proportion mode (default: 0.5)")
+    parser.add_argument("--smart-threshold", type=int, default=None, help="bytes; needed by --write-mode smart")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: all usable cores)")
+    parser.add_argument("--splits", default="train,val", help="comma-separated (default: train,val)")
+    parser.add_argument("--strict", action="store_true",
+                        help="fail on the first undecodable file or empty class folder instead of skipping")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: convert(
+        args.src, args.out, max_resolution=args.max_resolution or None, jpeg_quality=args.jpeg_quality,
+        compress_probability=args.compress_probability, write_mode=args.write_mode,
+        smart_threshold=args.smart_threshold, num_workers=args.workers, strict=args.strict,
+        splits=tuple(s for s in args.splits.split(",") if s), progress=not args.no_progress))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
