@@ -1,0 +1,68 @@
+"""Images per second (overall and per device) and the fraction of training time spent waiting for data."""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+
+
+def _batch_size(batch) -> int:
+    images = batch[0] if isinstance(batch, (list, tuple)) else batch
+    return int(images.shape[0])
+
+
+class ThroughputCallback(L.Callback):
+    """Times each training batch; logs ``perf/images_per_sec`` (all devices), ``perf/images_per_sec_per_device``
+    and ``perf/data_wait_fraction`` every ``log_every_n_steps`` batches, and keeps whole-run totals.
+
+    Data wait = time from the end of one training batch to the start of the next (the loader's share);
+    compute = start to end of a batch. The first ``skip_batches`` batches (warm-up, compilation) are not counted.
+    Validation time between epochs is excluded.
+    """
+
+    def __init__(self, log_every_n_steps: int = 50, skip_batches: int = 2):
+        self.log_every_n_steps = log_every_n_steps
+        self.skip_batches = skip_batches
+        self.images = 0  # per device, counted batches only
+        self.compute_s = 0.0
+        self.wait_s = 0.0
+        self._seen = 0
+        self._batch_start: float | None = None
+        self._batch_end: float | None = None
+
+    @property
+    def busy_s(self) -> float:
+        return self.compute_s + self.wait_s
+
+    def images_per_sec(self, world_size: int = 1) -> float:
+        return self.images * world_size / self.busy_s if self.busy_s > 0 else float("nan")
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._batch_end = None  # do not count the gap across validation or epoch boundaries
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        now = time.perf_counter()
+        if self._batch_end is not None and self._seen >= self.skip_batches:
+            self.wait_s += now - self._batch_end
+        self._batch_start = now
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        now = time.perf_counter()
+        self._seen += 1
+        if self._seen > self.skip_batches and self._batch_start is not None:
+            self.compute_s += now - self._batch_start
+            self.images += _batch_size(batch)
+        self._batch_end = now
+        if self._seen % self.log_every_n_steps == 0 and self.busy_s > 0:
+            pl_module.log_dict({
+                "perf/images_per_sec": self.images_per_sec(trainer.world_size),
+                "perf/images_per_sec_per_device": self.images_per_sec(1),
+                "perf/data_wait_fraction": self.wait_s / self.busy_s,
+            }, on_step=True, on_epoch=False, rank_zero_only=True)
+
+    def state_dict(self):
+        return {"images": self.images, "compute_s": self.compute_s, "wait_s": self.wait_s}
+
+    def load_state_dict(self, state_dict):
+        self.images, self.compute_s, self.wait_s = (state_dict[k] for k in ("images", "compute_s", "wait_s"))

@@ -1,0 +1,101 @@
+"""Config checks that Hydra does not do: known recipes, keys nothing reads, one-line errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_lars.errors import UserError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# `${project_root:}` in conf/paths: data and logs default to folders of this checkout wherever the command runs.
+OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
+CONF_DIR = PROJECT_ROOT / "conf"
+RECIPES_DIR = PROJECT_ROOT / "recipes"
+
+# Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
+TOP_LEVEL_KEYS = {
+    "data", "model", "optimizer", "scheduler", "batch", "trainer", "strategy", "callbacks", "logger",
+    "paths", "seed", "published", "recipe_name", "run",
+}
+BATCH_KEYS = {"global_size", "max_per_device", "bn_group"}
+RUN_KEYS = {"validate_at_end", "ckpt_path"}
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def recipe_claims() -> list[tuple[str, str]]:
+    """(name, first header line) for every recipe: the claim and source each recipe opens with."""
+    rows = []
+    for name in recipe_names():
+        lines = (RECIPES_DIR / f"{name}.yaml").read_text().splitlines()
+        claim = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("# ") and "@package" not in ln), "")
+        rows.append((name, claim))
+    return rows
+
+
+def check_overrides(overrides: list[str]) -> DictConfig:
+    """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
+    for override in overrides:
+        match = re.fullmatch(r"\+?recipe=(.*)", override)
+        if match and match.group(1) not in recipe_names():
+            raise UserError(
+                f"unknown recipe '{match.group(1)}'; known recipes: {', '.join(recipe_names())}"
+                " (`make recipes` lists them with their published results)"
+            )
+    user = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=user)
+    except MissingConfigException as err:
+        first = str(err).splitlines()[0]
+        raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
+    except ConfigCompositionException as err:
+        message = " ".join(str(err).split())
+        key = re.search(r"Could not override '([^']+)'", message)
+        if key:
+            raise UserError(
+                f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
+                " `python -m lightning_lars.train --cfg job`"
+            ) from None
+        raise UserError(message) from None
+    check_unread_keys(cfg)
+    return cfg
+
+
+def check_unread_keys(cfg: DictConfig) -> None:
+    """Reject keys added with `+key=value` that no part of the run reads (a silent no-op otherwise)."""
+    for where, allowed, node in (
+        ("", TOP_LEVEL_KEYS, cfg),
+        ("batch.", BATCH_KEYS, cfg.get("batch", {})),
+        ("run.", RUN_KEYS, cfg.get("run", {})),
+    ):
+        unknown = sorted(set(node.keys()) - allowed)
+        if unknown:
+            raise UserError(f"unknown config key '{where}{unknown[0]}': nothing reads it; remove it or fix its spelling")
+
+
+def explain_instantiation_error(err: Exception) -> str:
+    """One line for a `_target_` that rejected its arguments, e.g. a misspelt `+data.foo=1`."""
+    text = " ".join(str(err).split())
+    unexpected = re.search(r"unexpected keyword argument '([^']+)'", text)
+    node = re.search(r"full_key: (\S+)", text)
+    target = re.search(r"target '([^']+)'", text)
+    if unexpected:
+        where = f"{node.group(1)}." if node else ""
+        return (f"unknown config key '{where}{unexpected.group(1)}': {target.group(1) if target else 'its target'}"
+                " takes no such argument; remove it or fix its spelling")
+    if isinstance(err.__cause__, UserError):
+        return str(err.__cause__)
+    return text
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False), sort_keys=False)

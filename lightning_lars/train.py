@@ -1,0 +1,107 @@
+"""The one entry point: ``python -m lightning_lars.train recipe=NAME key=value ...``.
+
+Reads like lightning-hydra-template's ``train()``: datamodule -> model -> callbacks -> logger -> trainer ->
+fit, with the batch plan and the LR scaling made explicit before anything trains.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+
+import hydra
+import lightning as L
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_info
+from omegaconf import DictConfig, OmegaConf
+
+from callbacks.schedule import ScheduleCallback
+from lightning_lars import config
+from lightning_lars.errors import UserError
+from lightning_lars.provenance import provenance
+from lightning_lars.report import results_table
+from lightning_lars.scaling import plan_batch, scale_lr
+
+
+def build(cfg: DictConfig):
+    """Instantiate every part; returns (trainer, module, datamodule, plan)."""
+    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
+    strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
+    callbacks = [instantiate(c) for c in cfg.callbacks.values()] + [ScheduleCallback()]
+    logger = instantiate(cfg.logger)
+    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger)
+
+    plan = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device)
+    trainer.accumulate_grad_batches = plan.accumulation
+    datamodule = instantiate(cfg.data, batch_size=plan.per_device, seed=cfg.seed)
+    steps_per_epoch = datamodule.num_train_images // plan.global_size  # drop-last: every step is a full batch
+    if steps_per_epoch == 0:
+        raise UserError(
+            f"global batch {plan.global_size} exceeds the {datamodule.num_train_images} training images;"
+            " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)"
+        )
+
+    scheduler = OmegaConf.to_container(cfg.scheduler)
+    peak_lr = scale_lr(scheduler.pop("base_lr"), scheduler.pop("base_batch"), plan.global_size)
+    shape = instantiate(scheduler)
+    lr_schedule = functools.partial(shape, peak_lr=peak_lr, steps_per_epoch=steps_per_epoch,
+                                    total_epochs=trainer.max_epochs)
+    module = instantiate(cfg.model, optimizer=instantiate(cfg.optimizer), lr_schedule=lr_schedule)
+
+    rank_zero_info(
+        f"[lightning-lars] plan: {plan.describe()}; {steps_per_epoch} steps/epoch"
+        f" x {trainer.max_epochs} epochs; peak LR {peak_lr:.6g}"
+    )
+    if trainer.logger is not None:
+        trainer.logger.log_hyperparams({
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "plan": {**plan.__dict__, "steps_per_epoch": steps_per_epoch, "peak_lr": peak_lr},
+            "provenance": provenance(),
+        })
+    return trainer, module, datamodule, plan
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    started = time.perf_counter()
+    trainer, module, datamodule, plan = build(cfg)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.run.ckpt_path)
+    if cfg.run.validate_at_end and not trainer.interrupted:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics["time/wall_s"] = time.perf_counter() - started
+    if trainer.is_global_zero:
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
+        print(results_table(cfg, metrics, trainer), flush=True)
+    return metrics
+
+
+def fail(err: UserError) -> None:
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def hydra_main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except UserError as err:
+        fail(err)
+    except InstantiationException as err:
+        fail(UserError(config.explain_instantiation_error(err)))
+
+
+def main() -> None:
+    """Checks the command line first so that every mistake is one line, never a traceback."""
+    try:
+        config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
+    except UserError as err:
+        fail(err)
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()
