@@ -1,0 +1,147 @@
+"""FSDP strategies for LARS/LAMB recipes: FSDP2 (CPU and GPU) and FSDP1 (GPU), with BatchNorm handled.
+
+Layer-wise optimizers need whole-parameter norms. Under FSDP2 the parameters are DTensors and our
+LARS/LAMB (``lightning_lars.optim.norms.global_norms``) reduce the shards' sums of squares in one
+all-reduce. Under FSDP1 with ``use_orig_params=True`` each parameter is a plain tensor holding a slice (or
+nothing) of a flat shard, so the optimizer must be told the shard group: :class:`FSDP1Strategy` sets
+``optimizer.shard_group`` on every optimizer that has that attribute.
+
+BatchNorm: ``fully_shard`` shards BN gamma/beta like any other parameter (whole-parameter norms keep
+LARS right), but leaves the running-statistics buffers per rank and unsynchronised (DDP would broadcast
+rank 0's each step). Both strategies average ``running_mean``/``running_var`` over the data-parallel ranks
+before every validation and every checkpoint, so all ranks evaluate, and the checkpoint stores, the same
+statistics. Batch statistics in training stay per device (BN span = per-device batch, as in the records).
+Under mixed precision keep BN in fp32: Lightning's precision plugins autocast, which runs BN in fp32.
+"""
+
+import functools
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lightning_lars.errors import UserError
+
+
+@torch.no_grad()
+def average_batchnorm_stats(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> int:
+    """Average every BN layer's running mean and variance over ``group``; returns the number of BN layers.
+
+    One all-reduce for all layers (flattened), in the fixed order of ``module.modules()``.
+    """
+    stats = [
+        buffer
+        for layer in module.modules()
+        if isinstance(layer, _BatchNorm) and layer.track_running_stats and layer.running_mean is not None
+        for buffer in (layer.running_mean, layer.running_var)
+    ]
+    if not stats or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return len(stats) // 2
+    flat = torch.cat([buffer.float().reshape(-1) for buffer in stats])
+    dist.all_reduce(flat, group=group)
+    flat /= dist.get_world_size(group)
+    offset = 0
+    for buffer in stats:
+        buffer.copy_(flat[offset : offset + buffer.numel()].view_as(buffer))
+        offset += buffer.numel()
+    return len(stats) // 2
+
+
+def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """Shard units for FSDP2, children first: every element of an ``nn.Sequential``/``nn.ModuleList`` that
+    holds parameters (timm ResNet bottlenecks, ViT blocks), then every parameter-holding child of ``root``.
+
+    One visible rule instead of a per-architecture class list; the LightningModule itself is never a unit.
+    """
+    units = []
+    for parent in reversed(list(root.modules())):  # post-order-ish: inner containers before outer ones
+        if isinstance(parent, (torch.nn.Sequential, torch.nn.ModuleList)):
+            units += [child for child in parent.children() if any(True for _ in child.parameters())]
+    units += [child for child in root.children() if any(True for _ in child.parameters())]
+    return list(dict.fromkeys(units))  # a root that is itself a Sequential lists its children twice
+
+
+class FSDP2Strategy(ModelParallelStrategy):
+    """Pure data-parallel FSDP2 (``fully_shard``) over all ranks, on CPU/gloo or GPU/NCCL.
+
+    Lightning's ``ModelParallelStrategy`` expects the LightningModule's ``configure_model`` to shard the
+    model; when the module has none, this strategy shards :func:`repeated_blocks` itself.
+
+    Args:
+        reshard_after_forward: free gathered parameters after forward (ZeRO-3); False keeps them for
+            backward (ZeRO-2: more memory, one all-gather less per unit).
+        **kwargs: as for ``ModelParallelStrategy`` (``save_distributed_checkpoint``, ``timeout``, ...).
+    """
+
+    def __init__(self, reshard_after_forward: bool = True, **kwargs):
+        kwargs.setdefault("tensor_parallel_size", 1)
+        super().__init__(**kwargs)
+        self.reshard_after_forward = reshard_after_forward
+
+    def setup_environment(self) -> None:
+        # "auto" would mean data parallel over nodes and tensor parallel inside a node: we shard over all.
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        super().setup_environment()
+
+    def setup(self, trainer: "pl.Trainer") -> None:
+        module = self.lightning_module
+        if not is_overridden("configure_model", module):
+            mesh = self.device_mesh["data_parallel"]
+            for unit in repeated_blocks(module):
+                fully_shard(unit, mesh=mesh, reshard_after_forward=self.reshard_after_forward)
+            # ModelParallelStrategy insists on a configure_model; the sharding above is ours.
+            module.configure_model = lambda: None
+        super().setup(trainer)
+
+    def _data_parallel_group(self) -> dist.ProcessGroup:
+        return self.device_mesh["data_parallel"].get_group()
+
+    def on_validation_start(self) -> None:
+        average_batchnorm_stats(self.lightning_module, self._data_parallel_group())
+        super().on_validation_start()
+
+    def lightning_module_state_dict(self):
+        average_batchnorm_stats(self.lightning_module, self._data_parallel_group())
+        return super().lightning_module_state_dict()
+
+
+class FSDP1Strategy(FSDPStrategy):
+    """FSDP1 (``FullyShardedDataParallel``) on GPUs, set up for layer-wise optimizers.
+
+    Args:
+        min_params_per_unit: wrap every module with at least this many parameters (size-based policy).
+        **kwargs: as for Lightning's ``FSDPStrategy``; ``use_orig_params`` is forced on.
+    """
+
+    def __init__(self, min_params_per_unit: int = 1_000_000, **kwargs):
+        kwargs.setdefault(
+            "auto_wrap_policy", functools.partial(size_based_auto_wrap_policy, min_num_params=min_params_per_unit)
+        )
+        kwargs["use_orig_params"] = True  # one tensor per parameter for LARS/LAMB, not flat shards
+        if kwargs.get("sharding_strategy", "FULL_SHARD") not in ("FULL_SHARD", "SHARD_GRAD_OP"):
+            raise UserError("strategy=fsdp1 supports sharding_strategy FULL_SHARD or SHARD_GRAD_OP (shards over all ranks)")
+        super().__init__(**kwargs)
+
+    def setup_environment(self) -> None:
+        if self.root_device.type != "cuda":
+            raise UserError("strategy=fsdp1 needs GPUs (Lightning's FSDPStrategy refuses CPU): use strategy=fsdp2")
+        super().setup_environment()
+
+    def setup(self, trainer: "pl.Trainer") -> None:
+        super().setup(trainer)
+        for optimizer in self.optimizers:
+            if hasattr(optimizer, "shard_group"):
+                optimizer.shard_group = dist.group.WORLD  # FULL_SHARD/SHARD_GRAD_OP shard over every rank
+
+    def on_validation_start(self) -> None:
+        average_batchnorm_stats(self.lightning_module)
+        super().on_validation_start()
+
+    def lightning_module_state_dict(self):
+        average_batchnorm_stats(self.lightning_module)
+        return super().lightning_module_state_dict()
