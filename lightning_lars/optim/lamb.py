@@ -1,0 +1,147 @@
+"""LAMB: layer-wise adaptive moments (You et al. 2019, https://arxiv.org/abs/1904.00962), as in the LAMB
+ResNet-50 run: decoupled weight decay, BN and biases excluded from decay and trust ratio, global gradient-norm
+clipping."""
+
+from __future__ import annotations
+
+import math
+from itertools import accumulate
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lightning_lars.errors import UserError
+from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.norms import global_norms
+from lightning_lars.optim.param_groups import split_unresolved
+
+
+class LAMB(Optimizer):
+    """LAMB with decoupled weight decay and global gradient clipping.
+
+    Order of operations at step t (1-based) for every tensor ``w`` with raw gradient ``g`` (``p.grad`` is
+    never modified)::
+
+        c     = min(1, max_grad_norm / ||G||)      # 1. G: all gradients of all groups as one vector
+        m     = b1 * m + (1 - b1) * c * g          # 2. Adam moments of the clipped gradient
+        v     = b2 * v + (1 - b2) * (c * g)^2
+        u     = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * w     # 3. decoupled weight decay
+        r     = ||w|| / ||u||; r = 1 if either norm is 0 or the tensor is not adapted    # 4. trust ratio
+        w    -= lr * r * u                          # 5.
+
+    Exclusions come from the param groups exactly as for ``LARS`` (``trust_adaptation``, ``weight_decay``; a
+    group without ``trust_adaptation`` is split by ``param_groups.excluded``). Two collectives per step under
+    sharding: one for ``||G||`` and every ``||w||``, one for every ``||u||`` (u depends on the clipped g).
+
+    Args:
+        params: parameters or param groups.
+        lr: learning rate (default 1e-3); the schedule callback overwrites ``group["lr"]`` before each step.
+        betas: (b1, b2) (default (0.9, 0.999)).
+        eps: added to sqrt(v_hat) (default 1e-6).
+        weight_decay: wd, decoupled (added to the update, not the gradient) (default 0.0).
+        max_grad_norm: global gradient-norm clip (default 1.0); None or 0 disables it.
+        bias_correction: divide the moments by (1 - b^t) (default True).
+        shard_group: as for ``LARS`` (FSDP1 flat shards only).
+
+    ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0, max_grad_norm: float | None = 1.0, bias_correction: bool = True,
+                 shard_group: dist.ProcessGroup | None = None):
+        if lr < 0 or eps < 0 or weight_decay < 0:
+            raise UserError(f"LAMB lr={lr}, eps={eps}, weight_decay={weight_decay} must all be >= 0")
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise UserError(f"LAMB betas={tuple(betas)} must lie in [0, 1); set optimizer.betas")
+        if max_grad_norm is not None and max_grad_norm < 0:
+            raise UserError(f"LAMB max_grad_norm={max_grad_norm} is negative; use null to disable clipping")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        bias_correction=bias_correction, trust_adaptation=None, step=0)
+        self.max_grad_norm = max_grad_norm
+        self.shard_group = shard_group
+        self.track_stats = False
+        self.last_stats: dict | None = None
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group; one without ``trust_adaptation`` is first split by the exclusion rule."""
+        for part in split_unresolved(param_group, adapt_all=False):
+            super().add_param_group(part)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        mt.restore_fp32_state(self, state_dict)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One LAMB step for every group; returns the closure's loss if one is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        work = []
+        for index, group in enumerate(self.param_groups):
+            tensors = mt.collect(self, group, index, ("exp_avg", "exp_avg_sq"))
+            if tensors is not None:
+                work.append((group, tensors))
+        if not work:
+            return loss
+        params = [p for _, t in work for p in t.params]
+        # Collective 1: every ||w|| and ||g|| (||G|| is the norm of the g norms).
+        w_norm, g_norm = global_norms([[w for _, t in work for w in t.weights],
+                                       [g for _, t in work for g in t.grads]], params, self.shard_group)
+        clip = None
+        if self.max_grad_norm:
+            clip = (self.max_grad_norm / torch.linalg.vector_norm(g_norm)).clamp(max=1.0)  # inf -> 1 if G = 0
+        updates = [self._direction(group, tensors, clip) for group, tensors in work]
+        adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
+        if not adapted:
+            for (group, tensors), u in zip(work, updates):
+                self._apply(group, tensors, u, None)
+            return loss
+        # Collective 2: ||u|| of every adapted tensor.
+        (u_norm,) = global_norms([[x for i in adapted for x in updates[i]]],
+                                 [p for i in adapted for p in work[i][1].params], self.shard_group)
+        counts = [len(work[i][1].params) for i in adapted]
+        starts = list(accumulate([len(t.params) for _, t in work], initial=0))  # group i: starts[i]:starts[i+1]
+        adapted_w = torch.cat([w_norm[starts[i]:starts[i + 1]] for i in adapted])
+        ratio = torch.where((adapted_w > 0) & (u_norm > 0), adapted_w / u_norm, torch.ones_like(u_norm))
+        by_index = dict(zip(adapted, ratio.split(counts)))
+        for i, ((group, tensors), u) in enumerate(zip(work, updates)):
+            self._apply(group, tensors, u, by_index.get(i))
+        if self.track_stats:
+            adapted_g = torch.cat([g_norm[starts[i]:starts[i + 1]] for i in adapted])
+            names = [n for i in adapted for n in work[i][1].names]
+            self.last_stats = mt.stats(names, adapted_w, adapted_g, ratio)
+        return loss
+
+    @staticmethod
+    def _direction(group: dict, tensors: mt.GroupTensors, clip: Tensor | None) -> list[Tensor]:
+        """Update the moments and return u (step 2 and 3), new tensors."""
+        b1, b2 = group["betas"]
+        group["step"] += 1
+        t = group["step"]
+        grads = torch._foreach_mul(tensors.grads, clip) if clip is not None else tensors.grads
+        exp_avg, exp_avg_sq = tensors.state["exp_avg"], tensors.state["exp_avg_sq"]
+        torch._foreach_lerp_(exp_avg, grads, 1.0 - b1)  # m += (1 - b1) (g - m)
+        torch._foreach_mul_(exp_avg_sq, b2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1.0 - b2)
+        bc1, bc2 = (1.0 - b1**t, 1.0 - b2**t) if group["bias_correction"] else (1.0, 1.0)
+        denom = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_mul_(denom, 1.0 / math.sqrt(bc2))
+        torch._foreach_add_(denom, group["eps"])
+        if group["weight_decay"]:
+            update = torch._foreach_mul(tensors.weights, group["weight_decay"])
+            torch._foreach_addcdiv_(update, exp_avg, denom, value=1.0 / bc1)
+        else:
+            update = torch._foreach_div(exp_avg, denom)
+            torch._foreach_mul_(update, 1.0 / bc1)
+        return update
+
+    @staticmethod
+    def _apply(group: dict, tensors: mt.GroupTensors, update: list[Tensor], ratio: Tensor | None) -> None:
+        """w -= lr * r * u (step 5)."""
+        mt.add_scaled_(tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update)
+        mt.write_back(tensors)

@@ -1,0 +1,150 @@
+"""LARS: layer-wise adaptive rate scaling (You, Gitman, Ginsburg 2017, https://arxiv.org/abs/1708.03888)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lightning_lars.errors import UserError
+from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.norms import global_norms
+from lightning_lars.optim.param_groups import split_unresolved
+
+FORMS = ("nvidia", "mlperf", "you2017")
+
+
+class LARS(Optimizer):
+    """LARS with momentum, in the published form a recipe names.
+
+    Order of operations for every tensor ``w`` with raw gradient ``g`` (``p.grad`` is never modified)::
+
+        d     = g + wd * w                                     # 1. weight decay (L2 form)
+        trust = eta * ||w|| / (||g|| + wd * ||w|| + eps)       # 2. trust ratio, whole-tensor norms
+        trust = 1            if ||w|| == 0 or ||g|| == 0, or the tensor is not adapted
+        trust = min(trust / lr, 1)                  if clip    # LARC: effective lr = min(lr, trust)
+        form "nvidia":           b = mu * b + trust * d;       w -= lr * b       # 3. lr outside the buffer
+        form "mlperf"/"you2017": b = mu * b + lr * trust * d;  w -= b            # 3. lr inside the buffer
+        nesterov: the step uses (increment + mu * b) instead of b.
+
+    "nvidia" (NVIDIA PyTorch/MXNet MLPerf code, timm, apex) equals MXNet with momentum correction; "mlperf"
+    (TF/TPU MLPerf reference) and "you2017" (Intel Caffe) keep the lr in the buffer. They agree while the lr is
+    constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the default exclusion.
+
+    Which tensors skip decay and trust ratio comes from each param group: ``trust_adaptation`` (bool) and
+    ``weight_decay``, as ``param_groups.param_groups`` builds them. A group without ``trust_adaptation`` (e.g.
+    plain ``model.parameters()``) is split by ``param_groups.excluded`` (``ndim <= 1``: BN and biases get
+    no decay and no trust ratio; MLPerf), except for ``form="you2017"``, which adapts and decays every tensor.
+
+    All tensors of a step go through a few ``torch._foreach_*`` ops (dispatched ops do not grow with the
+    number of tensors). Norms and state are fp32 for bf16/fp16 parameters, which get an fp32 master copy.
+    FSDP2 DTensor parameters are detected; the trust ratio uses whole-parameter norms with one all_reduce.
+
+    Args:
+        params: parameters or param groups (see above).
+        lr: learning rate (default 0.1); the schedule callback overwrites ``group["lr"]`` before each step.
+        momentum: mu (default 0.9).
+        weight_decay: wd for adapted tensors (default 0.0).
+        trust_coefficient: eta (default 0.001).
+        eps: added to the trust-ratio denominator (default 0.0; MLPerf rules fix 0).
+        nesterov: Nesterov momentum (default False).
+        form: "nvidia" (default), "mlperf" or "you2017", see above.
+        clip: LARC clipping (default False).
+        shard_group: FSDP1 ``use_orig_params=True`` only: the process group the flat shards are spread over;
+            norms of plain tensors are then summed over it. Not needed for DTensors or DDP.
+
+    Set ``track_stats = True`` and every following step stores ``last_stats``: a dict with ``names`` and fp32
+    vectors ``w_norm``, ``g_norm``, ``trust_ratio`` (before LARC clipping) for the adapted tensors.
+    """
+
+    def __init__(self, params, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0,
+                 trust_coefficient: float = 0.001, eps: float = 0.0, nesterov: bool = False,
+                 form: str = "nvidia", clip: bool = False, shard_group: dist.ProcessGroup | None = None):
+        if form not in FORMS:
+            raise UserError(f"LARS form {form!r} is unknown; set optimizer.form to one of {', '.join(FORMS)}")
+        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("eps", eps)):
+            if value < 0:
+                raise UserError(f"LARS {name}={value} is negative; set optimizer.{name} >= 0")
+        if not 0.0 <= momentum < 1.0:
+            raise UserError(f"LARS momentum={momentum} is outside [0, 1); set optimizer.momentum")
+        if trust_coefficient <= 0:
+            raise UserError(f"LARS trust_coefficient={trust_coefficient} must be > 0 (0.001 is usual)")
+        if nesterov and momentum == 0:
+            raise UserError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
+                        eps=eps, nesterov=nesterov, form=form, clip=clip, trust_adaptation=None)
+        self.shard_group = shard_group
+        self.track_stats = False
+        self.last_stats: dict | None = None
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group; one without ``trust_adaptation`` is first resolved by the exclusion rule."""
+        form = param_group.get("form", self.defaults["form"])
+        for part in split_unresolved(param_group, adapt_all=form == "you2017"):
+            super().add_param_group(part)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        mt.restore_fp32_state(self, state_dict)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One LARS step for every group; returns the closure's loss if one is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        work = []
+        for index, group in enumerate(self.param_groups):
+            tensors = mt.collect(self, group, index, ("momentum_buffer",) if group["momentum"] else ())
+            if tensors is not None:
+                work.append((group, tensors))
+        adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
+        # Norms of every adapted tensor in this step together: one foreach op per list, one collective.
+        w_norm, g_norm = global_norms([[w for _, t in adapted for w in t.weights],
+                                       [x for _, t in adapted for x in t.grads]],
+                                      [p for _, t in adapted for p in t.params], self.shard_group)
+        counts = [len(t.params) for _, t in adapted]
+        ratios = [trust_ratio(w, g, group) for (group, _), w, g in
+                  zip(adapted, w_norm.split(counts), g_norm.split(counts))]
+        by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
+        for group, tensors in work:
+            self._update(group, tensors, by_group.get(id(tensors)))
+        if self.track_stats and adapted:
+            names = [n for _, t in adapted for n in t.names]
+            self.last_stats = mt.stats(names, w_norm, g_norm, torch.cat(ratios))
+        return loss
+
+    @staticmethod
+    def _update(group: dict, tensors: mt.GroupTensors, ratio: Tensor | None) -> None:
+        lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+        lr_inside = group["form"] != "nvidia"
+        # 1. d = g + wd * w, a new list: p.grad stays untouched
+        d = torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else tensors.grads
+        # 2. per-tensor buffer increment factor: trust (vector) or 1 (not adapted); LARC clips it
+        scale: Tensor | float = 1.0
+        if ratio is not None:  # with clip and lr == 0, ratio / lr is inf and clamps to 1 (apex LARC)
+            scale = (ratio / lr).clamp(max=1.0) if group["clip"] else ratio
+        if lr_inside:
+            scale = scale * lr
+        out = -1.0 if lr_inside else -lr  # 3. factor from buffer to weight step
+        if mu:
+            bufs = tensors.state["momentum_buffer"]
+            torch._foreach_mul_(bufs, mu)
+            mt.add_scaled_(bufs, scale, d)
+            if group["nesterov"]:
+                mt.add_scaled_(tensors.weights, scale * out, d)
+                torch._foreach_add_(tensors.weights, bufs, alpha=out * mu)
+            else:
+                torch._foreach_add_(tensors.weights, bufs, alpha=out)
+        else:
+            mt.add_scaled_(tensors.weights, scale * out, d)
+        mt.write_back(tensors)
+
+
+def trust_ratio(w_norm: Tensor, g_norm: Tensor, group: dict) -> Tensor:
+    """``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` per tensor, and 1 where either norm is 0."""
+    ratio = group["trust_coefficient"] * w_norm / (g_norm + group["weight_decay"] * w_norm + group["eps"])
+    return torch.where((w_norm > 0) & (g_norm > 0), ratio, torch.ones_like(ratio))

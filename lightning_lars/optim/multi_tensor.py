@@ -1,0 +1,117 @@
+"""What LARS and LAMB share: gathering a group's tensors as lists for ``torch._foreach_*`` ops, fp32 master
+weights and state for bf16/fp16 parameters, and the per-layer statistics a monitor callback reads.
+
+Parameters that are DTensors (FSDP2) are handled through their local shards: elementwise math on shards is
+the math on the whole tensor, and only norms need communication (``norms.global_norms``). Optimizer state is
+created like the parameter (``zeros_like`` of a DTensor is a DTensor), so distributed checkpointing sees the
+same placements as for ``torch.optim`` optimizers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import chain
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lightning_lars.optim.norms import LOW_PRECISION, local
+
+MASTER = "master_weight"  # fp32 copy of a bf16/fp16 parameter; the optimizer updates this, then rounds once
+
+
+@dataclass
+class GroupTensors:
+    """A param group's tensors that have a gradient, as aligned lists of local shards."""
+
+    params: list[Tensor]  # the parameters (possibly DTensors), in group order
+    names: list[str]  # labels for per-layer statistics
+    weights: list[Tensor]  # what the update writes: fp32 master shards for bf16/fp16, else the param shards
+    grads: list[Tensor]  # gradient shards, fp32 copies for bf16/fp16; read only, never written
+    state: dict[str, list[Tensor]] = field(default_factory=dict)  # per-param state shards, fp32 or fp64
+    rounded: tuple[list[Tensor], list[Tensor]] = ([], [])  # (low-precision param shards, their masters)
+
+
+def collect(opt: Optimizer, group: dict, group_index: int, state_keys: tuple[str, ...]) -> GroupTensors | None:
+    """Gather ``group``'s parameters with a gradient; create missing state (zeros) on first use.
+
+    Creating state is a per-tensor loop, but only in the first step. Later steps dispatch at most one op
+    here: bf16/fp16 gradients are copied into persistent fp32 scratch tensors, so all math runs in fp32.
+    """
+    names = group.get("param_names") or [f"group{group_index}.{i}" for i in range(len(group["params"]))]
+    chosen = [(p, n) for p, n in zip(group["params"], names) if p.grad is not None]
+    if not chosen:
+        return None
+    out = GroupTensors([p for p, _ in chosen], [n for _, n in chosen], [], [], {k: [] for k in state_keys})
+    low_grads, scratch = [], []
+    fp32_grads = opt.__dict__.setdefault("_fp32_grads", {})  # param -> fp32 gradient scratch, not saved
+    for p, _ in chosen:
+        if p.grad.is_sparse:
+            raise RuntimeError(f"{type(opt).__name__} does not support sparse gradients")
+        state = opt.state[p]
+        low = p.dtype in LOW_PRECISION
+        if not state:
+            if low:
+                state[MASTER] = p.detach().to(torch.float32)
+            for key in state_keys:
+                state[key] = torch.zeros_like(p, dtype=torch.float32 if low else p.dtype)
+        if low:
+            if p not in fp32_grads:
+                fp32_grads[p] = torch.empty_like(local(p.grad), dtype=torch.float32)
+            low_grads.append(local(p.grad))
+            scratch.append(fp32_grads[p])
+        out.grads.append(fp32_grads[p] if low else local(p.grad))
+        out.weights.append(local(state[MASTER]) if low else local(p))
+        for key in state_keys:
+            out.state[key].append(local(state[key]))
+        if low:
+            out.rounded[0].append(local(p))
+            out.rounded[1].append(local(state[MASTER]))
+    if low_grads:
+        torch._foreach_copy_(scratch, low_grads)
+    return out
+
+
+def write_back(tensors: GroupTensors) -> None:
+    """Round updated fp32 master weights into their bf16/fp16 parameters (one op for the whole group)."""
+    if tensors.rounded[0]:
+        torch._foreach_copy_(tensors.rounded[0], tensors.rounded[1])
+
+
+def add_scaled_(ys: list[Tensor], scale: Tensor | float, xs: list[Tensor]) -> None:
+    """``ys[i] += scale[i] * xs[i]`` for a vector ``scale`` (one value per tensor) or a Python float.
+
+    A vector goes through ``_foreach_addcmul_`` with 0-d tensors, which stays on the device (no ``.item()``
+    sync, CUDA-graph safe) and is one dispatched op whatever the number of tensors.
+    """
+    if isinstance(scale, Tensor):
+        torch._foreach_addcmul_(ys, scale.unbind(0), xs)
+    elif scale != 0:
+        torch._foreach_add_(ys, xs, alpha=scale)
+
+
+def restore_fp32_state(opt: Optimizer, state_dict: dict) -> None:
+    """Undo ``Optimizer.load_state_dict``'s cast of state to the parameter dtype for bf16/fp16 parameters.
+
+    torch casts every floating state tensor to ``param.dtype``; fp32 masters and buffers of bf16 parameters
+    would lose their precision, so they are re-read from ``state_dict`` in fp32.
+    """
+    saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+    params = chain.from_iterable(g["params"] for g in opt.param_groups)
+    for saved_id, p in zip(saved_ids, params):
+        if p.dtype not in LOW_PRECISION or saved_id not in state_dict["state"]:
+            continue
+        for key, value in state_dict["state"][saved_id].items():
+            if isinstance(value, Tensor) and value.is_floating_point():
+                opt.state[p][key] = value.to(device=p.device, dtype=torch.float32)
+
+
+def stats(names: list[str], w_norm: Tensor, g_norm: Tensor, ratio: Tensor) -> dict:
+    """Per-layer statistics as one dict of fp32 vectors (no per-tensor ``.item()``): see ``LARS.last_stats``."""
+    return {
+        "names": names,
+        "w_norm": w_norm.detach().float(),
+        "g_norm": g_norm.detach().float(),
+        "trust_ratio": ratio.detach().float(),
+    }

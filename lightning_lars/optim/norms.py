@@ -1,0 +1,82 @@
+"""Per-tensor L2 norms of whole parameters, in a few multi-tensor ops, exact under sharding.
+
+Layer-wise optimizers need ``||w||`` and ``||g||`` of the *whole* parameter. When parameters are sharded
+(FSDP2 DTensors, or FSDP1 flat shards with ``use_orig_params=True``) each rank holds a slice, and a norm of
+the slice (what timm, torchlars and apex compute) is wrong. Here every rank computes the local sum of squares
+of every tensor in one fixed order (0 where it holds nothing), all of them go through ONE ``all_reduce``
+over the shard group, then one ``sqrt``. Dispatched ops do not grow with the number of tensors:
+``_foreach_norm`` + ``stack`` per list, then a constant number of vector ops.
+
+Norms are computed in fp32 (fp64 for fp64 tensors), also when parameters or gradients are bf16/fp16.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def local(t: Tensor) -> Tensor:
+    """The shard this rank holds: a DTensor's local tensor (no copy, no communication), else ``t`` itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def math_dtype(tensors: list[Tensor]) -> torch.dtype:
+    """fp64 if any tensor is fp64, else fp32: the dtype for norms and optimizer math."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _shard_groups(p: Tensor, shard_group: dist.ProcessGroup | None) -> tuple:
+    """The process groups over which ``p``'s local sums of squares must be summed (empty: not sharded)."""
+    if isinstance(p, DTensor):
+        mesh = p.device_mesh
+        # Shard(d) on a mesh dim splits the tensor across that dim's ranks; Replicate holds copies.
+        return tuple(mesh.get_group(i) for i, pl in enumerate(p.placements) if pl.is_shard())
+    return (shard_group,) if shard_group is not None else ()
+
+
+def global_norms(
+    lists: list[list[Tensor]],
+    params: list[Tensor],
+    shard_group: dist.ProcessGroup | None = None,
+) -> list[Tensor]:
+    """L2 norms of whole tensors, one 1-D vector per input list.
+
+    Args:
+        lists: lists of local tensors (shards), each aligned with ``params`` (e.g. weights and gradients).
+        params: the parameters (possibly DTensors) that say how each entry is sharded.
+        shard_group: for plain tensors that are shards of a larger parameter (FSDP1 ``use_orig_params=True``),
+            the group the shards are spread over; None for unsharded tensors.
+
+    Returns:
+        For each list, a vector of ``len(params)`` norms in ``math_dtype``, identical on every rank.
+    """
+    n = len(params)
+    if n == 0:
+        return [torch.zeros(0) for _ in lists]
+    dtype = math_dtype([t for tensors in lists for t in tensors])
+    per_list = [torch.stack(torch._foreach_norm(tensors, 2, dtype=dtype)) for tensors in lists]
+    plan: dict[tuple, list[int]] = {}
+    for i, p in enumerate(params):
+        groups = _shard_groups(p, shard_group)
+        if groups:
+            plan.setdefault(groups, []).append(i)
+    if not plan:
+        return per_list
+    squares = torch.cat(per_list).square()  # [list0 norms..., list1 norms...]: sums of squares per shard
+    for groups, idx in plan.items():
+        whole = len(idx) == n
+        if whole:  # the usual FSDP2 case: every tensor on one mesh, reduce the vector in place
+            part = squares
+        else:
+            index = torch.tensor([k * n + i for k in range(len(lists)) for i in idx], device=squares.device)
+            part = squares.index_select(0, index)
+        for group in groups:
+            dist.all_reduce(part, op=dist.ReduceOp.SUM, group=group)
+        if not whole:
+            squares.index_copy_(0, index, part)
+    return list(squares.sqrt().split(n))

@@ -1,0 +1,87 @@
+"""Which parameters skip weight decay and the trust ratio: one visible rule.
+
+The rule is ``excluded(p) = p.ndim <= 1``: BatchNorm/LayerNorm gamma and beta and every bias are 1-D, every
+conv and linear weight is not (nanoGPT's ``p.dim() >= 2``). MLPerf and the LAMB ResNet-50 run exclude exactly
+these tensors from weight decay and from layer-wise adaptation; You et al. 2017 adapt every tensor
+(``rule="none"``). No name matching (``'bn' in name``): a renamed layer cannot change the rule.
+
+Groups carry ``param_names`` (the key ``torch.optim.Optimizer`` itself uses for named parameters), so a
+callback can label per-layer statistics, and ``trust_adaptation`` (bool), read by LARS and LAMB and ignored by
+SGD.
+
+Build groups before any FSDP1 wrapping: FSDP1 flattens parameters into 1-D shards, which this rule would read
+as excluded. FSDP2 (DTensor) parameters keep their global ``ndim``, so either order works there.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from lightning_lars.errors import UserError
+
+RULES = ("ndim<=1", "none")
+
+
+def excluded(p: Tensor) -> bool:
+    """True for tensors that skip weight decay and the trust ratio: BN gamma/beta and biases (``ndim <= 1``)."""
+    return p.ndim <= 1
+
+
+def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -> list[dict]:
+    """Split ``model``'s trainable parameters into an adapted group and an excluded group.
+
+    Args:
+        model: the module whose ``named_parameters()`` (``requires_grad`` only) are grouped, in order.
+        weight_decay: decay of the adapted group; the excluded group always gets 0.0.
+        rule: ``"ndim<=1"`` (default; MLPerf, LAMB) excludes BN and bias tensors via ``excluded``;
+            ``"none"`` (You et al. 2017) decays and adapts every tensor.
+
+    Returns:
+        Non-empty groups, each a dict with ``params``, ``param_names``, ``weight_decay`` and
+        ``trust_adaptation``; adapted group first.
+    """
+    if rule not in RULES:
+        raise UserError(f"unknown param-group rule {rule!r}; set optimizer rule to one of {', '.join(RULES)}")
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    skip = [rule == "ndim<=1" and excluded(p) for _, p in named]
+    adapted = [(n, p) for (n, p), s in zip(named, skip) if not s]
+    rest = [(n, p) for (n, p), s in zip(named, skip) if s]
+    groups = [
+        _group(adapted, weight_decay=weight_decay, trust_adaptation=True),
+        _group(rest, weight_decay=0.0, trust_adaptation=False),
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def _group(named: list[tuple[str, Tensor]], **options) -> dict:
+    return {"params": [p for _, p in named], "param_names": [n for n, _ in named], **options}
+
+
+def split_unresolved(group: dict, adapt_all: bool) -> list[dict]:
+    """Resolve a group whose ``trust_adaptation`` is missing or None (e.g. plain ``model.parameters()``).
+
+    With ``adapt_all`` (LARS form ``"you2017"``) the whole group is adapted and decayed. Otherwise it is split
+    by ``excluded``: the excluded part gets ``weight_decay=0.0, trust_adaptation=False`` (the MLPerf default).
+    A group that states ``trust_adaptation`` is returned unchanged: an explicit choice always wins.
+    """
+    if group.get("trust_adaptation") is not None:
+        return [group]
+    params = list(group["params"])
+    if params and isinstance(params[0], tuple):  # named parameters: (name, tensor) pairs
+        names, params = [n for n, _ in params], [p for _, p in params]
+    else:
+        names = group.get("param_names")
+    if adapt_all:
+        return [{**group, "params": params, "trust_adaptation": True}]
+    parts = []
+    for skip in (False, True):
+        idx = [i for i, p in enumerate(params) if excluded(p) == skip]
+        if not idx:
+            continue
+        part = {**group, "params": [params[i] for i in idx], "trust_adaptation": not skip}
+        if skip:
+            part["weight_decay"] = 0.0
+        if names is not None:
+            part["param_names"] = [names[i] for i in idx]
+        parts.append(part)
+    return parts
