@@ -7,6 +7,7 @@ fit, with the batch plan and the LR scaling made explicit before anything trains
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import time
 
@@ -17,24 +18,31 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
+from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+from callbacks.batch_norm import BatchNormGroups
 from callbacks.schedule import ScheduleCallback
-from lightning_lars import config
+from lightning_lars import config, preemption, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
 from lightning_lars.report import results_table
 from lightning_lars.scaling import plan_batch, scale_lr
 
 
-def build(cfg: DictConfig):
-    """Instantiate every part; returns (trainer, module, datamodule, plan)."""
+def build(cfg: DictConfig, ckpt_path: str | None = None):
+    """Instantiate every part; returns (trainer, module, datamodule, plan). ``ckpt_path``: the run being resumed."""
     rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
-    callbacks = [instantiate(c) for c in cfg.callbacks.values()] + [ScheduleCallback()]
-    logger = instantiate(cfg.logger)
-    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger)
+    # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
+    callbacks = [instantiate(c) for c in cfg.callbacks.values()]
+    callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint()]
+    logger = instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+    plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
+    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins)
 
-    plan = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device)
+    plan = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device,
+                      cfg.batch.bn_group)
     trainer.accumulate_grad_batches = plan.accumulation
+    trainer.callbacks.append(BatchNormGroups(plan))  # BN statistics over the recipe's span (ghost / synced)
     datamodule = instantiate(cfg.data, batch_size=plan.per_device, seed=cfg.seed)
     steps_per_epoch = datamodule.num_train_images // plan.global_size  # drop-last: every step is a full batch
     if steps_per_epoch == 0:
@@ -66,8 +74,9 @@ def build(cfg: DictConfig):
 def run(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     started = time.perf_counter()
-    trainer, module, datamodule, plan = build(cfg)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.run.ckpt_path)
+    ckpt_path = resume.resolve_ckpt_path(cfg)
+    trainer, module, datamodule, plan = build(cfg, ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
@@ -92,6 +101,8 @@ def hydra_main(cfg: DictConfig) -> None:
         fail(err)
     except InstantiationException as err:
         fail(UserError(config.explain_instantiation_error(err)))
+    except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
+        print(f"preempted: {stop}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -100,6 +111,7 @@ def main() -> None:
         config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
     except UserError as err:
         fail(err)
+    sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
     hydra_main()
 
 
