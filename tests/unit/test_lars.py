@@ -1,0 +1,245 @@
+"""LARS against a float64 reference written from the formulas, over several steps with a changing lr.
+
+Differences from ``timm.optim.Lars`` (1.0.31), so parity is tested only where semantics match:
+- timm adapts a group iff ``weight_decay != 0`` or ``always_adapt``; ours reads ``trust_adaptation``.
+- timm has only the "nvidia" form (lr outside the buffer); no "mlperf"/"you2017" form.
+- timm's default ``eps`` is 1e-8 (ours 0.0, the MLPerf rule); timm has ``dampening``, ours does not.
+- timm has no whole-tensor norms under sharding, no fp32 master weights, and on CPU runs a per-tensor loop.
+- timm's first step copies the increment into the buffer; ours starts from a zero buffer (same values).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_lars.errors import UserError
+from lightning_lars.optim.lars import LARS
+from lightning_lars.optim.op_count import count_ops
+from lightning_lars.optim.param_groups import param_groups
+
+LRS = [0.5, 1.5, 3.0, 0.002, 2.0]  # changing lr: the momentum forms differ only then; 0.002: LARC clips
+
+
+def _model(dtype=torch.float64) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).to(dtype)
+
+
+def _grads(model: nn.Module, steps: int) -> list[list[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    return [[torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
+            for _ in range(steps)]
+
+
+def reference(weights, grads_per_step, lrs, *, adapted, decay, form, mu, eta, eps, nesterov, clip):
+    """LARS in float64, one tensor at a time, straight from the formulas in ../shared/records.md."""
+    weights = [w.clone().double() for w in weights]
+    bufs = [torch.zeros_like(w) for w in weights]
+    for grads, lr in zip(grads_per_step, lrs):
+        for i, (w, g) in enumerate(zip(weights, grads)):
+            wd = decay[i]
+            d = g + wd * w
+            trust = torch.tensor(1.0, dtype=torch.float64)
+            if adapted[i] and w.norm() > 0 and g.norm() > 0:
+                trust = eta * w.norm() / (g.norm() + wd * w.norm() + eps)
+            if adapted[i] and clip:
+                trust = torch.clamp(trust / lr, max=1.0)  # effective lr = min(lr, trust): apex LARC
+            increment = trust * d if form == "nvidia" else lr * trust * d
+            bufs[i] = mu * bufs[i] + increment
+            step = increment + mu * bufs[i] if nesterov else bufs[i]
+            weights[i] = w - lr * step if form == "nvidia" else w - step
+    return weights
+
+
+def _run(model, optimizer, grads_per_step, lrs):
+    for grads, lr in zip(grads_per_step, lrs):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.to(p.dtype).clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    return [p.detach().double() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("form", ["nvidia", "mlperf", "you2017"])
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("clip", [False, True])
+def test_matches_float64_reference(form, nesterov, clip):
+    model = _model()
+    start = [p.detach().clone() for p in model.parameters()]
+    grads = _grads(model, len(LRS))
+    options = dict(momentum=0.9, trust_coefficient=0.02, eps=1e-9, nesterov=nesterov, clip=clip, form=form)
+    rule = "none" if form == "you2017" else "ndim<=1"
+    ours = _run(model, LARS(param_groups(model, 1e-3, rule), **options), grads, LRS)
+    adapted = [form == "you2017" or p.ndim > 1 for p in start]
+    expected = reference(start, grads, LRS, adapted=adapted, decay=[1e-3 if a else 0.0 for a in adapted],
+                         form="nvidia" if form == "nvidia" else "mlperf", mu=0.9, eta=0.02, eps=1e-9,
+                         nesterov=nesterov, clip=clip)
+    for got, want, before in zip(ours, expected, start):
+        assert (want - before).abs().max() > 1e-4  # the step is not empty
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_params_follow_the_float64_reference():
+    model = _model(torch.float32)
+    start = [p.detach().double() for p in model.parameters()]
+    grads = _grads(model, len(LRS))
+    ours = _run(model, LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3),
+                grads, LRS)
+    adapted = [p.ndim > 1 for p in start]
+    expected = reference(start, grads, LRS, adapted=adapted, decay=[1e-3 if a else 0.0 for a in adapted],
+                         form="nvidia", mu=0.9, eta=0.02, eps=0.0, nesterov=False, clip=False)
+    for got, want in zip(ours, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
+    def final(form, lrs):
+        model = _model()
+        return _run(model, LARS(model.parameters(), momentum=0.9, form=form, trust_coefficient=0.02),
+                    _grads(model, len(lrs)), lrs)
+
+    for a, b in zip(final("nvidia", [1.0] * 5), final("mlperf", [1.0] * 5)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    gap = max((a - b).abs().max() for a, b in zip(final("nvidia", LRS), final("mlperf", LRS)))
+    assert gap > 1e-3
+
+
+def test_plain_parameters_use_the_exclusion_rule_and_you2017_adapts_everything():
+    model = _model()
+    mlperf = LARS(model.parameters(), weight_decay=1e-4, form="mlperf")
+    assert [(g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in
+            mlperf.param_groups] == [(True, 1e-4, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
+    you = LARS(model.parameters(), weight_decay=1e-4, form="you2017")
+    assert [(g["trust_adaptation"], g["weight_decay"], len(g["params"])) for g in you.param_groups] == [
+        (True, 1e-4, 6)]
+    explicit = LARS([{"params": list(model.parameters()), "trust_adaptation": False}], weight_decay=1e-4)
+    assert len(explicit.param_groups) == 1 and explicit.param_groups[0]["trust_adaptation"] is False
+
+
+def test_zero_norms_give_trust_ratio_one():
+    w = nn.Parameter(torch.zeros(3, 4, dtype=torch.float64))  # ||w|| = 0
+    v = nn.Parameter(torch.ones(3, 4, dtype=torch.float64))  # will get ||g|| = 0
+    opt = LARS([{"params": [w, v], "trust_adaptation": True}], lr=0.5, momentum=0.0, weight_decay=0.1,
+               trust_coefficient=0.001)
+    w.grad = torch.full_like(w, 2.0)
+    v.grad = torch.zeros_like(v)
+    opt.track_stats = True
+    opt.step()
+    assert opt.last_stats["trust_ratio"].tolist() == [1.0, 1.0]
+    torch.testing.assert_close(w.detach(), torch.full_like(w, -1.0))  # -lr * (g + wd * 0)
+    torch.testing.assert_close(v.detach(), torch.full_like(v, 1.0 - 0.5 * 0.1))  # -lr * (0 + wd * 1)
+
+
+def test_step_never_modifies_grad():
+    model = _model()
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    before = [p.grad.clone() for p in model.parameters()]
+    for _ in range(2):
+        opt.step()
+    for p, g in zip(model.parameters(), before):
+        assert torch.equal(p.grad, g)
+
+
+def test_state_dict_round_trip_continues_identically():
+    model = _model()
+    grads = _grads(model, 4)
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, trust_coefficient=0.02)
+    _run(model, opt, grads[:2], LRS[:2])
+    twin = copy.deepcopy(model)
+    opt_twin = LARS(param_groups(twin, 1e-3), momentum=0.9, trust_coefficient=0.02)
+    opt_twin.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for a, b in zip(_run(model, opt, grads[2:], LRS[2:4]), _run(twin, opt_twin, grads[2:], LRS[2:4])):
+        assert torch.equal(a, b)
+
+
+def test_bf16_params_keep_fp32_master_weights_and_state():
+    model16 = _model(torch.float32).to(torch.bfloat16)
+    model32 = copy.deepcopy(model16).float()  # the same bf16-rounded start, in fp32
+    grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
+    options = dict(momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3)
+    opt16 = LARS(model16.parameters(), **options)
+    _run(model16, opt16, grads, LRS[:3])
+    want = _run(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
+    for p, w in zip(model16.parameters(), want):
+        state = opt16.state[p]
+        assert state["master_weight"].dtype == state["momentum_buffer"].dtype == torch.float32
+        torch.testing.assert_close(state["master_weight"].double(), w, rtol=1e-6, atol=1e-7)  # fp32 math
+        assert torch.equal(p.detach(), state["master_weight"].to(torch.bfloat16))  # rounded once per step
+    fresh = copy.deepcopy(model16)
+    opt_fresh = LARS(fresh.parameters(), **options)
+    opt_fresh.load_state_dict(opt16.state_dict())  # torch casts state to bf16; ours keeps fp32
+    for p, q in zip(fresh.parameters(), model16.parameters()):
+        assert torch.equal(opt_fresh.state[p]["master_weight"], opt16.state[q]["master_weight"])
+
+
+def test_timm_parity_where_semantics_match():
+    timm_optim = pytest.importorskip("timm.optim")
+    for nesterov, clip in [(False, False), (True, False), (False, True)]:
+        ours_model, timm_model = _model(), _model()
+        grads = _grads(ours_model, len(LRS))
+        options = dict(momentum=0.9, nesterov=nesterov, eps=1e-8)
+        ours = LARS(param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, **options)
+        theirs = timm_optim.Lars(param_groups(timm_model, 1e-3), trust_coeff=0.02, trust_clip=clip, **options)
+        for a, b in zip(_run(ours_model, ours, grads, LRS), _run(timm_model, theirs, grads, LRS)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_stats_are_whole_tensor_norms_and_trust_ratios():
+    model = _model()
+    opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    weights = [p.detach().clone() for p in model.parameters() if p.ndim > 1]
+    grads = [p.grad.clone() for p in model.parameters() if p.ndim > 1]
+    assert opt.last_stats is None
+    opt.track_stats = True
+    opt.step()
+    stats = opt.last_stats
+    assert stats["names"] == ["0.weight", "3.weight"]
+    w_norm = torch.stack([w.norm() for w in weights]).float()
+    g_norm = torch.stack([g.norm() for g in grads]).float()
+    torch.testing.assert_close(stats["w_norm"], w_norm)
+    torch.testing.assert_close(stats["g_norm"], g_norm)
+    torch.testing.assert_close(stats["trust_ratio"], 0.02 * w_norm / (g_norm + 1e-3 * w_norm))
+
+
+def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
+    def ops(num_layers: int) -> int:
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(num_layers)])
+        opt = LARS(param_groups(model, 1e-4), momentum=0.9, nesterov=True, clip=True)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()  # the first step creates state, one op per tensor
+        return count_ops(opt.step)
+
+    assert ops(3) == ops(24)
+
+
+def test_descends_the_rosenbrock_function():
+    xy = nn.Parameter(torch.tensor([[-1.5, 2.0]], dtype=torch.float64))  # 2-D: adapted by the default rule
+    opt = LARS([xy], lr=1.0, momentum=0.9, trust_coefficient=0.01)
+
+    def rosenbrock():
+        x, y = xy[0, 0], xy[0, 1]
+        return (1 - x) ** 2 + 100 * (y - x**2) ** 2
+
+    start = rosenbrock().item()
+    for _ in range(300):
+        opt.zero_grad()
+        rosenbrock().backward()
+        opt.step()
+    assert rosenbrock().item() < start / 10
+
+
+@pytest.mark.parametrize("kwargs", [dict(form="tf"), dict(momentum=1.0), dict(lr=-1.0), dict(eps=-1.0),
+                                    dict(trust_coefficient=0.0), dict(nesterov=True, momentum=0.0)])
+def test_bad_arguments_raise_user_error(kwargs):
+    with pytest.raises(UserError):
+        LARS(_model().parameters(), **kwargs)
