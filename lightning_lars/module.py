@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 from lightning_lars.optim.param_groups import param_groups
 
 

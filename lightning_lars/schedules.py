@@ -9,7 +9,8 @@ per epoch // global batch, drop-last). Configs bind the shape with ``_partial_: 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 
 def _warmup(step: int, warmup_steps: int, start_lr: float, peak_lr: float) -> float:
@@ -60,3 +61,150 @@ def warmup_step(
         return _warmup(step, warmup_steps, start_lr, peak_lr)
     passed = sum(step >= round(m * steps_per_epoch) for m in milestones)
     return peak_lr * gamma**passed
+
+
+def _steps(epochs: float, steps_per_epoch: int, steps: int | None) -> int:
+    """A schedule length in optimizer steps: ``steps`` when the source gives steps, else ``epochs`` converted."""
+    return int(steps) if steps is not None else round(epochs * steps_per_epoch)
+
+
+def warmup_poly_steps(
+    step: int,
+    *,
+    peak_lr: float,
+    steps_per_epoch: int,
+    total_epochs: float,
+    warmup_steps: int,
+    total_steps: int,
+    start_lr: float = 0.0,
+    end_lr: float = 0.0,
+    power: float = 2.0,
+) -> float:
+    """`warmup_poly` with its lengths in optimizer steps, for sources that publish steps, not epochs.
+
+    The MLPerf TPU logs and the LAMB code count ``ceil(epochs * images / batch)`` steps, which our drop-last
+    epochs (``images // batch`` steps) cannot express. ``steps_per_epoch`` and ``total_epochs`` are accepted
+    for the uniform signature and unused.
+    """
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) < total_steps ({total_steps})")
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps, start_lr, peak_lr)
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return end_lr + (peak_lr - end_lr) * (1.0 - progress) ** power
+
+
+def warmup_linear(
+    step: int,
+    *,
+    peak_lr: float,
+    steps_per_epoch: int,
+    total_epochs: float,
+    warmup_epochs: float = 0.0,
+    start_lr: float = 0.0,
+    end_lr: float = 0.0,
+    warmup_steps: int | None = None,
+    total_steps: int | None = None,
+) -> float:
+    """Linear warmup, then linear decay to ``end_lr`` at the last step (LAMB's ResNet-50 schedule).
+
+    Lengths in epochs, or in steps where the source gives steps (``warmup_steps``, ``total_steps``).
+    """
+    warmup = _steps(warmup_epochs, steps_per_epoch, warmup_steps)
+    total = max(_steps(total_epochs, steps_per_epoch, total_steps), warmup + 1)
+    return warmup_poly_steps(step, peak_lr=peak_lr, steps_per_epoch=steps_per_epoch, total_epochs=total_epochs,
+                             warmup_steps=warmup, total_steps=total, start_lr=start_lr, end_lr=end_lr, power=1.0)
+
+
+def piecewise(
+    step: int,
+    *,
+    peak_lr: float,
+    steps_per_epoch: int,
+    total_epochs: float,
+    boundaries: Sequence[float],
+    multipliers: Sequence[float],
+    warmup_epochs: float = 0.0,
+    start_lr: float = 0.0,
+) -> float:
+    """``peak_lr * multipliers[i]`` between boundary epochs i-1 and i, after an optional linear warmup.
+
+    ``multipliers`` has one more entry than ``boundaries``. PFN's "slow-start" schedule (Akiba et al. 2017)
+    starts below the linear-scaling LR and steps down: boundaries [40, 70, 85], multipliers
+    [0.5, 0.075, 0.01, 0.001] of 0.1 x B/256.
+    """
+    if len(multipliers) != len(boundaries) + 1:
+        raise ValueError(f"piecewise needs len(multipliers) == len(boundaries) + 1, got {multipliers}, {boundaries}")
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps, start_lr, peak_lr * multipliers[0])
+    passed = sum(step >= round(b * steps_per_epoch) for b in boundaries)
+    return peak_lr * multipliers[passed]
+
+
+def sgd_fraction_elu(step: int, *, steps_per_epoch: int, center_epochs: float = 10.0,
+                     period_epochs: float = 5.0) -> float:
+    """Akiba et al. 2017's RMSprop warm-up blend: the weight of the SGD term, 1 minus that of RMSprop.
+
+    An ELU-shaped ramp in epochs ``e`` (continuous with a continuous slope, both 1/period at the centre)::
+
+        e <  c:           0.5 * exp(2 (e - c) / p)
+        e <  c + p / 2:   0.5 + (e - c) / p
+        otherwise:        1                        (pure momentum SGD)
+
+    with ``c = center_epochs`` (beta_center, 10) and ``p = period_epochs`` (beta_period, 5).
+    """
+    epoch = step / steps_per_epoch
+    if epoch < center_epochs:
+        return 0.5 * math.exp(2.0 * (epoch - center_epochs) / period_epochs)
+    if epoch < center_epochs + period_epochs / 2:
+        return 0.5 + (epoch - center_epochs) / period_epochs
+    return 1.0
+
+
+def batch_growth(step: int, *, steps_per_epoch: int, growth: Mapping[int, int]) -> tuple[float, int]:
+    """Sony's batch-size control (Mikami et al. 2018): where step ``step`` stands when the batch grows.
+
+    ``growth`` maps an epoch to the factor the global batch is multiplied by from that epoch on (e.g.
+    ``{5: 2}``: the recipe's batch for epochs 0-4, twice it afterwards). An epoch at factor ``f`` has
+    ``steps_per_epoch // f`` optimizer steps (`callbacks.batch_size_control` trims it to that).
+
+    Returns ``(base_step, factor)``: the position in steps of the recipe's batch (so a schedule written in
+    epochs at that batch reads the same epoch), and the batch factor in force at ``step``.
+    """
+    factors = _growth_factors(growth)
+    last = max(factors, default=0)
+    epoch_start = 0  # first optimizer step of `epoch`
+    for epoch in range(last + 1):
+        factor = factor_at_epoch(epoch, factors)
+        steps_here = steps_per_epoch // factor
+        if epoch == last:  # the factor stays from here on: whole epochs of `steps_here` steps
+            done, within = divmod(step - epoch_start, steps_here)
+            return (epoch + done) * steps_per_epoch + within * factor, factor
+        if step < epoch_start + steps_here:
+            return epoch * steps_per_epoch + (step - epoch_start) * factor, factor
+        epoch_start += steps_here
+    raise AssertionError("unreachable: the last epoch of the growth table returns")
+
+
+def _growth_factors(growth: Mapping[int, int]) -> dict[int, int]:
+    factors = {int(epoch): int(factor) for epoch, factor in dict(growth).items()}
+    if any(epoch < 0 or factor < 1 for epoch, factor in factors.items()):
+        raise ValueError(f"batch growth needs epochs >= 0 and integer factors >= 1, got {dict(growth)}")
+    return factors
+
+
+def factor_at_epoch(epoch: int, growth: Mapping[int, int]) -> int:
+    """The batch factor in force during ``epoch`` (0-based): the entry of the latest epoch <= ``epoch``."""
+    started = [e for e in growth if e <= epoch]
+    return growth[max(started)] if started else 1
+
+
+def schedule_keywords(schedule) -> dict:
+    """The keywords train.py bound into the module's schedule (``peak_lr``, ``steps_per_epoch``, ...).
+
+    Callbacks that derive another hyperparameter from the LR schedule read them here."""
+    keywords = getattr(schedule, "keywords", None)
+    if not isinstance(keywords, dict) or "peak_lr" not in keywords:
+        raise TypeError("the module's lr_schedule must be a functools.partial of a schedule with peak_lr bound")
+    return keywords

@@ -1,0 +1,23 @@
+"""Fujitsu's weight decay that is warmed up and decayed with the learning rate (MLPerf v0.6, MXNet)."""
+
+from __future__ import annotations
+
+import lightning as L
+
+from lightning_lars.schedules import schedule_keywords
+
+
+class WeightDecayFollowsLR(L.Callback):
+    """Before every optimizer step: ``weight_decay = wd * lr(step) / peak_lr`` on every param group.
+
+    ``wd`` is each group's decay as built (0 for the excluded BN/bias group stays 0), kept in the group as
+    ``initial_weight_decay`` so a resumed run scales the same base. The LR comes from the module's pure
+    schedule, so this needs no state of its own and does not depend on callback order.
+    """
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        ratio = pl_module.lr_schedule(trainer.global_step) / schedule_keywords(pl_module.lr_schedule)["peak_lr"]
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                base = group.setdefault("initial_weight_decay", group["weight_decay"])
+                group["weight_decay"] = base * ratio

@@ -1,0 +1,6 @@
+"""Models timm does not have, registered with ``timm.register_model`` on import.
+
+Importing this package (the module does) makes ``timm.create_model("alexnet_bn")`` work like any timm name.
+"""
+
+from lightning_lars.models import alexnet_bn  # noqa: F401  (registers with timm)
