@@ -36,7 +36,22 @@ class ThroughputCallback(L.Callback):
         return self.compute_s + self.wait_s
 
     def images_per_sec(self, world_size: int = 1) -> float:
+        """Training images per second: this device's rate times ``world_size`` (all devices), or NaN before
+        any batch was counted. Assumes equal per-device batches, which the batch plan guarantees."""
         return self.images * world_size / self.busy_s if self.busy_s > 0 else float("nan")
+
+    def data_wait_fraction(self) -> float:
+        """Share of counted training time spent waiting for the loader (0 = compute bound, 1 = starved)."""
+        return self.wait_s / self.busy_s if self.busy_s > 0 else float("nan")
+
+    def summary(self, world_size: int = 1) -> dict[str, float]:
+        """Whole-run totals (resumed runs included) for the results table and W&B summary."""
+        return {
+            "perf/images_per_sec": self.images_per_sec(world_size),
+            "perf/images_per_sec_per_device": self.images_per_sec(1),
+            "perf/data_wait_fraction": self.data_wait_fraction(),
+            "perf/num_images_counted": float(self.images * world_size),
+        }
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._batch_end = None  # do not count the gap across validation or epoch boundaries
@@ -55,11 +70,9 @@ class ThroughputCallback(L.Callback):
             self.images += _batch_size(batch)
         self._batch_end = now
         if self._seen % self.log_every_n_steps == 0 and self.busy_s > 0:
-            pl_module.log_dict({
-                "perf/images_per_sec": self.images_per_sec(trainer.world_size),
-                "perf/images_per_sec_per_device": self.images_per_sec(1),
-                "perf/data_wait_fraction": self.wait_s / self.busy_s,
-            }, on_step=True, on_epoch=False, rank_zero_only=True)
+            summary = self.summary(trainer.world_size)
+            summary.pop("perf/num_images_counted")
+            pl_module.log_dict(summary, on_step=True, on_epoch=False, rank_zero_only=True)
 
     def state_dict(self):
         return {"images": self.images, "compute_s": self.compute_s, "wait_s": self.wait_s}
