@@ -57,8 +57,8 @@ class LAMB(Optimizer):
             raise UserError(f"LAMB betas={tuple(betas)} must lie in [0, 1); set optimizer.betas")
         if max_grad_norm is not None and max_grad_norm < 0:
             raise UserError(f"LAMB max_grad_norm={max_grad_norm} is negative; use null to disable clipping")
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                        bias_correction=bias_correction, trust_adaptation=None, step=0)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                        "bias_correction": bias_correction, "trust_adaptation": None, "step": 0}
         self.max_grad_norm = max_grad_norm
         self.shard_group = shard_group
         self.track_stats = False
@@ -105,7 +105,8 @@ class LAMB(Optimizer):
         (u_norm,) = global_norms([[x for i in adapted for x in updates[i]]],
                                  [p for i in adapted for p in work[i][1].params], self.shard_group)
         counts = [len(work[i][1].params) for i in adapted]
-        starts = list(accumulate([len(t.params) for _, t in work], initial=0))  # group i: starts[i]:starts[i+1]
+        # group i's entries in w_norm and g_norm: starts[i] to starts[i + 1]
+        starts = list(accumulate([len(t.params) for _, t in work], initial=0))
         adapted_w = torch.cat([w_norm[starts[i]:starts[i + 1]] for i in adapted])
         ratio = torch.where((adapted_w > 0) & (u_norm > 0), adapted_w / u_norm, torch.ones_like(u_norm))
         by_index = dict(zip(adapted, ratio.split(counts)))

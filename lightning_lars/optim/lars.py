@@ -28,9 +28,9 @@ class LARS(Optimizer):
         form "mlperf"/"you2017": b = mu * b + lr * trust * d;  w -= b            # 3. lr inside the buffer
         nesterov: the step uses (increment + mu * b) instead of b.
 
-    "nvidia" (NVIDIA PyTorch/MXNet MLPerf code, timm, apex) equals MXNet with momentum correction; "mlperf"
-    (TF/TPU MLPerf reference) and "you2017" (Intel Caffe) keep the lr in the buffer. They agree while the lr is
-    constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the default exclusion.
+    "nvidia" (NVIDIA PyTorch/MXNet MLPerf code, timm, apex) equals MXNet with momentum correction;
+    "mlperf" (TF/TPU MLPerf reference) and "you2017" (Intel Caffe) keep the lr in the buffer. They agree
+    while the lr is constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the default exclusion.
 
     Which tensors skip decay and trust ratio comes from each param group: ``trust_adaptation`` (bool) and
     ``weight_decay``, as ``param_groups.param_groups`` builds them. A group without ``trust_adaptation`` (e.g.
@@ -72,8 +72,9 @@ class LARS(Optimizer):
             raise UserError(f"LARS trust_coefficient={trust_coefficient} must be > 0 (0.001 is usual)")
         if nesterov and momentum == 0:
             raise UserError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
-                        eps=eps, nesterov=nesterov, form=form, clip=clip, trust_adaptation=None)
+        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
+                    "trust_coefficient": trust_coefficient, "eps": eps, "nesterov": nesterov, "form": form,
+                    "clip": clip, "trust_adaptation": None}
         self.shard_group = shard_group
         self.track_stats = False
         self.last_stats: dict | None = None

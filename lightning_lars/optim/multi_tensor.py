@@ -33,7 +33,8 @@ class GroupTensors:
     rounded: tuple[list[Tensor], list[Tensor]] = ([], [])  # (low-precision param shards, their masters)
 
 
-def collect(opt: Optimizer, group: dict, group_index: int, state_keys: tuple[str, ...]) -> GroupTensors | None:
+def collect(opt: Optimizer, group: dict, group_index: int,
+            state_keys: tuple[str, ...]) -> GroupTensors | None:
     """Gather ``group``'s parameters with a gradient; create missing state (zeros) on first use.
 
     Creating state is a per-tensor loop, but only in the first step. Later steps dispatch at most one op
@@ -108,7 +109,7 @@ def restore_fp32_state(opt: Optimizer, state_dict: dict) -> None:
 
 
 def stats(names: list[str], w_norm: Tensor, g_norm: Tensor, ratio: Tensor) -> dict:
-    """Per-layer statistics as one dict of fp32 vectors (no per-tensor ``.item()``): see ``LARS.last_stats``."""
+    """Per-layer statistics as one dict of fp32 vectors (no per-tensor ``.item()``); see ``LARS``."""
     return {
         "names": names,
         "w_norm": w_norm.detach().float(),

@@ -10,7 +10,7 @@ counted. Views (``unbind``, ``split``) count as ops although they launch no kern
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 

@@ -23,7 +23,7 @@ RULES = ("ndim<=1", "none")
 
 
 def excluded(p: Tensor) -> bool:
-    """True for tensors that skip weight decay and the trust ratio: BN gamma/beta and biases (``ndim <= 1``)."""
+    """True for tensors that skip weight decay and the trust ratio: BN gamma/beta, biases (``ndim <= 1``)."""
     return p.ndim <= 1
 
 

@@ -27,16 +27,18 @@ from lightning_lars.optim.param_groups import param_groups
 WORLD = 2
 STEPS = 4
 CASES = {
-    "lars_nvidia": (LARS, dict(momentum=0.9, form="nvidia", trust_coefficient=0.02, eps=1e-9)),
-    "lars_mlperf_nesterov": (LARS, dict(momentum=0.9, form="mlperf", nesterov=True, trust_coefficient=0.02)),
-    "lars_clip": (LARS, dict(momentum=0.9, form="nvidia", clip=True, trust_coefficient=0.02)),
-    "lamb": (LAMB, dict(max_grad_norm=0.5)),
+    "lars_nvidia": (LARS, {"momentum": 0.9, "form": "nvidia", "trust_coefficient": 0.02, "eps": 1e-9}),
+    "lars_mlperf_nesterov": (LARS, {"momentum": 0.9, "form": "mlperf", "nesterov": True,
+                                    "trust_coefficient": 0.02}),
+    "lars_clip": (LARS, {"momentum": 0.9, "form": "nvidia", "clip": True, "trust_coefficient": 0.02}),
+    "lamb": (LAMB, {"max_grad_norm": 0.5}),
 }
 
 
 def _model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 7), nn.LayerNorm(7), nn.ReLU(), nn.Linear(7, 3), nn.ReLU(), nn.Linear(3, 1)).double()
+    layers = [nn.Linear(5, 7), nn.LayerNorm(7), nn.ReLU(), nn.Linear(7, 3), nn.ReLU(), nn.Linear(3, 1)]
+    return nn.Sequential(*layers).double()
 
 
 def _lr(step: int) -> float:

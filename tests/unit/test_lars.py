@@ -72,7 +72,8 @@ def test_matches_float64_reference(form, nesterov, clip):
     model = _model()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
-    options = dict(momentum=0.9, trust_coefficient=0.02, eps=1e-9, nesterov=nesterov, clip=clip, form=form)
+    options = {"momentum": 0.9, "trust_coefficient": 0.02, "eps": 1e-9, "nesterov": nesterov, "clip": clip,
+               "form": form}
     rule = "none" if form == "you2017" else "ndim<=1"
     ours = _run(model, LARS(param_groups(model, 1e-3, rule), **options), grads, LRS)
     adapted = [form == "you2017" or p.ndim > 1 for p in start]
@@ -163,7 +164,7 @@ def test_bf16_params_keep_fp32_master_weights_and_state():
     model16 = _model(torch.float32).to(torch.bfloat16)
     model32 = copy.deepcopy(model16).float()  # the same bf16-rounded start, in fp32
     grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
-    options = dict(momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3)
+    options = {"momentum": 0.9, "trust_coefficient": 0.02, "weight_decay": 1e-3}
     opt16 = LARS(model16.parameters(), **options)
     _run(model16, opt16, grads, LRS[:3])
     want = _run(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
@@ -184,7 +185,7 @@ def test_timm_parity_where_semantics_match():
     for nesterov, clip in [(False, False), (True, False), (False, True)]:
         ours_model, timm_model = _model(), _model()
         grads = _grads(ours_model, len(LRS))
-        options = dict(momentum=0.9, nesterov=nesterov, eps=1e-8)
+        options = {"momentum": 0.9, "nesterov": nesterov, "eps": 1e-8}
         ours = LARS(param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, **options)
         theirs = timm_optim.Lars(param_groups(timm_model, 1e-3), trust_coeff=0.02, trust_clip=clip, **options)
         for a, b in zip(_run(ours_model, ours, grads, LRS), _run(timm_model, theirs, grads, LRS)):
@@ -238,8 +239,8 @@ def test_descends_the_rosenbrock_function():
     assert rosenbrock().item() < start / 10
 
 
-@pytest.mark.parametrize("kwargs", [dict(form="tf"), dict(momentum=1.0), dict(lr=-1.0), dict(eps=-1.0),
-                                    dict(trust_coefficient=0.0), dict(nesterov=True, momentum=0.0)])
+@pytest.mark.parametrize("kwargs", [{"form": "tf"}, {"momentum": 1.0}, {"lr": -1.0}, {"eps": -1.0},
+                                    {"trust_coefficient": 0.0}, {"nesterov": True, "momentum": 0.0}])
 def test_bad_arguments_raise_user_error(kwargs):
     with pytest.raises(UserError):
         LARS(_model().parameters(), **kwargs)

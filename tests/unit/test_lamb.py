@@ -1,0 +1,146 @@
+"""LAMB against a float64 reference written from the formulas, over several steps with a changing lr."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_lars.errors import UserError
+from lightning_lars.optim.lamb import LAMB
+from lightning_lars.optim.op_count import count_ops
+from lightning_lars.optim.param_groups import param_groups
+
+LRS = [0.01, 0.03, 0.05, 0.02]
+
+
+def _model(dtype=torch.float64) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).to(dtype)
+
+
+def _grads(model: nn.Module, steps: int, scale: float = 1.0) -> list[list[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    return [[scale * torch.randn(p.shape, generator=generator, dtype=torch.float64)
+             for p in model.parameters()] for _ in range(steps)]
+
+
+def reference(weights, grads_per_step, lrs, *, adapted, decay, b1, b2, eps, max_grad_norm, bias_correction):
+    """LAMB in float64, one tensor at a time: You et al. 2019 (Algorithm 2) + global gradient clipping."""
+    weights = [w.clone().double() for w in weights]
+    m = [torch.zeros_like(w) for w in weights]
+    v = [torch.zeros_like(w) for w in weights]
+    for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
+        total = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+        c = min(1.0, max_grad_norm / total.item()) if max_grad_norm else 1.0
+        for i, (w, g) in enumerate(zip(weights, grads)):
+            g = c * g
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            m_hat = m[i] / (1 - b1**t) if bias_correction else m[i]
+            v_hat = v[i] / (1 - b2**t) if bias_correction else v[i]
+            u = m_hat / (v_hat.sqrt() + eps) + decay[i] * w
+            r = w.norm() / u.norm() if adapted[i] and w.norm() > 0 and u.norm() > 0 else 1.0
+            weights[i] = w - lr * r * u
+    return weights
+
+
+def _run(model, optimizer, grads_per_step, lrs):
+    for grads, lr in zip(grads_per_step, lrs):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.to(p.dtype).clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    return [p.detach().double() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.5, 100.0])  # off, clipping every step, never clipping
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_matches_float64_reference(max_grad_norm, bias_correction):
+    model = _model()
+    start = [p.detach().clone() for p in model.parameters()]
+    grads = _grads(model, len(LRS))
+    opt = LAMB(param_groups(model, 0.1), betas=(0.9, 0.99), eps=1e-6, max_grad_norm=max_grad_norm,
+               bias_correction=bias_correction)
+    ours = _run(model, opt, grads, LRS)
+    adapted = [p.ndim > 1 for p in start]
+    expected = reference(start, grads, LRS, adapted=adapted, decay=[0.1 if a else 0.0 for a in adapted],
+                         b1=0.9, b2=0.99, eps=1e-6, max_grad_norm=max_grad_norm,
+                         bias_correction=bias_correction)
+    for got, want, before in zip(ours, expected, start):
+        assert (want - before).abs().max() > 1e-4
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
+    def final(max_grad_norm):
+        model = _model()
+        return _run(model, LAMB(model.parameters(), max_grad_norm=max_grad_norm, eps=1e-3),
+                    _grads(model, len(LRS)), LRS)
+
+    off = final(None)
+    assert all(torch.equal(a, b) for a, b in zip(off, final(1e6)))
+    assert max((a - b).abs().max() for a, b in zip(off, final(0.1))) > 1e-4
+
+
+def test_bn_and_bias_get_no_decay_and_no_trust_ratio_by_default():
+    model = _model()
+    opt = LAMB(model.parameters(), weight_decay=1.5)
+    assert [(g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in
+            opt.param_groups] == [(True, 1.5, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
+
+
+def test_zero_weight_gives_ratio_one():
+    w = nn.Parameter(torch.zeros(2, 3, dtype=torch.float64))
+    opt = LAMB([{"params": [w], "trust_adaptation": True}], lr=0.1, max_grad_norm=None, bias_correction=True)
+    w.grad = torch.full_like(w, 0.5)
+    opt.track_stats = True
+    opt.step()
+    assert opt.last_stats["trust_ratio"].tolist() == [1.0]
+    # first step with bias correction: u = g / (|g| + eps) ~ 1, so w = -lr
+    torch.testing.assert_close(w.detach(), torch.full_like(w, -0.1), rtol=1e-5, atol=1e-6)
+
+
+def test_step_never_modifies_grad_and_state_dict_round_trip_continues_identically():
+    model = _model()
+    grads = _grads(model, 4, scale=3.0)
+    opt = LAMB(param_groups(model, 0.1), max_grad_norm=1.0)
+    _run(model, opt, grads[:2], LRS[:2])
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads[1]))
+    twin = copy.deepcopy(model)
+    opt_twin = LAMB(param_groups(twin, 0.1), max_grad_norm=1.0)
+    opt_twin.load_state_dict(copy.deepcopy(opt.state_dict()))
+    assert opt_twin.param_groups[0]["step"] == 2
+    for a, b in zip(_run(model, opt, grads[2:], LRS[2:]), _run(twin, opt_twin, grads[2:], LRS[2:])):
+        assert torch.equal(a, b)
+
+
+def test_bf16_params_use_fp32_state():
+    model = _model(torch.float32).to(torch.bfloat16)
+    opt = LAMB(model.parameters(), weight_decay=0.1)
+    _run(model, opt, _grads(model, 2), LRS[:2])
+    for p in model.parameters():
+        assert {k: v.dtype for k, v in opt.state[p].items()} == dict.fromkeys(
+            ["master_weight", "exp_avg", "exp_avg_sq"], torch.float32)
+        assert torch.equal(p.detach(), opt.state[p]["master_weight"].to(torch.bfloat16))
+
+
+def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
+    def ops(num_layers: int) -> int:
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(num_layers)])
+        opt = LAMB(param_groups(model, 0.1))
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+        return count_ops(opt.step)
+
+    assert ops(3) == ops(24)
+
+
+@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}])
+def test_bad_arguments_raise_user_error(kwargs):
+    with pytest.raises(UserError):
+        LAMB(_model().parameters(), **kwargs)
