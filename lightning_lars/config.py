@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.utils import get_object
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
@@ -60,6 +62,11 @@ def check_overrides(overrides: list[str]) -> DictConfig:
     except ConfigCompositionException as err:
         message = " ".join(str(err).split())
         key = re.search(r"Could not override '([^']+)'", message)
+        if key and _target_accepts(user, key.group(1)):
+            raise UserError(
+                f"'{key.group(1)}' is an argument the config does not set yet: add it with a plus,"
+                f" +{key.group(1)}=..."
+            ) from None
         if key:
             raise UserError(
                 f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
@@ -68,6 +75,19 @@ def check_overrides(overrides: list[str]) -> DictConfig:
         raise UserError(message) from None
     check_unread_keys(cfg)
     return cfg
+
+
+def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
+    """Whether `dotted_key`'s parent node has a `_target_` whose signature takes the last name."""
+    parent_key, _, name = dotted_key.rpartition(".")
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{dotted_key}=")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            parent = OmegaConf.select(compose(config_name="train", overrides=rest), parent_key)
+        target = get_object(parent["_target_"])
+        return name in inspect.signature(target).parameters
+    except Exception:  # any failure here just means: no better hint than "unknown key"
+        return False
 
 
 def check_unread_keys(cfg: DictConfig) -> None:

@@ -28,6 +28,10 @@ from lightning_lars.report import results_table
 from lightning_lars.scaling import plan_batch, scale_lr
 
 
+# Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
+
+
 def build(cfg: DictConfig, ckpt_path: str | None = None):
     """Instantiate every part; returns (trainer, module, datamodule, plan). ``ckpt_path``: the run being resumed."""
     rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
