@@ -1,0 +1,218 @@
+"""Which checkpoint a run resumes from, and the W&B run it continues.
+
+``run.ckpt_path``:
+- ``null``: start fresh; except in a requeued SLURM job, which resumes from its own run folder (as ``last``).
+- ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
+  of the same recipe that has one (``<log_dir>/<recipe>/runs/*``); a fresh start (with a notice) if none.
+  Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
+- a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torchmetrics import Metric
+
+from lightning_lars.errors import UserError
+from lightning_lars.preemption import requeue_job_id
+
+log = logging.getLogger(__name__)
+
+# written by callbacks.checkpointing.ResumeState
+WANDB_KEY = "wandb_run_id"
+PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
+REQUIRED_KEYS = ("state_dict", "loops", "global_step")
+
+
+class DamagedCheckpoint(Exception):
+    """A file that is not a complete Lightning checkpoint."""
+
+
+def load_meta(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as error:  # noqa: BLE001
+        # a truncated zip or a stray file raises many types: RuntimeError, UnpicklingError, EOFError, ...
+        raise DamagedCheckpoint(f"{path}: {_first_line(error)}") from None
+    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in REQUIRED_KEYS):
+        raise DamagedCheckpoint(f"{path}: not a Lightning training checkpoint")
+    return checkpoint
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def candidates(folder: Path) -> list[Path]:
+    """``*.ckpt`` under ``folder``, newest first (temp files of an interrupted write are dot-files: skipped)."""
+    files = [p for p in folder.rglob("*.ckpt") if p.is_file() and not p.name.startswith(".")]
+    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+
+
+def newest_good(folders: list[Path]) -> Path | None:
+    """The newest checkpoint that loads, searching ``folders`` in order; warns once about damaged ones."""
+    damaged = []
+    for folder in folders:
+        for path in candidates(folder) if folder.is_dir() else []:
+            try:
+                load_meta(path)
+            except DamagedCheckpoint as error:
+                damaged.append(str(error))
+                continue
+            if damaged:
+                log.warning(f"skipped {len(damaged)} damaged checkpoint(s), newest: {damaged[0]}")
+            return path
+    if damaged:
+        log.warning(f"skipped {len(damaged)} damaged checkpoint(s), newest: {damaged[0]}")
+    return None
+
+
+def search_folders(run_dir: Path, runs_dir: Path) -> list[Path]:
+    """This run's folder first, then earlier runs of the recipe, newest folder first."""
+    earlier = sorted((p for p in runs_dir.glob("*") if p.is_dir() and p.resolve() != run_dir.resolve()),
+                     key=lambda p: p.stat().st_mtime_ns, reverse=True) if runs_dir.is_dir() else []
+    return [run_dir, *earlier]
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    """The checkpoint ``trainer.fit(ckpt_path=...)`` gets for this config (see the module docstring)."""
+    wanted = cfg.run.ckpt_path
+    run_dir = Path(cfg.paths.output_dir)
+    if wanted is None:
+        if requeue_job_id() is None:
+            return None
+        found = newest_good([run_dir])  # a requeued SLURM job: its run folder is pinned to the job id
+        if found:
+            log.info(f"resuming SLURM job from {found}")
+        return str(found) if found else None
+    if str(wanted) == "last":
+        found = newest_good(search_folders(run_dir, Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"))
+        if found is None:
+            log.warning("run.ckpt_path=last: no checkpoint of this recipe yet; starting from scratch")
+            return None
+        log.info(f"resuming from {found}")
+        return str(found)
+    path = Path(str(wanted)).expanduser()
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} not found: give an existing .ckpt file, or run.ckpt_path=last"
+                        " for the newest checkpoint of this recipe")
+    try:
+        load_meta(path)
+    except DamagedCheckpoint as error:
+        raise UserError(f"checkpoint {error} (damaged or not a checkpoint); use run.ckpt_path=last for the"
+                        " newest good one") from None
+    return str(path)
+
+
+def wandb_run_id(ckpt_path: str | None) -> str | None:
+    """The W&B run id stored in a checkpoint by `callbacks.checkpointing.ResumeState`, if any."""
+    if ckpt_path is None:
+        return None
+    return load_meta(ckpt_path).get(WANDB_KEY)
+
+
+def logger_kwargs(cfg: DictConfig, ckpt_path: str | None) -> dict[str, Any]:
+    """Extra arguments for the W&B logger so a resumed run continues its W&B run (``id=..., resume="allow"``)."""
+    target = str(cfg.logger.get("_target_", "")) if isinstance(cfg.logger, DictConfig) else ""
+    run_id = wandb_run_id(ckpt_path)
+    if not run_id or "wandb" not in target.lower():
+        return {}
+    log.info(f"W&B: continuing run {run_id}")
+    return {"id": run_id, "resume": "allow"}
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """This process's RNG states as tensors, ints and tuples only: loadable with ``torch.load(weights_only=True)``,
+    Lightning's default (a numpy array in a checkpoint makes that load fail)."""
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    saved = states["numpy"]
+    np.random.set_state((saved["name"], saved["keys"].numpy().astype(np.uint32), saved["pos"], saved["has_gauss"],
+                         saved["cached_gaussian"]))
+    version, internal_state, gauss_next = states["python"]
+    random.setstate((version, tuple(internal_state), gauss_next))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, list):  # "cat" states of torchmetrics
+        return [_cpu(v) for v in value]
+    return value
+
+
+def collect_epoch_aggregates(trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+    """The running epoch-level sums of ``self.log(..., on_epoch=True)`` values and every torchmetrics state."""
+    logged = {}
+    # Lightning has no public handle on the training epoch's logged values: its result collection it is.
+    for key, result in trainer.fit_loop.epoch_loop._results.items():
+        if result.is_tensor and result.meta.on_epoch and not result.has_reset:
+            logged[key] = {"value": _cpu(result.value), "count": _cpu(getattr(result, "cumulated_batch_size", None))}
+    metrics = {
+        name: {"states": {state: _cpu(getattr(module, state)) for state in module._defaults},
+               "update_count": int(module._update_count)}
+        for name, module in pl_module.named_modules() if isinstance(module, Metric)
+    }
+    return {"epoch": trainer.current_epoch, "logged": logged, "metrics": metrics}
+
+
+def restore_metric_states(pl_module: L.LightningModule, aggregates: dict[str, Any]) -> dict[str, Any]:
+    """Puts back the torchmetrics states now; returns ``aggregates`` for `fold_in_logged_sums` after batch one."""
+    modules = dict(pl_module.named_modules())
+    for name, saved in aggregates["metrics"].items():
+        metric = modules.get(name)
+        if not isinstance(metric, Metric):
+            continue
+        for state, value in saved["states"].items():
+            setattr(metric, state, value)
+        metric._update_count = saved["update_count"]
+        metric._computed = None
+    return aggregates
+
+
+def fold_in_logged_sums(trainer: L.Trainer, aggregates: dict[str, Any]) -> None:
+    """Adds the sums saved mid-epoch to the entries that the first resumed batch created.
+
+    Exact: an entry then holds ``0 + x`` = ``x`` and ``x + saved`` equals the unbroken run's ``saved + x``
+    bitwise (float addition commutes). Only within the epoch the checkpoint was taken in.
+    """
+    if trainer.current_epoch != aggregates["epoch"]:
+        return
+    results = trainer.fit_loop.epoch_loop._results
+    for key, saved in aggregates["logged"].items():
+        result = results.get(key)
+        if result is None or not result.is_tensor:
+            continue
+        value = saved["value"].to(result.value.device, result.value.dtype)
+        if result.meta.is_max_reduction:
+            result.value = torch.maximum(result.value, value)
+        elif result.meta.is_min_reduction:
+            result.value = torch.minimum(result.value, value)
+        else:  # mean and sum: running sums
+            result.value = result.value + value
+        if result.meta.is_mean_reduction and saved["count"] is not None:
+            result.cumulated_batch_size = result.cumulated_batch_size + saved["count"].to(result.value.device)
