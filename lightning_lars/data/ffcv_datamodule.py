@@ -1,0 +1,283 @@
+"""FFCV train/val loaders as a Lightning DataModule: exact DDP shards, per-epoch seeding, mid-epoch resume.
+
+Order and sharding are ours, not FFCV's ``distributed=True``: that mode wraps torch's ``DistributedSampler``
+with ``drop_last=False``, which pads ranks with repeated samples, so some images are seen twice per epoch.
+Instead every rank computes the same global order from (seed, epoch), keeps whole global batches
+(``batch_size * world_size`` images; the remainder is dropped so every optimizer step sees exactly the global
+batch), and takes every ``world_size``-th sample from ``rank`` on (``DistributedSampler``'s layout, no padding).
+Global batch ``j`` is then the same set of images whatever the world size, which makes resume exact: the
+DataModule counts the global samples handed out this epoch and a resumed epoch starts after them.
+FFCV runs each epoch through its ``EpochIterator`` on that explicit order.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from ffcv.loader import Loader, OrderOption
+from ffcv.loader.epoch_iterator import EpochIterator
+from ffcv.pipeline.compiler import Compiler
+from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, HeaderType
+
+from lightning_lars.data import pipelines
+from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
+from lightning_lars.errors import UserError
+
+ORDERS = ("random", "quasi_random", "sequential")
+DEFAULT_PIPELINE = {
+    "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
+              {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
+    "val": [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "to_device",
+            "channels_last"],
+}
+
+
+def read_num_samples(path: str, prepare_command: str) -> int:
+    """Number of samples in a .beton, from its 24-byte header; a missing or damaged file is a ``UserError``."""
+    if not os.path.isfile(path):
+        raise UserError(f"dataset file {path} not found: prepare it with {prepare_command}")
+    size = os.path.getsize(path)
+    header = np.fromfile(path, dtype=HeaderType, count=1)
+    damaged = UserError(f"dataset file {path} is truncated or not an FFCV file: prepare it again with {prepare_command}")
+    if len(header) != 1 or int(header[0]["version"]) != CURRENT_VERSION:
+        raise damaged
+    table_bytes = size - int(header[0]["alloc_table_ptr"])  # the allocation table closes the file
+    if table_bytes < 0 or table_bytes % ALLOC_TABLE_TYPE.itemsize:
+        raise damaged
+    return int(header[0]["num_samples"])
+
+
+def epoch_order(num_samples: int, *, seed: int, epoch: int, order: str) -> np.ndarray:
+    """The global sample order of one epoch, identical on every rank (``random``/``sequential`` only)."""
+    if order == "sequential":
+        return np.arange(num_samples, dtype=np.int64)
+    return np.random.default_rng([seed, epoch]).permutation(num_samples).astype(np.int64)
+
+
+def shard(global_order: np.ndarray, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
+          samples_consumed: int = 0) -> np.ndarray:
+    """This rank's samples after ``samples_consumed`` global samples: whole global batches when ``drop_last``,
+    every sample exactly once otherwise (shards then differ by at most one sample, no padding)."""
+    remaining = global_order[samples_consumed:]
+    if drop_last:
+        global_batch = batch_size * world_size
+        remaining = remaining[: len(remaining) // global_batch * global_batch]
+    return remaining[rank::world_size]
+
+
+@dataclass
+class EpochProgress:
+    """Where training stands in the data: the epoch and the global samples (all ranks) handed out in it."""
+
+    epoch: int = 0
+    samples_consumed: int = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Lightning calls this (as ``loader.sampler.set_epoch``) before each epoch; a new epoch starts at 0."""
+        if epoch != self.epoch:
+            self.epoch, self.samples_consumed = epoch, 0
+
+
+class FFCVEpochLoader:
+    """Iterable over one rank's batches; ``len`` is the full epoch's batch count, a resumed epoch yields the rest.
+
+    ``loader_for_epoch(epoch)`` gives the FFCV Loader (pipeline and resolution) and ``order_for_epoch(loader,
+    epoch)`` the global order. Iteration is lazy, so Lightning's ``iter()`` probe at set-up starts nothing.
+    """
+
+    batch_sampler = None  # Lightning looks for it next to ``sampler``
+
+    def __init__(self, loader_for_epoch: Callable[[int], Loader], order_for_epoch: Callable[[Loader, int], np.ndarray],
+                 num_samples: int, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
+                 progress: EpochProgress | None = None, resumable: bool = True):
+        self.loader_for_epoch, self.order_for_epoch = loader_for_epoch, order_for_epoch
+        self.num_samples, self.rank, self.world_size = num_samples, rank, world_size
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.progress = progress if progress is not None else EpochProgress()
+        self.resumable = resumable  # False (val): every pass starts at the first sample
+        self.sampler = self.progress  # Lightning's _set_sampler_epoch calls sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.num_samples // (self.batch_size * self.world_size)
+        per_rank = len(range(self.rank, self.num_samples, self.world_size))
+        return -(-per_rank // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch = self.progress.epoch
+        start = self.progress.samples_consumed if self.resumable else 0
+        loader = self.loader_for_epoch(epoch)
+        indices = shard(self.order_for_epoch(loader, epoch), rank=self.rank, world_size=self.world_size,
+                        batch_size=self.batch_size, drop_last=self.drop_last, samples_consumed=start)
+        Compiler.set_num_threads(loader.num_workers)
+        epoch_iterator = EpochIterator(loader, indices)
+        try:
+            for batch in epoch_iterator:
+                # count before yielding: a checkpoint taken while this batch trains must include it
+                self.progress.samples_consumed += len(batch[0]) * self.world_size
+                yield batch
+            self.progress.epoch, self.progress.samples_consumed = epoch + 1, 0
+        finally:
+            epoch_iterator.close()
+
+    def state_dict(self) -> dict[str, int]:
+        """Lightning stores this with the fit loop; resuming from it repeats no sample and skips none."""
+        return {"epoch": self.progress.epoch, "samples_consumed": self.progress.samples_consumed}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.progress.epoch, self.progress.samples_consumed = int(state["epoch"]), int(state["samples_consumed"])
+
+
+class FFCVDataModule(L.LightningDataModule):
+    """FFCV ``train.beton``/``val.beton`` loaders for one device of a (multi-node) DDP run.
+
+    Args:
+        train_path, val_path: .beton files with fields ``image`` (RGBImageField) and ``label`` (IntField).
+        num_classes: classes in the labels.
+        batch_size: images per device per step (train.py passes the per-device batch).
+        seed: order seed; epoch ``e`` is shuffled by (seed, e), the same on every rank.
+        num_workers: FFCV threads per process; None = this machine's cores / devices per node.
+        resolution: train px, or a progressive-resize mapping (start, end, start_ramp_epoch, end_ramp_epoch).
+        val_resolution: eval px (may exceed the train resolution: FixRes' train-test gap).
+        order: "random", "quasi_random" (page-local shuffling for data larger than RAM; one process only:
+            FFCV cannot shard it, ffcv issue 130) or "sequential".
+        os_cache: let the page cache hold the file (True, shared by all ranks) or FFCV's process cache (False).
+        pipeline: ``{"train": [...ops], "val": [...ops]}``; see ``lightning_lars.data.pipelines``.
+        no_aug_from_epoch: from this 0-based epoch, train without random crop and flip (Fujitsu's last epochs).
+        batches_ahead: batches FFCV prepares in advance.
+        prepare_command: the command named in errors when a file is missing or damaged.
+    """
+
+    def __init__(self, train_path: str, val_path: str, num_classes: int, batch_size: int = 256, seed: int = 0,
+                 num_workers: int | None = None, resolution: int | Mapping | ResolutionSchedule = 224,
+                 val_resolution: int = 224, order: str = "random", os_cache: bool = True,
+                 pipeline: Mapping[str, list] | None = None, no_aug_from_epoch: int | None = None,
+                 batches_ahead: int = 3, prepare_command: str = "make prepare src=<imagefolder> out=<dir>"):
+        super().__init__()
+        if order not in ORDERS:
+            raise UserError(f"data.order must be one of {ORDERS}, got {order!r}")
+        if batch_size <= 0:
+            raise UserError(f"batch size per device must be positive, got {batch_size}")
+        pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
+        if set(pipeline) != {"train", "val"}:
+            raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
+        self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))
+        self.val_ops = pipelines.parse_pipeline("val", list(pipeline["val"]))
+        self.train_path, self.val_path, self.num_classes = str(train_path), str(val_path), int(num_classes)
+        self.batch_size, self.seed, self.num_workers = int(batch_size), int(seed), num_workers
+        self.resolution, self.val_resolution = resolution_schedule(resolution), int(val_resolution)
+        self.order, self.os_cache, self.batches_ahead = order, bool(os_cache), int(batches_ahead)
+        self.no_aug_from_epoch, self.prepare_command = no_aug_from_epoch, prepare_command
+        self.progress = EpochProgress()
+        self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
+        self._loaders: dict[str, Loader] = {}
+        self._post_transfer = {
+            "train": pipelines.post_transfer_normalize(self.train_ops),
+            "val": pipelines.post_transfer_normalize(self.val_ops),
+        }
+
+    @property
+    def num_train_images(self) -> int:
+        """Images in train.beton (header read only; the schedule needs steps per epoch before training)."""
+        return read_num_samples(self.train_path, self.prepare_command)
+
+    @property
+    def num_val_images(self) -> int:
+        return read_num_samples(self.val_path, self.prepare_command)
+
+    def steps_per_epoch(self, world_size: int) -> int:
+        """Optimizer-step batches per epoch at ``world_size`` devices (before gradient accumulation)."""
+        return self.num_train_images // (self.batch_size * world_size)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Take rank, world size and device from the trainer (Lightning injects no sampler into FFCV)."""
+        trainer = self.trainer
+        if trainer is not None:
+            self.rank, self.world_size = trainer.global_rank, trainer.world_size
+            root_device = trainer.strategy.root_device
+            self.device = root_device if root_device.type == "cuda" else torch.device("cpu")
+        if self.order == "quasi_random" and self.world_size > 1:
+            raise UserError(
+                "data.order=quasi_random works in one process only (FFCV cannot shard it, ffcv issue 130);"
+                f" this run has {self.world_size}: use data.order=random"
+            )
+        read_num_samples(self.train_path if stage in (None, "fit") else self.val_path, self.prepare_command)
+
+    def _workers(self) -> int:
+        if self.num_workers is not None:
+            return int(self.num_workers)
+        devices_per_node = self.trainer.num_devices if self.trainer is not None else 1
+        return max(1, len(os.sched_getaffinity(0)) // devices_per_node)
+
+    def _build_loader(self, path: str, ops: tuple, resolution: int, order: str) -> Loader:
+        read_num_samples(path, self.prepare_command)
+        image_ops = pipelines.build_image_ops(ops, resolution, self.device)
+        try:
+            return Loader(path, batch_size=self.batch_size, num_workers=self._workers(), os_cache=self.os_cache,
+                          order=OrderOption.QUASI_RANDOM if order == "quasi_random" else OrderOption.SEQUENTIAL,
+                          distributed=False, seed=self.seed, drop_last=False, batches_ahead=self.batches_ahead,
+                          pipelines={"image": image_ops, "label": pipelines.build_label_ops(self.device)})
+        except (AssertionError, ValueError, IndexError, KeyError, OSError) as error:
+            raise UserError(f"dataset file {path} cannot be read by FFCV ({type(error).__name__}: {error}):"
+                            f" prepare it again with {self.prepare_command}") from None
+
+    def _train_loader_for_epoch(self, epoch: int) -> Loader:
+        """The train Loader for ``epoch``: augmented or not, its decoder set to the epoch's resolution."""
+        plain = self.no_aug_from_epoch is not None and epoch >= self.no_aug_from_epoch
+        key = "train_no_aug" if plain else "train"
+        resolution = self.resolution.at_epoch(epoch)
+        if key not in self._loaders:
+            ops = pipelines.without_augmentation(self.train_ops, self.val_ops) if plain else self.train_ops
+            self._loaders[key] = self._build_loader(self.train_path, ops, resolution, self.order)
+        loader = self._loaders[key]
+        decoder = loader.pipeline_specs["image"].decoder
+        if decoder.output_size != (resolution, resolution):
+            decoder.output_size = (resolution, resolution)  # buffers follow: FFCV sizes them per epoch
+            loader.generate_code()
+        return loader
+
+    def _train_order(self, loader: Loader, epoch: int) -> np.ndarray:
+        if self.order == "quasi_random":
+            return np.asarray(loader.traversal_order.sample_order(epoch), dtype=np.int64)
+        return epoch_order(loader.reader.num_samples, seed=self.seed, epoch=epoch, order=self.order)
+
+    def train_dataloader(self) -> FFCVEpochLoader:
+        return FFCVEpochLoader(self._train_loader_for_epoch, self._train_order, self.num_train_images,
+                               rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
+                               drop_last=True, progress=self.progress)
+
+    def val_dataloader(self) -> FFCVEpochLoader:
+        def val_loader(epoch: int) -> Loader:
+            if "val" not in self._loaders:
+                self._loaders["val"] = self._build_loader(self.val_path, self.val_ops, self.val_resolution,
+                                                          "sequential")
+            return self._loaders["val"]
+
+        def val_order(loader: Loader, epoch: int) -> np.ndarray:
+            return np.arange(loader.reader.num_samples, dtype=np.int64)
+
+        return FFCVEpochLoader(val_loader, val_order, self.num_val_images, rank=self.rank,
+                               world_size=self.world_size, batch_size=self.batch_size, drop_last=False,
+                               resumable=False)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """GPU variant: normalise uint8 images on their device, on the main stream (see pipelines)."""
+        split = "train" if self.trainer is None or self.trainer.training else "val"
+        normalize = self._post_transfer[split]
+        if normalize is None:
+            return batch
+        images, labels = batch
+        return normalize(images), labels
+
+    def state_dict(self) -> dict[str, int]:
+        """Epoch and global samples consumed in it: a resumed epoch yields exactly the samples not yet seen."""
+        return {"epoch": self.progress.epoch, "samples_consumed": self.progress.samples_consumed}
+
+    def load_state_dict(self, state_dict: Mapping[str, int]) -> None:
+        self.progress.epoch = int(state_dict["epoch"])
+        self.progress.samples_consumed = int(state_dict["samples_consumed"])

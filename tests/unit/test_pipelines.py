@@ -1,0 +1,100 @@
+"""Pipeline configs: MLPerf aug is expressible; orders on which FFCV hangs are refused with the fix."""
+import numpy as np
+import pytest
+import torch
+from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
+
+from lightning_lars.data import pipelines
+from lightning_lars.errors import UserError
+
+CPU = torch.device("cpu")
+MLPERF_TRAIN = [{"random_resized_crop": {"scale": [0.05, 1.0], "ratio": [0.75, 1.33]}}, "flip",
+                {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"]
+MLPERF_EVAL = [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "channels_last"]
+GPU_LAYOUT = [{"random_resized_crop": None}, "flip", "to_tensor", "to_device", "channels_last", {"normalize": "imagenet"}]
+
+
+def test_mlperf_train_aug_builds_the_ffcv_ops():
+    ops = pipelines.build_image_ops(pipelines.parse_pipeline("train", MLPERF_TRAIN), 224, CPU)
+    decoder, flip, normalize, to_tensor, to_image = ops  # to_device: nothing to do on CPU
+    assert isinstance(decoder, RandomResizedCropRGBImageDecoder)
+    assert decoder.output_size == (224, 224)
+    assert decoder.scale == (0.05, 1.0) and decoder.ratio == (0.75, 1.33)
+    assert isinstance(flip, RandomHorizontalFlip) and isinstance(normalize, NormalizeImage)
+    assert isinstance(to_tensor, ToTensor) and isinstance(to_image, ToTorchImage) and to_image.channels_last
+
+
+def test_mlperf_eval_is_resize_256_center_224():
+    ops = pipelines.build_image_ops(pipelines.parse_pipeline("val", MLPERF_EVAL), 224, CPU)
+    assert isinstance(ops[0], CenterCropRGBImageDecoder)
+    assert ops[0].ratio == pytest.approx(0.875) and ops[0].output_size == (224, 224)
+
+
+def test_cuda_variant_copies_uint8_without_blocking_and_normalises_after_transfer():
+    ops = pipelines.parse_pipeline("train", GPU_LAYOUT)
+    built = pipelines.build_image_ops(ops, 176, torch.device("cuda", 0))  # building needs no GPU
+    assert [type(op) for op in built] == [RandomResizedCropRGBImageDecoder, RandomHorizontalFlip, ToTensor,
+                                          ToDevice, ToTorchImage]
+    assert built[3].non_blocking and built[3].device == torch.device("cuda", 0)
+    assert isinstance(pipelines.post_transfer_normalize(ops), pipelines.TorchNormalize)
+    assert pipelines.post_transfer_normalize(pipelines.parse_pipeline("train", MLPERF_TRAIN)) is None
+
+
+def test_torch_normalize_matches_imagenet_stats_and_keeps_channels_last():
+    images = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
+    normalized = pipelines.TorchNormalize(pipelines.IMAGENET_MEAN, pipelines.IMAGENET_STD)(images)
+    expected = (images.float() / 255 - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)) / torch.tensor(
+        [0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    assert torch.allclose(normalized, expected, atol=1e-5)
+    assert normalized.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        # the hang in findings.md: a jitted op after ToTensor on a CPU pipeline
+        (["center_crop", "to_tensor", "flip", {"normalize": "imagenet"}, "channels_last"], "hangs"),
+        (["center_crop", "to_tensor", {"normalize": "imagenet"}, "channels_last"], "hangs"),
+        (["center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last", "flip"], "hangs"),
+    ],
+)
+def test_orders_that_would_hang_ffcv_are_refused_with_the_order_to_use(entries, message):
+    with pytest.raises(UserError, match=message) as error:
+        pipelines.parse_pipeline("train", entries)
+    assert "before to_tensor" in str(error.value)
+
+
+def test_built_op_guard_refuses_normalize_image_after_to_tensor():
+    # The exact FFCV list from findings.md, as a caller outside the config path could build it.
+    ops = [CenterCropRGBImageDecoder((32, 32), 0.875), ToTensor(), ToTorchImage(),
+           NormalizeImage(np.zeros(3), np.ones(3), np.float32)]
+    with pytest.raises(UserError, match="NormalizeImage .* after ToTensor"):
+        pipelines.check_ffcv_op_order(ops)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (["flip", "center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last"], "start with a decoder"),
+        (["center_crop", "to_tensor", "channels_last"], "no normalize"),
+        (["center_crop", {"normalize": "imagenet"}, "to_tensor"], "channels_last"),
+        (["center_crop", {"normalize": "imagenet"}, "channels_last", "to_tensor"], "needs a tensor"),
+        (["center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last", "to_device"], "only normalize"),
+        (["center_crop", "rotate", {"normalize": "imagenet"}, "to_tensor", "channels_last"], "unknown op"),
+        ([{"center_crop": {"size": 3}}, {"normalize": "imagenet"}, "to_tensor", "channels_last"], "takes"),
+        (["center_crop", {"normalize": "cifar"}, "to_tensor", "channels_last"], "stats"),
+        ([], "non-empty"),
+    ],
+)
+def test_bad_configs_name_the_fix(entries, message):
+    with pytest.raises(UserError, match=message):
+        pipelines.parse_pipeline("train", entries)
+
+
+def test_without_augmentation_uses_the_val_crop_and_drops_flip():
+    train = pipelines.parse_pipeline("train", MLPERF_TRAIN)
+    plain = pipelines.without_augmentation(train, pipelines.parse_pipeline("val", MLPERF_EVAL))
+    assert [op.name for op in plain] == ["center_crop", "normalize", "to_tensor", "to_device", "channels_last"]
+    assert plain[0].args["ratio"] == pytest.approx(0.875)
+    pipelines.parse_pipeline("train", [{op.name: dict(op.args)} for op in plain])  # still a valid pipeline
