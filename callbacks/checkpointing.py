@@ -49,24 +49,44 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         target = Path(path)
         temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        writer = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(temp, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+            with open(temp, "wb") as raw:
+                writer = _KeepsWriteError(raw)
+                torch.save(checkpoint, writer)
+                raw.flush()
+                os.fsync(raw.fileno())  # the bytes are on disk before the name points at them
             os.replace(temp, target)
             _fsync_dir(target.parent)  # ... and the new name survives a power cut
-        except (OSError, RuntimeError) as error:  # torch's zip writer re-raises a failed write as RuntimeError
+        except (OSError, RuntimeError) as error:
             temp.unlink(missing_ok=True)
+            # torch's zip writer turns a failed write into "RuntimeError: unexpected pos ...": keep the OSError
+            cause = writer.error if writer is not None and writer.error is not None else error
             self.num_failed_writes += 1
-            self.last_error = error if isinstance(error, OSError) else OSError(str(error).splitlines()[0])
-            kept = f"the previous {target.name} is intact" if target.exists() else "no earlier file at that path"
+            self.last_error = cause if isinstance(cause, OSError) else OSError(_one_line(cause))
             log.warning(
-                f"checkpoint {target} NOT written ({_one_line(error)}); {kept}"
+                f"checkpoint {target} NOT written ({_one_line(cause)}); earlier checkpoints are untouched"
                 f" ({self.num_failed_writes} failed checkpoint writes in this run); free disk space:"
                 " training goes on and the next save tries again"
             )
+
+
+class _KeepsWriteError:
+    """A binary file for ``torch.save`` that remembers the OSError (ENOSPC, EIO) of a failed ``write``."""
+
+    def __init__(self, raw):
+        self.raw, self.error = raw, None
+
+    def write(self, data) -> int:
+        try:
+            return self.raw.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _fsync_dir(folder: Path) -> None:

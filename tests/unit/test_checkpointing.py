@@ -1,0 +1,237 @@
+"""Checkpoints are written atomically, a failed write loses nothing, a signal checkpoints at a step boundary,
+and `run.ckpt_path` finds the newest good checkpoint. Real Lightning Trainer on BoringModel; seconds on CPU."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import logging
+import os
+import random
+import signal
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+from omegaconf import OmegaConf
+
+import callbacks.checkpointing as checkpointing
+from callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
+from lightning_lars import preemption, resume
+from lightning_lars.errors import UserError
+from lightning_lars.preemption import Preempted
+
+SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
+              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
+
+
+class DiskFull:
+    """A file opened for writing that takes ``budget`` bytes, then fails like a full disk (ENOSPC)."""
+
+    def __init__(self, path, mode, budget):
+        self.file = builtins.open(path, mode)
+        self.budget = budget
+
+    def write(self, data):
+        if len(data) > self.budget:
+            self.file.write(bytes(data[: self.budget]))  # a partial write lands first, as on a real disk
+            self.budget = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.budget -= len(data)
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def fill_disk_after(monkeypatch, budget: int) -> None:
+    """Every checkpoint file opened from now on fails with ENOSPC after ``budget`` bytes."""
+    monkeypatch.setattr(checkpointing, "open",
+                        lambda path, mode="r", *a, **k: DiskFull(path, mode, budget), raising=False)
+
+
+def payload(tag: float) -> dict:
+    return {"state_dict": {"w": torch.full((1000,), tag)}, "loops": {}, "global_step": int(tag)}
+
+
+def test_atomic_write_round_trip_leaves_no_temp_file(tmp_path):
+    io = AtomicCheckpointIO()
+    io.save_checkpoint(payload(1.0), tmp_path / "sub" / "a.ckpt")
+    loaded = torch.load(tmp_path / "sub" / "a.ckpt", weights_only=True)
+    assert torch.equal(loaded["state_dict"]["w"], torch.full((1000,), 1.0))
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["a.ckpt"]
+
+
+def test_disk_full_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, caplog):
+    io, target = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint(payload(1.0), target)
+    fill_disk_after(monkeypatch, budget=2000)  # the new checkpoint is ~4 kB: it fails part-way
+    with caplog.at_level(logging.WARNING, logger="callbacks.checkpointing"):
+        io.save_checkpoint(payload(2.0), target)
+        io.save_checkpoint(payload(3.0), target)
+    assert io.num_failed_writes == 2 and io.last_error.errno == errno.ENOSPC
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2 and all("\n" not in w for w in warnings)
+    assert "NOT written" in warnings[0] and "No space left" in warnings[0] and "2 failed" in warnings[1]
+    assert torch.load(target, weights_only=True)["global_step"] == 1  # the previous one, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no partial temp file left
+    monkeypatch.undo()
+    io.save_checkpoint(payload(4.0), target)
+    assert torch.load(target, weights_only=True)["global_step"] == 4
+
+
+def boring_trainer(tmp_path, callbacks, max_steps=6, **kwargs) -> L.Trainer:
+    return L.Trainer(default_root_dir=tmp_path, max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
+                     enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+                     plugins=[AtomicCheckpointIO()], **kwargs)
+
+
+def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatch):
+    class FailFromStep(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == 3:
+                fill_disk_after(monkeypatch, budget=100)
+
+    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=1)
+    trainer = boring_trainer(tmp_path, [FailFromStep(), ckpt])
+    trainer.fit(BoringModel())
+    monkeypatch.undo()
+    # saves at steps 2 (ok), 4 and 6 (disk full): plain ModelCheckpoint would have deleted step=2 at step 4
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["epoch=0-step=2.ckpt"]
+    assert trainer.strategy.checkpoint_io.num_failed_writes == 2
+    assert resume.load_meta(tmp_path / "ckpt" / "epoch=0-step=2.ckpt")["global_step"] == 2
+
+
+class SignalAt(L.Callback):
+    """Sends ``signum`` to this process in the middle of optimizer step ``step`` (inside the training step)."""
+
+    def __init__(self, step: int, signum=signal.SIGUSR1):
+        self.step, self.signum = step, signum
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    trainer = boring_trainer(tmp_path, [SignalAt(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
+                             max_steps=20, accumulate_grad_batches=2)
+    with pytest.raises(Preempted, match="run.ckpt_path=last"):
+        trainer.fit(BoringModel())
+    saved = tmp_path / "ckpt" / "signal-step=3.ckpt"  # signal during step 2 -> saved once step 3 completed
+    meta = resume.load_meta(saved)
+    assert meta["global_step"] == 3
+    progress = meta["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
+    # saved in on_train_batch_end of micro-batch 6: the state Lightning resumes exactly from
+    assert progress["processed"] == 6 and progress["completed"] == 5
+    assert signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)  # Lightning restored the handlers
+
+
+def test_resume_state_round_trips_rng_and_w_and_b_free_checkpoints(tmp_path):
+    torch.manual_seed(3)
+    np.random.seed(3)
+    random.seed(3)
+    trainer = boring_trainer(tmp_path, [ResumeState()], max_steps=2)
+    trainer.fit(BoringModel())
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    expected = (torch.rand(4), np.random.rand(4), random.random())
+    torch.manual_seed(99)
+    np.random.seed(99)
+    random.seed(99)
+    checkpoint = torch.load(tmp_path / "a.ckpt", weights_only=True)  # Lightning's default loading mode
+    ResumeState().on_load_checkpoint(trainer, trainer.lightning_module, checkpoint)
+    drawn = (torch.rand(4), np.random.rand(4), random.random())
+    assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+    assert resume.WANDB_KEY not in checkpoint  # no W&B logger, no id
+
+
+def write_checkpoint(path: Path, step: int, mtime: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    AtomicCheckpointIO().save_checkpoint(payload(float(step)), path)
+    os.utime(path, ns=(mtime, mtime))
+    return path
+
+
+def cfg_for(tmp_path, ckpt_path, run_dir="runs/now"):
+    return OmegaConf.create({"run": {"ckpt_path": ckpt_path}, "recipe_name": "demo",
+                             "paths": {"output_dir": str(tmp_path / "logs/demo" / run_dir),
+                                       "log_dir": str(tmp_path / "logs")},
+                             "logger": {"_target_": "lightning_lars.wandb_logger.wandb_logger"}})
+
+
+def test_last_picks_newest_loadable_checkpoint_skipping_damaged(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    runs = tmp_path / "logs/demo/runs"
+    write_checkpoint(runs / "old/checkpoints/last.ckpt", 4, 1_000)
+    good = write_checkpoint(runs / "mid/checkpoints/last.ckpt", 8, 2_000)
+    damaged = write_checkpoint(runs / "new/checkpoints/last.ckpt", 12, 3_000)
+    damaged.write_bytes(damaged.read_bytes()[:500])  # truncated, e.g. by a copy that died
+    (runs / "new/checkpoints/.last.ckpt.tmp-123").write_bytes(b"partial")  # an interrupted atomic write
+    os.utime(runs / "new", ns=(3_000, 3_000))
+    os.utime(runs / "mid", ns=(2_000, 2_000))
+    os.utime(runs / "old", ns=(1_000, 1_000))
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.resume"):
+        assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) == str(good)
+    assert any("skipped 1 damaged" in r.getMessage() for r in caplog.records)
+    assert resume.resolve_ckpt_path(cfg_for(tmp_path, None)) is None  # null: fresh start outside SLURM
+
+
+def test_last_prefers_this_run_folder_and_starts_fresh_without_any(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) is None
+    runs = tmp_path / "logs/demo/runs"
+    write_checkpoint(runs / "other/checkpoints/last.ckpt", 8, 5_000)
+    mine = write_checkpoint(runs / "now/checkpoints/epoch=0-step=4.ckpt", 4, 1_000)
+    assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) == str(mine)
+
+
+def test_explicit_checkpoint_path_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match=r"not found: give an existing \.ckpt file"):
+        resume.resolve_ckpt_path(cfg_for(tmp_path, str(tmp_path / "missing.ckpt")))
+    stray = tmp_path / "notes.ckpt"
+    stray.write_text("not a checkpoint")
+    with pytest.raises(UserError, match="damaged or not a checkpoint") as raised:
+        resume.resolve_ckpt_path(cfg_for(tmp_path, str(stray)))
+    assert "\n" not in str(raised.value)
+
+
+def test_wandb_resume_arguments_come_from_the_checkpoint(tmp_path):
+    path = tmp_path / "a.ckpt"
+    AtomicCheckpointIO().save_checkpoint({**payload(1.0), resume.WANDB_KEY: "abc123"}, path)
+    cfg = cfg_for(tmp_path, str(path))
+    assert resume.logger_kwargs(cfg, str(path)) == {"id": "abc123", "resume": "allow"}
+    assert resume.logger_kwargs(cfg, None) == {}
+    cfg.logger = {"_target_": "lightning.pytorch.loggers.CSVLogger"}
+    assert resume.logger_kwargs(cfg, str(path)) == {}
+
+
+def test_slurm_job_gets_one_run_folder_and_requeue_id(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    assert preemption.run_dir_overrides(["recipe=demo"]) == [] and preemption.cluster_plugins() == []
+    for name, value in SLURM_VARS.items():
+        monkeypatch.setenv(name, value)
+    assert preemption.requeue_job_id() == "4242"
+    assert preemption.run_dir_overrides(["recipe=demo"]) == [
+        "hydra.run.dir=${paths.log_dir}/${recipe_name}/runs/slurm-4242"]
+    assert preemption.run_dir_overrides(["hydra.run.dir=/x"]) == []  # the user's choice wins
+    (plugin,) = preemption.cluster_plugins()
+    assert plugin.auto_requeue and plugin.requeue_signal == signal.SIGUSR1
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    assert preemption.requeue_job_id() == "77_3"
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")  # an interactive allocation is not a batch job to requeue
+    assert preemption.requeue_job_id() is None
