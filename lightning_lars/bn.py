@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
 from torch import Tensor, nn
+from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_lars.errors import UserError

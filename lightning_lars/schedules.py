@@ -9,6 +9,7 @@ per epoch // global batch, drop-last). Configs bind the shape with ``_partial_: 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -208,3 +209,22 @@ def schedule_keywords(schedule) -> dict:
     if not isinstance(keywords, dict) or "peak_lr" not in keywords:
         raise TypeError("the module's lr_schedule must be a functools.partial of a schedule with peak_lr bound")
     return keywords
+
+
+def build_lr_schedule(scheduler: Mapping, global_size: int, steps_per_epoch: int,
+                      total_epochs: float) -> tuple[functools.partial, float]:
+    """A ``conf/scheduler`` node -> (pure ``step -> lr`` function, peak LR).
+
+    ``base_lr`` at ``base_batch`` images is scaled to ``global_size`` by `scaling.scale_lr` (the one place);
+    the remaining keys are the shape (``_target_`` + ``_partial_``). The result is one flat
+    ``functools.partial`` whose ``keywords`` hold every bound argument (see `schedule_keywords`).
+    """
+    from hydra.utils import instantiate  # config-time only: the schedules themselves stay plain Python
+
+    from lightning_lars.scaling import scale_lr
+
+    shape = dict(scheduler)
+    peak_lr = scale_lr(shape.pop("base_lr"), shape.pop("base_batch"), global_size)
+    schedule = functools.partial(instantiate(shape), peak_lr=peak_lr, steps_per_epoch=steps_per_epoch,
+                                 total_epochs=total_epochs)
+    return schedule, peak_lr

@@ -6,7 +6,6 @@ fit, with the batch plan and the LR scaling made explicit before anything trains
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import time
@@ -18,15 +17,15 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from callbacks.batch_norm import BatchNormGroups
+from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from callbacks.schedule import ScheduleCallback
 from lightning_lars import config, preemption, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
 from lightning_lars.report import results_table
-from lightning_lars.scaling import plan_batch, scale_lr
-
+from lightning_lars.scaling import plan_batch
+from lightning_lars.schedules import build_lr_schedule
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
@@ -55,11 +54,8 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
             " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)"
         )
 
-    scheduler = OmegaConf.to_container(cfg.scheduler)
-    peak_lr = scale_lr(scheduler.pop("base_lr"), scheduler.pop("base_batch"), plan.global_size)
-    shape = instantiate(scheduler)
-    lr_schedule = functools.partial(shape, peak_lr=peak_lr, steps_per_epoch=steps_per_epoch,
-                                    total_epochs=trainer.max_epochs)
+    lr_schedule, peak_lr = build_lr_schedule(OmegaConf.to_container(cfg.scheduler), plan.global_size,
+                                             steps_per_epoch, trainer.max_epochs)
     module = instantiate(cfg.model, optimizer=instantiate(cfg.optimizer), lr_schedule=lr_schedule)
 
     rank_zero_info(

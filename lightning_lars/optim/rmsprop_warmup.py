@@ -44,8 +44,8 @@ class RMSpropWarmup(Optimizer):
             raise UserError(f"RMSpropWarmup momentum={momentum} and alpha={alpha} must lie in [0, 1)")
         if eps <= 0:
             raise UserError(f"RMSpropWarmup eps={eps} must be > 0 (it guards sqrt(m) = 0)")
-        defaults = dict(lr=lr, rmsprop_lr=rmsprop_lr, momentum=momentum, alpha=alpha, eps=eps,
-                        weight_decay=weight_decay, sgd_fraction=None, trust_adaptation=None)
+        defaults = {"lr": lr, "rmsprop_lr": rmsprop_lr, "momentum": momentum, "alpha": alpha, "eps": eps,
+                    "weight_decay": weight_decay, "sgd_fraction": None, "trust_adaptation": None}
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
