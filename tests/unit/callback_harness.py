@@ -18,17 +18,24 @@ NUM_CLASSES = 4
 IMAGE_SIZE = 32
 
 
-def images(num: int, seed: int = 0, scale_from: int | None = None, scale: float = 1.0,
+def images(num: int, seed: int = 0, learnable: bool = False, relabel_from: int | None = None,
            nan_at: int | None = None) -> TensorDataset:
-    """Random images with balanced labels. ``scale_from``: images from this index on are multiplied by
-    ``scale`` (makes the loss explode, weights stay finite); ``nan_at``: that image is all NaN."""
+    """Random images with balanced labels (image i has label i % 4).
+
+    ``learnable``: each class adds its own fixed pattern, so a model learns the labels in a few steps.
+    ``relabel_from``: from this index on, labels shift by one class: a model that learned the patterns is
+    then confidently wrong and its loss explodes while its weights stay finite. ``nan_at``: that image is NaN.
+    """
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
-    if scale_from is not None:
-        x[scale_from:] *= scale
+    y = torch.arange(num) % NUM_CLASSES
+    if learnable:
+        patterns = torch.randn(NUM_CLASSES, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(99))
+        x = 0.3 * x + 2.0 * patterns[y]
+    if relabel_from is not None:
+        y[relabel_from:] = (y[relabel_from:] + 1) % NUM_CLASSES
     if nan_at is not None:
         x[nan_at] = float("nan")
-    y = torch.arange(num) % NUM_CLASSES
     return TensorDataset(x, y)
 
 

@@ -1,0 +1,46 @@
+"""Progress output: plain lines off a terminal (SLURM logs), a tqdm bar with LR, img/s and ETA on one."""
+
+import io
+
+from callback_harness import classifier, images, loader, trainer
+
+from callbacks.progress import LogLineProgress, RunClock, TerminalProgressBar, format_duration, progress_bar
+from callbacks.schedule import ScheduleCallback
+
+
+def test_plain_lines_show_step_loss_lr_throughput_and_eta(tmp_path):
+    stream = io.StringIO()
+    progress = LogLineProgress(every_n_steps=2, stream=stream)
+    fit = trainer([progress, ScheduleCallback()], tmp_path, max_steps=6, enable_progress_bar=True,
+                  limit_val_batches=1, val_check_interval=3)
+    fit.fit(classifier("sgd", lr_schedule=lambda step: 0.25), loader(images(48)), loader(images(8, seed=1)))
+    lines = stream.getvalue().splitlines()
+    train = [ln for ln in lines if ln.startswith("[train] epoch")]
+    assert [ln.split(" step ")[1].split()[0] for ln in train] == ["2/6", "4/6", "6/6"]
+    assert all("lr 0.25" in ln and " img/s " in ln and "eta " in ln and "loss " in ln for ln in train)
+    assert "eta 0:00:00" in train[-1]  # nothing left at the last step
+    assert sum(ln.startswith("[val]") and "val/top1" in ln for ln in lines) == 2
+    assert "\r" not in stream.getvalue()
+
+
+def test_the_choice_follows_stdout(monkeypatch):
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert isinstance(progress_bar(), LogLineProgress)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert isinstance(progress_bar(), TerminalProgressBar)
+    assert isinstance(progress_bar(force="lines"), LogLineProgress)
+
+
+def test_run_clock_measures_rate_and_eta(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("callbacks.progress.time.perf_counter", lambda: now[0])
+    clock = RunClock(window=10)
+    for step in range(1, 6):  # 64 images per optimizer step, 0.5 s each
+        now[0] += 0.5
+        clock.mark(64, step)
+    assert clock.images_per_sec(world_size=2) == 256.0  # 64 x 2 devices / 0.5 s
+    assert clock.eta_s(total_steps=25) == 10.0  # 20 steps left x 0.5 s
+
+
+def test_format_duration():
+    assert format_duration(3723) == "1:02:03" and format_duration(float("nan")) == "?"
