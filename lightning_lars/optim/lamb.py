@@ -108,7 +108,7 @@ class LAMB(Optimizer):
         # group i's entries in w_norm and g_norm: starts[i] to starts[i + 1]
         starts = list(accumulate([len(t.params) for _, t in work], initial=0))
         adapted_w = torch.cat([w_norm[starts[i]:starts[i + 1]] for i in adapted])
-        ratio = torch.where((adapted_w > 0) & (u_norm > 0), adapted_w / u_norm, torch.ones_like(u_norm))
+        ratio = torch.where(torch.minimum(adapted_w, u_norm) > 0, adapted_w / u_norm, 1.0)
         by_index = dict(zip(adapted, ratio.split(counts)))
         for i, ((group, tensors), u) in enumerate(zip(work, updates)):
             self._apply(group, tensors, u, by_index.get(i))

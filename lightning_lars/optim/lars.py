@@ -30,7 +30,8 @@ class LARS(Optimizer):
 
     "nvidia" (NVIDIA PyTorch/MXNet MLPerf code, timm, apex) equals MXNet with momentum correction;
     "mlperf" (TF/TPU MLPerf reference) and "you2017" (Intel Caffe) keep the lr in the buffer. They agree
-    while the lr is constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the default exclusion.
+    while the lr is constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the
+    default exclusion.
 
     Which tensors skip decay and trust ratio comes from each param group: ``trust_adaptation`` (bool) and
     ``weight_decay``, as ``param_groups.param_groups`` builds them. A group without ``trust_adaptation`` (e.g.
@@ -108,14 +109,15 @@ class LARS(Optimizer):
                                        [x for _, t in adapted for x in t.grads]],
                                       [p for _, t in adapted for p in t.params], self.shard_group)
         counts = [len(t.params) for _, t in adapted]
-        ratios = [trust_ratio(w, g, group) for (group, _), w, g in
-                  zip(adapted, w_norm.split(counts), g_norm.split(counts))]
+        one = len(counts) == 1  # the usual case: skip the split
+        w_parts, g_parts = ([w_norm], [g_norm]) if one else (w_norm.split(counts), g_norm.split(counts))
+        ratios = [trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)]
         by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
         for group, tensors in work:
             self._update(group, tensors, by_group.get(id(tensors)))
         if self.track_stats and adapted:
             names = [n for _, t in adapted for n in t.names]
-            self.last_stats = mt.stats(names, w_norm, g_norm, torch.cat(ratios))
+            self.last_stats = mt.stats(names, w_norm, g_norm, ratios[0] if one else torch.cat(ratios))
         return loss
 
     @staticmethod
@@ -147,5 +149,8 @@ class LARS(Optimizer):
 
 def trust_ratio(w_norm: Tensor, g_norm: Tensor, group: dict) -> Tensor:
     """``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` per tensor, and 1 where either norm is 0."""
-    ratio = group["trust_coefficient"] * w_norm / (g_norm + group["weight_decay"] * w_norm + group["eps"])
-    return torch.where((w_norm > 0) & (g_norm > 0), ratio, torch.ones_like(ratio))
+    denominator = g_norm + group["weight_decay"] * w_norm if group["weight_decay"] else g_norm
+    if group["eps"]:
+        denominator = denominator + group["eps"]
+    ratio = group["trust_coefficient"] * w_norm / denominator
+    return torch.where(torch.minimum(w_norm, g_norm) > 0, ratio, 1.0)
