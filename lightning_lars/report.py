@@ -10,14 +10,19 @@ import json
 import math
 from pathlib import Path
 
+from lightning.pytorch.loggers import WandbLogger
+
 from callbacks.hparam_monitor import HParamMonitor
 from callbacks.throughput import ThroughputCallback
 from callbacks.time_to_target import TimeToTarget
 from callbacks.trust_ratio import TrustRatioMonitor
-from callbacks.wandb_run import wandb_logger_of
 
 RESULTS_FILE = "results.json"
 PLANNED_LR_POINTS = 500  # samples of the pure schedule function for the LR plot
+
+
+def wandb_logger_of(trainer) -> WandbLogger | None:
+    return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
 
 def _callback(trainer, kind):
@@ -67,8 +72,9 @@ def results_table(cfg, metrics: dict[str, float], trainer) -> str:
     logger = wandb_logger_of(trainer)
     wandb_dir = logger.experiment.dir if logger is not None else None
     width = max(len(r[0]) for r in rows)
-    lines = [f"\nResults: recipe {cfg.recipe_name}", f"{'':{width}}  {'this run':>16}  published"]
-    lines += [f"{name:{width}}  {ours:>16}  {theirs}" for name, ours, theirs in rows]
+    ours_width = max(16, *(len(r[1]) for r in rows))
+    lines = [f"\nResults: recipe {cfg.recipe_name}", f"{'':{width}}  {'this run':>{ours_width}}  published"]
+    lines += [f"{name:{width}}  {ours:>{ours_width}}  {theirs}" for name, ours, theirs in rows]
     lines.append(f"W&B run: {wandb_dir or 'none (no W&B logger)'}")
     return "\n".join(lines)
 

@@ -20,10 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from callbacks.batch_norm import BatchNormGroups
 from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from callbacks.schedule import ScheduleCallback
-from lightning_lars import config, preemption, resume
+from lightning_lars import config, preemption, report, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
-from lightning_lars.report import results_table
 from lightning_lars.scaling import plan_batch
 from lightning_lars.schedules import build_lr_schedule
 
@@ -38,7 +37,8 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint()]
-    logger = instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+    logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+              if cfg.get("logger") else False)  # logger=null / ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins)
 
@@ -84,7 +84,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
-        print(results_table(cfg, metrics, trainer), flush=True)
+        report.finish(cfg, metrics, trainer)  # table, results.json, W&B summary table and plots
     return metrics
 
 

@@ -1,0 +1,162 @@
+"""`make check recipe=NAME seeds=K`: is the recipe's claim met? K seeds, mean +- std, one-sided t-test.
+
+Runs ``python -m lightning_lars.train recipe=NAME seed=S ...`` for K seeds (the real entry point, one after
+another), reads each run's ``results.json``, and tests H1: mean top-1 > target with a one-sample, one-sided
+Student t-test, the rule of the modded-nanogpt and airbench records (a claim needs n seeds and p < alpha).
+The target is ``callbacks.time_to_target.target_top1`` when set (MLPerf's target), else ``published.top1``.
+
+    python -m lightning_lars.check --recipe demo --seeds 5 [--alpha 0.05] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lightning_lars import config
+from lightning_lars.errors import UserError
+from lightning_lars.report import RESULTS_FILE
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+                          -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):  # the continued fraction converges fast on this side
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (exact, via the incomplete beta)."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))  # P(T > |t|)
+    return tail if t >= 0 else 1.0 - tail
+
+
+def one_sided_test(values: list[float], target: float) -> dict[str, float]:
+    """One-sample t-test of H1: mean > target. Returns n, mean, std (n-1), t, df and the p-value."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"n": n, "mean": mean, "std": math.nan, "t": math.nan, "df": 0, "p": math.nan}
+    std = statistics.stdev(values)
+    if std == 0:  # identical runs: the sign of the difference decides
+        t = math.inf if mean > target else (-math.inf if mean < target else math.nan)
+    else:
+        t = (mean - target) / (std / math.sqrt(n))
+    p = t_sf(t, n - 1) if not math.isnan(t) else 1.0
+    return {"n": n, "mean": mean, "std": std, "t": t, "df": n - 1, "p": p}
+
+
+def target_of(cfg) -> tuple[float, str]:
+    """(target top-1 in percent, where it comes from)."""
+    ttt = (cfg.get("callbacks") or {}).get("time_to_target") or {}
+    if ttt.get("target_top1") is not None:
+        return float(ttt["target_top1"]), "callbacks.time_to_target.target_top1"
+    if (cfg.get("published") or {}).get("top1") is not None:
+        return float(cfg.published.top1), "published.top1"
+    raise UserError("no target to test against: set callbacks.time_to_target.target_top1=PERCENT"
+                    " or published.top1 in the recipe")
+
+
+def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
+    """One training run through the real entry point; returns its results.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "train.log"
+    # The judged accuracy is a full validation of the final weights, unless the user says otherwise.
+    final_eval = [] if any(o.startswith("run.validate_at_end=") for o in overrides) else ["run.validate_at_end=true"]
+    command = [sys.executable, "-m", "lightning_lars.train", f"recipe={recipe}", f"seed={seed}",
+               f"hydra.run.dir={run_dir}", *final_eval, *overrides]
+    with log.open("w") as out:
+        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.PROJECT_ROOT)
+    if code != 0:
+        tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+        raise UserError(f"seed {seed} failed (exit {code}): {tail[0]}; full log: {log}")
+    return json.loads((run_dir / RESULTS_FILE).read_text())
+
+
+def report(rows: list[dict], target: float, source: str, alpha: float) -> str:
+    top1 = [r["top1"] for r in rows]
+    test = one_sided_test(top1, target)
+    lines = [f"{'seed':>6}  {'top-1 %':>8}  {'time to target':>15}  {'wall s':>8}"]
+    for r in rows:
+        ttt = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else "not reached"
+        lines.append(f"{r['seed']:>6}  {r['top1']:>8.2f}  {ttt:>15}  {r['wall_s']:>8.1f}")
+    reached = sum(r["time_to_target_s"] is not None for r in rows)
+    lines += [
+        "",
+        f"target   {target:.2f} % ({source})",
+        f"top-1    mean {test['mean']:.3f} %, std {test['std']:.3f} (n={test['n']})",
+        f"reached  {reached}/{len(rows)} runs reached the target during training",
+    ]
+    if test["n"] < 2:
+        lines.append("test     needs seeds >= 2")
+    else:
+        verdict = (f"claim supported: mean top-1 > {target:.2f} % at alpha {alpha:g}" if test["p"] < alpha
+                   else f"not shown: mean top-1 > {target:.2f} % is not significant at alpha {alpha:g}")
+        lines.append(f"test     one-sided t = {test['t']:.3f}, df = {test['df']}, p = {test['p']:.4g}: {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True)
+    parser.add_argument("--seeds", type=int, default=3, help="number of runs (seeds first_seed, first_seed+1, ...)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
+    parser.add_argument("--out", type=Path, help="folder for the runs (default logs/<recipe>/check/<time>)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. debug=toy")
+    args = parser.parse_args(argv)
+    try:
+        if args.seeds < 1:
+            raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
+        cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
+        target, source = target_of(cfg)
+        out = args.out or config.PROJECT_ROOT / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        rows = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)
+            metrics = record["metrics"]
+            if "val/top1" not in metrics:
+                raise UserError(f"seed {seed} logged no val/top1; keep validation on (trainer.limit_val_batches > 0)")
+            rows.append({"seed": seed, "top1": 100 * metrics["val/top1"], "wall_s": metrics.get("time/wall_s", math.nan),
+                         "time_to_target_s": metrics.get("target/time_to_target_s")})
+            print(f"[check] seed {seed}: top-1 {rows[-1]['top1']:.2f} % ({out / f'seed_{seed}'})", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    text = report(rows, target, source, args.alpha)
+    (out / "check.txt").write_text(text + "\n")
+    print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
