@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -73,19 +74,19 @@ def _heart():
 
 
 # Each shape is a list of polygons in unit coordinates; later polygons are cut out (drawn with 0).
-SHAPES = {
-    "arrow": _arrow,
+SHAPES = {  # the default 10 come first and are the most distinct; later ones add near-lookalikes
     "circle": lambda: [_disc()],
-    "crescent": lambda: [_disc(), _disc(0.8, (0.45, -0.1))],
+    "triangle": lambda: _regular_polygon(3, 1.0, -math.pi / 2),
+    "square": lambda: _regular_polygon(4, 1.0, math.pi / 4),
+    "star": _star,
     "cross": _plus,
+    "ring": lambda: [_disc(), _disc(0.55)],
+    "crescent": lambda: [_disc(), _disc(0.8, (0.45, -0.1))],
+    "arrow": _arrow,
+    "l_shape": _l_shape,
     "half_disc": _half_disc,
     "heart": _heart,
     "hexagon": lambda: _regular_polygon(6),
-    "l_shape": _l_shape,
-    "ring": lambda: [_disc(), _disc(0.55)],
-    "square": lambda: _regular_polygon(4, 1.0, math.pi / 4),
-    "star": _star,
-    "triangle": lambda: _regular_polygon(3, 1.0, -math.pi / 2),
     "hollow_square": lambda: _regular_polygon(4, 1.0, math.pi / 4) + _regular_polygon(4, 0.6, math.pi / 4),
     "hollow_triangle": lambda: _regular_polygon(3, 1.0, -math.pi / 2) + _regular_polygon(3, 0.5, -math.pi / 2),
 }
@@ -100,10 +101,11 @@ def class_names(num_classes):
 
 
 def _background(rng, size):
-    """Low-frequency colour field (a 4x4 random grid, bicubic-upsampled) plus per-pixel noise, uint8."""
-    grid = rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8)
+    """A random base colour with low-frequency variation (a bicubic-upsampled 4x4 grid) and pixel noise."""
+    base = rng.integers(40, 216, size=3)
+    grid = np.clip(base + rng.integers(-50, 51, size=(4, 4, 3)), 0, 255).astype(np.uint8)  # +-50 grey levels
     smooth = np.asarray(Image.fromarray(grid).resize((size, size), Image.BICUBIC), dtype=np.float32)
-    noise = rng.normal(0.0, 18.0, size=(size, size, 3))  # std in 8-bit grey levels
+    noise = rng.normal(0.0, 10.0, size=(size, size, 3))  # std in 8-bit grey levels
     return np.clip(smooth + noise, 0, 255)
 
 
@@ -112,7 +114,7 @@ def draw_image(shape_name, size, rng):
     big = size * SUPERSAMPLE
     mask = Image.new("L", (big, big), 0)
     draw = ImageDraw.Draw(mask)
-    radius = rng.uniform(0.22, 0.40) * big  # object radius: 22-40% of the image side
+    radius = rng.uniform(0.28, 0.45) * big  # object radius: 28-45% of the image side
     centre = rng.uniform(radius * 0.8, big - radius * 0.8, size=2)
     angle = rng.uniform(0, 2 * math.pi)
     rotation = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
@@ -125,7 +127,7 @@ def draw_image(shape_name, size, rng):
     # Foreground: a random colour with a mild gradient, far enough from the local background to be seen.
     colour = rng.integers(0, 256, size=3).astype(np.float32)
     local_background = (image * alpha).sum((0, 1)) / max(alpha.sum(), 1.0)
-    if np.abs(colour - local_background).sum() < 120:  # sum of |RGB difference|, 8-bit levels
+    if np.abs(colour - local_background).sum() < 150:  # sum of |RGB difference|, 8-bit levels
         colour = 255.0 - local_background
     ramp = np.linspace(-25, 25, size, dtype=np.float32)[None, :, None] * rng.choice([-1, 1])
     image = image * (1 - alpha) + np.clip(colour + ramp, 0, 255) * alpha
@@ -133,7 +135,7 @@ def draw_image(shape_name, size, rng):
     # Distractors: a few thin strokes in random colours, drawn over everything.
     canvas = Image.fromarray(image.astype(np.uint8))
     strokes = ImageDraw.Draw(canvas)
-    for _ in range(rng.integers(1, 4)):
+    for _ in range(rng.integers(0, 3)):
         x0, y0, x1, y1 = rng.uniform(0, size, size=4)
         strokes.line([(x0, y0), (x1, y1)], fill=tuple(int(c) for c in rng.integers(0, 256, 3)), width=1)
     return np.asarray(canvas)
@@ -142,7 +144,8 @@ def draw_image(shape_name, size, rng):
 def make_demo_images(root, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0):
     """Write ``root/{train,val}/<shape>/<shape>_<index>.JPEG``; return the list of class names.
 
-    Deterministic: same arguments, same bytes. Existing files of the same name are overwritten.
+    Deterministic: same arguments, same bytes. Files of the same name are overwritten; other files in
+    ``root`` are left alone (``prepare_demo`` clears its JPEG folder before regenerating).
     """
     root = Path(root)
     names = class_names(num_classes)
@@ -191,7 +194,7 @@ def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100,
         print(f"demo data already complete in {out} (use --force to redo)")
         return None
     if force or _read_json(jpeg_root / PARAMS_FILE) != params:
-        (jpeg_root / PARAMS_FILE).unlink(missing_ok=True)
+        shutil.rmtree(jpeg_root, ignore_errors=True)  # stale classes or extra files would leak into the betons
         make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed)
         _write_json_atomic(jpeg_root / PARAMS_FILE, params)
     # Raw pixels: the images are tiny (3 KiB each), raw is deterministic and the fastest to load on CPU.
