@@ -1,0 +1,87 @@
+"""Shared by the resume and preemption tests: a tiny deterministic training run through the real entry point.
+
+12 optimizer steps over 2 epochs (200 demo images, global batch 32 = 2 micro-batches of 16), timm's 0.4 M
+parameter ``test_resnet``, a checkpoint every 4 steps. The train pipeline has no random crop or flip: FFCV's
+random ops draw from numba's RNG, which is seeded from OS entropy per process, so with them even two
+unbroken runs differ. Everything else (order, LARS, schedule, BN, metrics) is the real recipe code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+STEPS_PER_EPOCH, EPOCHS, CHECKPOINT_EVERY = 6, 2, 4
+
+OVERRIDES = [
+    "recipe=demo", "model.arch=test_resnet", "batch.global_size=32", "batch.max_per_device=16",
+    f"trainer.max_epochs={EPOCHS}", "+trainer.deterministic=true", "trainer.log_every_n_steps=1",
+    "data.num_workers=1",
+    "data.pipeline.train=[{center_crop:{ratio:1.0}},{normalize:imagenet},to_tensor,to_device,to_torch_image]",
+    f"++callbacks.checkpoint.every_n_train_steps={CHECKPOINT_EVERY}", "callbacks.checkpoint.every_n_epochs=null",
+    "+callbacks.final_state._target_=resume_runs.FinalState",
+]
+
+
+class FinalState(L.Callback):
+    """Writes the final weights, optimizer state and metrics to ``<run dir>/final.pt`` when fit ends."""
+
+    def on_fit_end(self, trainer, pl_module):
+        torch.save({"state_dict": pl_module.state_dict(), "optimizer": trainer.optimizers[0].state_dict(),
+                    "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+                    "global_step": trainer.global_step}, Path(trainer.default_root_dir) / "final.pt")
+
+
+def env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The subprocess environment: this checkout and the test helpers importable, offline W&B, no SLURM."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**clean, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1",
+            "LARS_DATA_DIR": str(tmp / "data"), **extra}
+
+
+def train_command(tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
+
+
+def make_demo_data(tmp: Path) -> None:
+    if (tmp / "data" / "demo" / "val.beton").is_file():
+        return
+    made = subprocess.run([sys.executable, "-m", "lightning_lars.data.demo", "--out", str(tmp / "data" / "demo"),
+                           "--train-per-class", "20", "--val-per-class", "5", "--workers", "1"],
+                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+
+
+def reference_run(tmp: Path) -> dict:
+    """The unbroken run (made once per test session under ``tmp``): its ``final.pt`` contents."""
+    make_demo_data(tmp)
+    run_dir = tmp / "reference"
+    if not (run_dir / "final.pt").is_file():
+        done = subprocess.run(train_command(tmp, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(tmp),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return torch.load(run_dir / "final.pt", weights_only=False)
+
+
+def assert_same_training(resumed: dict, reference: dict) -> None:
+    """Bitwise: every weight and buffer, every optimizer state tensor, every metric except wall-clock rates."""
+    assert resumed["global_step"] == reference["global_step"] == STEPS_PER_EPOCH * EPOCHS
+    assert resumed["state_dict"].keys() == reference["state_dict"].keys()
+    for name, tensor in reference["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][name], tensor), name
+    for index, state in reference["optimizer"]["state"].items():
+        for key, value in state.items():
+            other = resumed["optimizer"]["state"][index][key]
+            assert torch.equal(other, value) if torch.is_tensor(value) else other == value, (index, key)
+    timing = ("perf/", "time/")
+    expected = {k: v for k, v in reference["metrics"].items() if not k.startswith(timing)}
+    got = {k: v for k, v in resumed["metrics"].items() if not k.startswith(timing)}
+    assert {"train/loss_epoch", "train/top1", "val/loss", "val/top1", "val/top5"} <= expected.keys()
+    assert got == expected

@@ -1,0 +1,72 @@
+"""Issue 7.3, SLURM preemption: SIGUSR1 -> checkpoint at a step boundary -> ``scontrol requeue`` -> the requeued
+job (same command, same job id) resumes by itself and ends bitwise where an unbroken run ends.
+
+SLURM is simulated the way a batch job sees it: SLURM_* variables and a stand-in ``scontrol`` on PATH that
+records its arguments. Lightning's ``SLURMEnvironment(auto_requeue=True)`` does the saving and the requeue.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
+
+pytestmark = pytest.mark.slow
+
+SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
+              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "resume_runs"
+
+
+def fake_scontrol(folder):
+    """An ``scontrol`` that appends its arguments to ``scontrol.calls`` and succeeds."""
+    folder.mkdir()
+    script = folder / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {folder / "scontrol.calls"}\n')
+    script.chmod(0o755)
+    return folder / "scontrol.calls"
+
+
+def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(shared, tmp_path):
+    reference = reference_run(shared)
+    calls = fake_scontrol(tmp_path / "bin")
+    job_env = env(shared, **SLURM_VARS, PATH=f"{tmp_path / 'bin'}:{env(shared)['PATH']}")
+    logs = tmp_path / "logs"
+    command = train_command(shared, f"paths.log_dir={logs}")  # no hydra.run.dir: pinned to the job id
+    run_dir = logs / "demo" / "runs" / "slurm-4242"
+
+    with open(tmp_path / "first.log", "w") as log:
+        job = subprocess.Popen(command, cwd=ROOT, env=job_env, stdout=log, stderr=subprocess.STDOUT)
+        first_checkpoint = run_dir / "checkpoints" / "epoch=0-step=4.ckpt"
+        deadline = time.monotonic() + 600
+        while not first_checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.send_signal(signal.SIGUSR1)  # SLURM's warning, --signal=SIGUSR1@90
+        job.wait(timeout=600)
+    first = (tmp_path / "first.log").read_text()
+    assert job.returncode == 0, first[-3000:]
+    assert "preempted: signal SIGUSR1 at step" in first and "SLURM job 4242 requeued" in first
+    assert "Traceback" not in first
+    assert calls.read_text().split() == ["requeue", "4242"]
+    (hpc,) = run_dir.glob("hpc_ckpt_*.ckpt")
+    saved = torch.load(hpc, weights_only=True)
+    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
+    assert 4 < saved["global_step"] < 12 and progress["processed"] == 2 * saved["global_step"]
+    assert progress["completed"] == progress["processed"] - 1  # saved at the end of a step, not inside one
+    assert not (run_dir / "final.pt").exists()
+
+    requeued = subprocess.run(command, cwd=ROOT, env=job_env, capture_output=True, text=True, timeout=600)
+    output = requeued.stdout + requeued.stderr
+    assert requeued.returncode == 0, output[-3000:]
+    assert f"Restoring states from the checkpoint path at {hpc}" in output
+    assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
+    assert calls.read_text().split() == ["requeue", "4242"]  # no second requeue

@@ -1,0 +1,54 @@
+"""Issue 7.3: SIGKILL in the middle of an epoch, resume with run.ckpt_path=last, and the run ends bitwise where
+an unbroken run ends: weights, optimizer state and metrics, in the same W&B run. Real entry point, CPU."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "resume_runs"
+
+
+def kill_when(path, process, timeout_s=600):
+    """SIGKILL ``process`` as soon as ``path`` exists (it is written atomically: complete when it appears)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
+    reference = reference_run(shared)
+    run_dir = tmp_path / "run"
+    command = train_command(shared, f"hydra.run.dir={run_dir}")
+    with open(tmp_path / "killed.log", "w") as log:
+        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=log, stderr=subprocess.STDOUT)
+        # step 8 is the 2nd of 6 steps of epoch 2: the kill lands mid-epoch, after that checkpoint
+        kill_when(run_dir / "checkpoints" / "epoch=1-step=8.ckpt", victim)
+    assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert not (run_dir / "final.pt").exists()  # it really died before the end
+    saved = torch.load(run_dir / "checkpoints" / "epoch=1-step=8.ckpt", weights_only=True)
+    assert saved["FFCVDataModule"] == {"epoch": 1, "samples_consumed": 64}  # 2 of 6 global batches of epoch 2
+    killed_wandb = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
+
+    resumed = subprocess.run([*command, "run.ckpt_path=last"], cwd=ROOT, env=env(shared), capture_output=True,
+                             text=True, timeout=600)
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-3000:]
+    assert "Restoring states from the checkpoint path at" in output
+    assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
+    # the resumed process logged into the W&B run the killed one started
+    run_ids = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
+    assert len(killed_wandb) == 1 and run_ids == killed_wandb, (killed_wandb, run_ids)
