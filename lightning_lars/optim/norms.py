@@ -21,8 +21,14 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def local(t: Tensor) -> Tensor:
-    """The shard this rank holds: a DTensor's local tensor (no copy, no communication), else ``t`` itself."""
-    return t.to_local() if isinstance(t, DTensor) else t
+    """The shard this rank holds: a DTensor's local tensor (no copy, no communication), else ``t`` itself.
+
+    Reads ``_local_tensor`` because ``to_local()`` on a ``Parameter(DTensor)`` (every FSDP2 parameter)
+    returns a fresh ``view_as``: one dispatched op per tensor per step, which this module exists to avoid.
+    """
+    if not isinstance(t, DTensor):
+        return t
+    return t._local_tensor if hasattr(t, "_local_tensor") else t.to_local()
 
 
 def math_dtype(tensors: list[Tensor]) -> torch.dtype:

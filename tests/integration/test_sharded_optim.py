@@ -22,6 +22,7 @@ from torch import nn
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
+from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
 
 WORLD = 2
@@ -90,11 +91,27 @@ def _run_case(rank: int, case: str) -> tuple[float, float, float]:
     return error, moved, len(reductions) / STEPS
 
 
+def _sharded_step_ops(num_layers: int) -> int:
+    """Top-level aten ops of one LARS step on an FSDP2-sharded stack of ``num_layers`` Linear+LayerNorm."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(5, 5), nn.LayerNorm(5)) for _ in range(num_layers)])
+    fully_shard(model, mesh=init_device_mesh("cpu", (WORLD,)))
+    opt = LARS(param_groups(model, 1e-4), momentum=0.9)
+    model(torch.randn(4, 5)).sum().backward()
+    opt.step()  # the first step creates state
+    return count_ops(opt.step)
+
+
 def _worker(rank: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        queue.put((rank, {case: _run_case(rank, case) for case in CASES}))
+        results = {case: _run_case(rank, case) for case in CASES}
+        results["ops"] = (_sharded_step_ops(2), _sharded_step_ops(12))
+        queue.put((rank, results))
     finally:
         dist.destroy_process_group()
 
@@ -111,6 +128,8 @@ def test_fsdp2_sharded_steps_match_unsharded():
     mp.start_processes(_worker, args=(_free_port(), queue), nprocs=WORLD, start_method="spawn")
     results = dict(queue.get(timeout=30) for _ in range(WORLD))
     for rank, cases in sorted(results.items()):
+        few, many = cases.pop("ops")
+        assert few == many, f"rank {rank}: a sharded step dispatches {few} ops for 2 layers, {many} for 12"
         for case, (error, moved, reductions_per_step) in cases.items():
             assert moved > 1e-3, f"{case}: the weights did not move; the comparison would be empty"
             assert error < 1e-6, f"{case}, rank {rank}: sharded weights differ from unsharded by {error:.3g}"
