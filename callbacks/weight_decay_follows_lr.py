@@ -15,9 +15,13 @@ class WeightDecayFollowsLR(L.Callback):
     schedule, so this needs no state of its own and does not depend on callback order.
     """
 
+    @staticmethod
+    def weight_decay_at(step: int, lr_schedule, base_weight_decay: float) -> float:
+        """``base * lr(step) / peak_lr``: pure, for any schedule train.py built."""
+        return base_weight_decay * lr_schedule(step) / schedule_keywords(lr_schedule)["peak_lr"]
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        ratio = pl_module.lr_schedule(trainer.global_step) / schedule_keywords(pl_module.lr_schedule)["peak_lr"]
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 base = group.setdefault("initial_weight_decay", group["weight_decay"])
-                group["weight_decay"] = base * ratio
+                group["weight_decay"] = self.weight_decay_at(trainer.global_step, pl_module.lr_schedule, base)

@@ -1,0 +1,129 @@
+"""Each recipe's LR, weight decay, momentum and batch at named steps equal its published schedule.
+
+Expected values are computed here from the papers' numbers (records.md), not read back from the recipes:
+N = 1,281,167 ImageNet training images, steps per epoch = N // global batch (drop-last).
+"""
+
+import pytest
+import torch
+
+from callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
+from lightning_lars.schedules import batch_growth, sgd_fraction_elu
+from tests.unit.recipe_helpers import build_optimizer, build_schedule, recipe
+
+N = 1_281_167
+
+
+def poly(step, *, peak, warmup, total, end, power, start=0.0):
+    """Linear warmup from `start`, then polynomial decay to `end` (written out independently)."""
+    if step < warmup:
+        return start + (peak - start) * step / warmup
+    t = min(1.0, (step - warmup) / (total - warmup))
+    return end + (peak - end) * (1 - t) ** power
+
+
+def hyper(name):
+    """(lr schedule, steps/epoch, first group's momentum and weight decay, nesterov, global batch)."""
+    cfg = recipe(name)
+    schedule, _, spe = build_schedule(cfg)
+    group = build_optimizer(cfg).param_groups[0]
+    return schedule, spe, group, cfg
+
+
+def test_goyal_8k():
+    lr, spe, group, cfg = hyper("goyal_8k")
+    assert spe == N // 8192 and cfg.batch.global_size == 8192
+    assert lr(0) == pytest.approx(0.1)                   # gradual warmup starts at 0.1
+    assert lr(5 * spe) == pytest.approx(0.1 * 8192 / 256)  # 3.2 at the end of epoch 5
+    assert lr(30 * spe - 1) == pytest.approx(3.2)
+    assert lr(30 * spe) == pytest.approx(0.32)           # /10 after epoch 30
+    assert lr(60 * spe) == pytest.approx(0.032) and lr(80 * spe) == pytest.approx(0.0032)
+    assert (group["momentum"], group["weight_decay"], group["nesterov"]) == (0.9, 1e-4, True)
+
+
+@pytest.mark.parametrize("name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd", [
+    ("you_resnet50_32k", 32768, 29.0, 5, 90, 0.0, 2.0, 0.9, 5e-4),
+    ("ying_tpu_32k", 32768, 34.0, 12, 90, 0.0, 2.0, 0.9, 1e-4),
+    ("nvidia_mlperf10_3264", 3264, 10.5, 2, 37, 1e-4, 2.0, 0.9, 5e-5),
+    ("nvidia_mlperf06_60k", 59904, 40.7, 33, 90, 0.0, 2.0, 0.9, 2e-4),
+    ("fujitsu_86k", 86016, 13.0, 36, 90, 0.0325, 2.2, 0.96, 5e-5),
+    ("fujitsu_81k", 81920, 13.0 * 81920 / 86016, 36, 90, 0.0325, 2.2, 0.96, 5e-5),
+    ("jia_64k", 65536, 24.699, 31, 90, 1e-4, 2.0, 0.9, 1e-4),
+    ("you_alexnet_bn_8k", 8192, 10.0, 5, 100, 0.0, 2.0, 0.9, 5e-4),
+    ("you_alexnet_32k", 32768, 10.0, 5, 100, 0.0, 2.0, 0.9, 5e-4),
+])
+def test_warmup_poly_runs_in_epochs(name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd):
+    lr, spe, group, cfg = hyper(name)
+    assert cfg.batch.global_size == batch and spe == N // batch
+    expected = lambda step: poly(step, peak=peak, warmup=warmup_epochs * spe, total=epochs * spe, end=end,
+                                 power=power)
+    for step in (0, warmup_epochs * spe // 2, warmup_epochs * spe, (warmup_epochs + epochs) * spe // 2,
+                 epochs * spe - 1, epochs * spe):
+        assert lr(step) == pytest.approx(expected(step), rel=1e-9, abs=1e-12), (name, step)
+    assert lr(warmup_epochs * spe) == pytest.approx(peak)
+    assert (group["momentum"], group["weight_decay"]) == (momentum, wd)
+
+
+@pytest.mark.parametrize("name, batch, peak, warmup_steps, total_steps, end, power, momentum, wd", [
+    # warmup steps = int(epochs x N / batch), as TF computes them
+    ("google_mlperf06_32k", 32768, 31.2, int(25 * N / 32768), 2983, 1e-4, 2.0, 0.9, 1e-4),
+    ("google_mlperf07_64k", 65536, 24.699, int(31 * N / 65536), 1738, 1e-4, 2.0, 0.951807, 1e-4),
+    ("nado_nesterov_32k", 32768, 0.1 * 32768 / 256, int(18 * N / 32768), 2512, 1e-4, 2.0, 0.9, 1e-4),
+    ("lamb_32k", 32768, 0.04, 782, 3519, 0.0, 1.0, None, 1.5),
+])
+def test_runs_published_in_steps(name, batch, peak, warmup_steps, total_steps, end, power, momentum, wd):
+    lr, _, group, cfg = hyper(name)
+    assert cfg.batch.global_size == batch and cfg.trainer.max_steps == total_steps
+    for step in (0, warmup_steps // 2, warmup_steps, (warmup_steps + total_steps) // 2, total_steps):
+        expected = poly(step, peak=peak, warmup=warmup_steps, total=total_steps, end=end, power=power)
+        assert lr(step) == pytest.approx(expected, rel=1e-9, abs=1e-12), (name, step)
+    assert group["weight_decay"] == wd
+    if momentum is not None:
+        assert group["momentum"] == momentum
+    else:
+        assert tuple(group["betas"]) == (0.9, 0.999) and group["eps"] == 1e-6
+
+
+def test_lamb_and_mlperf_trainers_stop_where_the_schedule_ends():
+    for name in ("google_mlperf06_32k", "google_mlperf07_64k", "nado_nesterov_32k", "lamb_32k"):
+        cfg = recipe(name)
+        assert cfg.trainer.max_steps <= cfg.trainer.max_epochs * (N // cfg.batch.global_size), name
+
+
+def test_akiba_slow_start_and_rmsprop_warmup():
+    lr, spe, group, cfg = hyper("akiba_32k")
+    base = 0.1 * 32768 / 256  # 12.8
+    assert lr(0) == pytest.approx(0.5 * base) and lr(40 * spe - 1) == pytest.approx(0.5 * base)
+    assert lr(40 * spe) == pytest.approx(0.075 * base)
+    assert lr(70 * spe) == pytest.approx(0.01 * base) and lr(85 * spe) == pytest.approx(0.001 * base)
+    # alpha_SGD: ELU-shaped, beta_c = 10, beta_p = 5 epochs; 1/2 at the centre, 1 from 12.5 epochs on
+    blend = cfg.callbacks.rmsprop_warmup
+    fraction = lambda epoch: sgd_fraction_elu(round(epoch * spe), steps_per_epoch=spe,
+                                              center_epochs=blend.center_epochs, period_epochs=blend.period_epochs)
+    assert fraction(0) == pytest.approx(0.5 * torch.exp(torch.tensor(-4.0)).item())
+    assert fraction(10) == pytest.approx(0.5)
+    assert fraction(11) == pytest.approx(0.5 + 1 / 5, rel=1e-3)
+    assert fraction(12.5) == 1.0 and fraction(60) == 1.0
+    assert group["momentum"] == 0.9 and cfg.batch.bn_group == 32
+
+
+def test_mikami_batch_grows_after_five_epochs_and_lr_is_not_rescaled():
+    lr, spe, group, cfg = hyper("mikami_68k")
+    growth = dict(cfg.callbacks.batch_size_control.growth)
+    assert cfg.batch.global_size == 34816 and 34816 * growth[5] == 69632
+    peak = 31.2 * 34816 / 32768
+    assert lr(5 * spe) == pytest.approx(peak)  # warmup over the first 5 epochs at the small batch
+    # after the growth an epoch has spe // 2 steps; position in small-batch steps advances 2 per step
+    step_after = 5 * spe + 10
+    base_step, factor = batch_growth(step_after, steps_per_epoch=spe, growth=growth)
+    assert (base_step, factor) == (5 * spe + 20, 2)
+    assert lr(base_step) == pytest.approx(poly(base_step, peak=peak, warmup=5 * spe, total=90 * spe, end=1e-4,
+                                               power=2.0))
+
+
+def test_fujitsu_weight_decay_follows_the_lr():
+    lr, spe, group, _ = hyper("fujitsu_86k")
+    assert group["weight_decay"] == 5e-5
+    for step in (0, 18 * spe, 36 * spe, 60 * spe, 90 * spe):
+        expected = 5e-5 * poly(step, peak=13.0, warmup=36 * spe, total=90 * spe, end=0.0325, power=2.2) / 13.0
+        assert WeightDecayFollowsLR.weight_decay_at(step, lr, 5e-5) == pytest.approx(expected), step
