@@ -1,0 +1,121 @@
+"""The techniques' callbacks and RMSprop warm-up inside real Lightning fits (tests/unit/callback_harness.py)."""
+
+import functools
+
+import pytest
+import torch
+
+from callbacks.batch_norm import BatchNormGroups, BatchNormWithoutMovingAverage
+from callbacks.batch_size_control import BatchSizeControl
+from callbacks.rmsprop_warmup import RMSpropWarmupBlend
+from callbacks.schedule import ScheduleCallback
+from callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
+from lightning_lars.bn import GroupBatchNorm, batch_norms
+from lightning_lars.errors import UserError
+from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
+from lightning_lars.scaling import plan_batch
+from lightning_lars.schedules import sgd_fraction_elu, warmup_poly
+from tests.unit import callback_harness as harness
+
+
+def schedule(steps_per_epoch, epochs=4, peak=0.05):
+    return functools.partial(warmup_poly, peak_lr=peak, steps_per_epoch=steps_per_epoch, total_epochs=epochs,
+                             warmup_epochs=1, end_lr=0.0, power=2.0)
+
+
+class StepRecorder(ScheduleCallback):
+    """The real schedule callback, also recording (epoch, micro-batches per step, lr) at each optimizer step."""
+
+    def __init__(self):
+        self.steps, self.micro = [], 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.micro += 1
+        if trainer.global_step > len(self.steps):
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            self.steps.append((trainer.current_epoch, self.micro, lr, trainer.optimizers[0].param_groups[0]))
+            self.micro = 0
+
+
+def test_batch_size_control_doubles_the_batch_exactly(tmp_path):
+    # 40 images, micro-batch 4: 10 micro-batches per epoch; recipe batch 8 (accumulation 2) -> 5 steps/epoch
+    spe = 40 // 8
+    module = harness.classifier("sgd", lr_schedule=schedule(spe))
+    recorder = StepRecorder()
+    control = BatchSizeControl(growth={1: 2}, scale_lr=True)
+    trainer = harness.trainer([control, recorder], tmp_path, max_epochs=3, accumulate_grad_batches=2)
+    trainer.fit(module, harness.loader(harness.images(40), batch_size=4), harness.loader(harness.images(8), 4))
+    per_epoch = [sum(1 for s in recorder.steps if s[0] == e) for e in range(3)]
+    assert per_epoch == [5, 2, 2]  # after the growth: 5 // 2 whole steps of 16 images, the rest trimmed
+    assert [s[1] for s in recorder.steps] == [2] * 5 + [4] * 4  # micro-batches behind every step
+    base = schedule(spe)
+    # step 5 (first of epoch 1) stands at base step 5 with factor 2; the next at base step 7
+    assert recorder.steps[5][2] == pytest.approx(2 * base(5))
+    assert recorder.steps[6][2] == pytest.approx(2 * base(7))
+    assert "val/top1" in trainer.callback_metrics  # validation still ran at the trimmed epoch ends
+
+
+def test_weight_decay_follows_lr_in_a_fit(tmp_path):
+    module = harness.classifier("lars", weight_decay=1e-3, lr_schedule=schedule(5))
+    recorder = StepRecorder()
+    harness.trainer([WeightDecayFollowsLR(), recorder], tmp_path, max_epochs=1).fit(
+        module, harness.loader(harness.images(40), batch_size=8))
+    for _, _, lr, group in recorder.steps[-1:]:
+        assert group["initial_weight_decay"] == 1e-3
+        assert group["weight_decay"] == pytest.approx(1e-3 * lr / 0.05)
+
+
+def test_rmsprop_warmup_step_by_hand():
+    torch.manual_seed(0)
+    w = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    w0 = w.detach().clone()
+    optimizer = RMSpropWarmup([{"params": [w], "weight_decay": 0.01, "trust_adaptation": False}], lr=0.5,
+                              rmsprop_lr=0.01, momentum=0.9, alpha=0.99, eps=1e-8)
+    grads = [torch.randn(5, 3, dtype=torch.float64) for _ in range(3)]
+    m, b, ref = torch.zeros_like(w0), torch.zeros_like(w0), w0.clone()
+    for step, g in enumerate(grads):
+        a = [0.1, 0.6, 1.0][step]
+        optimizer.param_groups[0]["sgd_fraction"] = a
+        w.grad = g.clone()
+        optimizer.step()
+        d = g + 0.01 * ref
+        m = 0.99 * m + 0.01 * d * d
+        b = 0.9 * b + 0.5 * a * d + 0.01 * (1 - a) * d / (m.sqrt() + 1e-8)
+        ref = ref - b
+        torch.testing.assert_close(w.detach(), ref)
+        torch.testing.assert_close(w.grad, g)  # the gradient is left untouched
+
+
+def test_rmsprop_warmup_refuses_to_run_without_its_blend():
+    w = torch.nn.Parameter(torch.randn(3))
+    w.grad = torch.randn(3)
+    with pytest.raises(UserError, match="callbacks.rmsprop_warmup"):
+        RMSpropWarmup([w]).step()
+
+
+def test_rmsprop_blend_callback_sets_the_elu_fraction(tmp_path):
+    module = harness.classifier("sgd", lr_schedule=schedule(5))
+    module.optimizer_factory = functools.partial(RMSpropWarmup, weight_decay=1e-4)
+    recorder = StepRecorder()
+    harness.trainer([RMSpropWarmupBlend(center_epochs=0.5, period_epochs=1.0), recorder], tmp_path,
+                    max_epochs=1).fit(module, harness.loader(harness.images(40), batch_size=8))
+    group = recorder.steps[-1][3]
+    assert group["sgd_fraction"] == pytest.approx(sgd_fraction_elu(4, steps_per_epoch=5, center_epochs=0.5,
+                                                                    period_epochs=1.0))
+
+
+def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):
+    module = harness.classifier("sgd")
+    plan = plan_batch(8, 1, 1, 8, bn_group=4)
+    callback = BatchNormGroups(plan)
+    harness.trainer([callback], tmp_path, max_epochs=1).fit(module, harness.loader(harness.images(16), batch_size=8))
+    bns = batch_norms(module)
+    assert callback.converted == len(bns) > 0
+    assert all(isinstance(bn, GroupBatchNorm) and bn.group_size == 4 for _, bn in bns)
+
+
+def test_bn_without_moving_average_in_a_fit(tmp_path):
+    module = harness.classifier("sgd")
+    harness.trainer([BatchNormWithoutMovingAverage()], tmp_path, max_epochs=1).fit(
+        module, harness.loader(harness.images(16), batch_size=8), harness.loader(harness.images(8), batch_size=8))
+    assert all(bn.momentum == 1.0 for _, bn in batch_norms(module))
