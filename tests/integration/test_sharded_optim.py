@@ -60,13 +60,7 @@ def _run_case(rank: int, case: str) -> tuple[float, float, float]:
     fully_shard(sharded, mesh=mesh)
     opt_ref = cls(param_groups(reference, weight_decay=0.01), **kwargs)
     opt = cls(param_groups(sharded, weight_decay=0.01), **kwargs)
-    reductions = []
-    original = dist.all_reduce
-
-    def counting_all_reduce(*args, **kw):
-        reductions.append(1)
-        return original(*args, **kw)
-
+    reductions = 0
     generator = torch.Generator().manual_seed(1)
     for step in range(STEPS):
         x = torch.randn(8, 5, generator=generator, dtype=torch.float64)
@@ -80,15 +74,65 @@ def _run_case(rank: int, case: str) -> tuple[float, float, float]:
         half = slice(rank * 4, rank * 4 + 4)
         opt.zero_grad()
         nn.functional.mse_loss(sharded(x[half]), y[half]).backward()
-        dist.all_reduce = counting_all_reduce  # counts the optimizer's collectives only
-        try:
-            opt.step()
-        finally:
-            dist.all_reduce = original
+        reductions += _all_reduces_in(opt.step)
     full = [p.full_tensor() for p in sharded.parameters()]
     error = max((a - b).abs().max().item() for a, b in zip(full, reference.parameters()))
     moved = max((a - b).abs().max().item() for a, b in zip(reference.parameters(), _model().parameters()))
-    return error, moved, len(reductions) / STEPS
+    return error, moved, reductions / STEPS
+
+
+def _all_reduces_in(fn) -> int:
+    """Number of ``dist.all_reduce`` calls while ``fn()`` runs (the optimizer's collectives only)."""
+    calls = []
+    original = dist.all_reduce
+
+    def counting_all_reduce(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = counting_all_reduce
+    try:
+        fn()
+    finally:
+        dist.all_reduce = original
+    return len(calls)
+
+
+def _flat_shard_case(rank: int) -> tuple[float, float, float]:
+    """FSDP1 ``use_orig_params=True`` layout (FSDP1 refuses the CPU, so built by hand): every parameter is
+    flattened and each rank holds a contiguous slice (rank 1 holds nothing of 1-element tensors); groups come
+    from the unwrapped model; ``shard_group`` makes the norms whole."""
+    reference = _model()
+    groups = param_groups(reference, weight_decay=0.01)
+    pieces = {}
+    for p in reference.parameters():
+        per_rank = -(-p.numel() // WORLD)  # ceil
+        pieces[p] = slice(rank * per_rank, (rank + 1) * per_rank)
+    shards = {p: nn.Parameter(p.detach().flatten()[pieces[p]].clone()) for p in reference.parameters()}
+    shard_groups = [{**g, "params": [shards[p] for p in g["params"]]} for g in groups]
+    kwargs = {"momentum": 0.9, "form": "mlperf", "trust_coefficient": 0.02}
+    opt_ref = LARS(groups, **kwargs)
+    opt = LARS(shard_groups, shard_group=dist.group.WORLD, **kwargs)
+    generator = torch.Generator().manual_seed(2)
+    reductions = 0
+    for step in range(STEPS):
+        for p in reference.parameters():
+            p.grad = torch.randn(p.shape, generator=generator, dtype=torch.float64)
+            shards[p].grad = p.grad.flatten()[pieces[p]].clone()
+        for o in (opt_ref, opt):
+            for group in o.param_groups:
+                group["lr"] = _lr(step)
+        opt_ref.step()
+        reductions += _all_reduces_in(opt.step)
+    error = 0.0
+    for p, shard in shards.items():
+        gathered = [torch.empty(-(-p.numel() // WORLD), dtype=p.dtype) for _ in range(WORLD)]
+        padded = torch.cat([shard.detach(), shard.new_zeros(gathered[0].numel() - shard.numel())])
+        dist.all_gather(gathered, padded)
+        whole = torch.cat(gathered)[: p.numel()].view_as(p)
+        error = max(error, (whole - p.detach()).abs().max().item())
+    moved = max((a - b).abs().max().item() for a, b in zip(reference.parameters(), _model().parameters()))
+    return error, moved, reductions / STEPS
 
 
 def _sharded_step_ops(num_layers: int) -> int:
@@ -110,6 +154,7 @@ def _worker(rank: int, port: int, queue) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         results = {case: _run_case(rank, case) for case in CASES}
+        results["lars_fsdp1_flat_shards"] = _flat_shard_case(rank)
         results["ops"] = (_sharded_step_ops(2), _sharded_step_ops(12))
         queue.put((rank, results))
     finally:
@@ -134,4 +179,4 @@ def test_fsdp2_sharded_steps_match_unsharded():
             assert moved > 1e-3, f"{case}: the weights did not move; the comparison would be empty"
             assert error < 1e-6, f"{case}, rank {rank}: sharded weights differ from unsharded by {error:.3g}"
             # LAMB needs ||u|| after ||g|| (u depends on the clipped g): two collectives; LARS one.
-            assert reductions_per_step == (2 if CASES[case][0] is LAMB else 1), case
+            assert reductions_per_step == (2 if case == "lamb" else 1), case
