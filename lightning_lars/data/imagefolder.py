@@ -89,12 +89,20 @@ def load_rgb(path, max_resolution=None):
         return np.asarray(image.convert("RGB"))
 
 
-def check_image(path, max_resolution=None):
-    """``None`` when ``path`` decodes fully, else a short reason (the decoder's message)."""
+def check_image(path):
+    """``(None, (height, width))`` when ``path`` decodes fully, else ``(reason, None)`` (the decoder's message).
+
+    JPEGs are checked at 1/8 scale: libjpeg still entropy-decodes the whole stream (so truncation and
+    corruption are caught) but skips most of the inverse DCT and colour conversion.
+    """
     try:
-        pixels = load_rgb(path, max_resolution)
+        with Image.open(path) as image:
+            width, height = image.size
+            if image.format == "JPEG":
+                image.draft("RGB", (1, 1))  # the largest DCT reduction libjpeg offers (1/8)
+            pixels = np.asarray(image.convert("RGB"))  # convert() forces the full decode
     except Exception as error:  # noqa: BLE001 -- PIL raises many types (OSError, SyntaxError, ValueError...)
-        return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+        return f"{type(error).__name__}: {error}".splitlines()[0][:200], None
     if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
-        return f"unexpected decoded shape {pixels.shape}"
-    return None
+        return f"unexpected decoded shape {pixels.shape}", None
+    return None, (height, width)

@@ -111,12 +111,12 @@ def _make_writer_class():
     return GuardedDatasetWriter
 
 
-def _check_split(listing, max_resolution, num_workers, strict, progress):
+def _check_split(listing, num_workers, strict, progress):
     """Decode every file once in parallel; drop undecodable ones. Returns the largest (h, w) seen."""
     paths = [path for path, _ in listing.samples]
     good, largest = [], (0, 0)
     with multiprocessing.Pool(num_workers) as pool:
-        results = pool.imap(_check_one, [(path, max_resolution) for path in paths], chunksize=16)
+        results = pool.imap(check_image, paths, chunksize=16)
         for sample, (reason, shape) in tqdm(zip(listing.samples, results), total=len(paths),
                                             desc=f"check {listing.name}", unit="img", disable=not progress):
             if reason is None:
@@ -128,18 +128,6 @@ def _check_split(listing, max_resolution, num_workers, strict, progress):
                 listing.skipped.append((sample[0], reason))
     listing.samples = good
     return largest
-
-
-def _check_one(args):
-    path, max_resolution = args
-    reason = check_image(path, max_resolution)
-    if reason is not None:
-        return reason, None
-    from PIL import Image
-
-    with Image.open(path) as image:
-        width, height = image.size
-    return None, (height, width)
 
 
 def _page_size_for(largest_hw, max_resolution, minimum=DEFAULT_PAGE_SIZE):
@@ -263,7 +251,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     temporaries, started = {}, time.perf_counter()
     try:
         for listing in listings:
-            largest = _check_split(listing, max_resolution, num_workers, strict, progress)
+            largest = _check_split(listing, num_workers, strict, progress)
             if not listing.samples:
                 raise UserError(f"no decodable images in {src / listing.name}; {EXPECTED_LAYOUT}")
             tmp = out / f"{listing.name}.beton.tmp-{os.getpid()}"
