@@ -127,7 +127,7 @@ def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[floa
     """``[first, first*growth, ...]`` up to ``largest`` (the last cap, which repeats)."""
     caps = [min(first_mb, largest_mb)]
     while caps[-1] < largest_mb and growth > 1:
-        caps.append(min(caps[-1] * growth, largest_mb))
+        caps.append(min(round(caps[-1] * growth, 2), largest_mb))  # 0.01 MiB: printable as configured
     return caps if growth > 1 else [first_mb]
 
 
