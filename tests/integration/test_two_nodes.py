@@ -61,3 +61,34 @@ def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
     assert weights[0].keys() == weights[1].keys() and len(weights[0]) > 10
     for name, tensor in weights[0].items():
         assert torch.equal(tensor, weights[1][name]), name  # DDP keeps replicas bit-identical
+
+
+def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
+    from lightning_lars.dist.launch import build
+
+    launcher, script = build(["--nodes", "4", "--devices", "8", "recipe=goyal_8k", "trainer.max_epochs=2"],
+                             env={}, which=lambda name: "/usr/bin/sbatch")
+    assert launcher == "slurm"
+    for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--signal=SIGUSR1@90", "--requeue"):
+        assert f"#SBATCH {directive}\n" in script
+    srun = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1 and "recipe=goyal_8k trainer.num_nodes=4 trainer.devices=8 trainer.max_epochs=2" in srun[0]
+    result = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert result.returncode == 0, result.stderr  # valid shell
+
+
+def test_launcher_choice_without_slurm():
+    from lightning_lars.dist.launch import build
+    from lightning_lars.errors import UserError
+
+    no_sbatch = lambda name: None  # noqa: E731
+    launcher, command = build(["--nodes", "2", "--devices", "4", "recipe=demo"],
+                              env={"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1", "RUN_ID": "r1"}, which=no_sbatch)
+    assert launcher == "torchrun" and command[1:3] == ["-m", "torch.distributed.run"]
+    assert {"--nnodes=2", "--nproc-per-node=4", "--node-rank=1", "--master-addr=10.0.0.1"} <= set(command)
+    assert command[-1].endswith("runs/torchrun-r1")  # every node writes to the same run dir
+    launcher, command = build(["--devices", "2", "recipe=demo"], env={}, which=no_sbatch)
+    assert launcher == "local" and command[1:] == ["-m", "lightning_lars.train", "recipe=demo",
+                                                   "trainer.num_nodes=1", "trainer.devices=2"]
+    with pytest.raises(UserError, match="MASTER_ADDR"):
+        build(["--nodes", "2", "recipe=demo"], env={}, which=no_sbatch)
