@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ class DamagedCheckpoint(Exception):
 
 def load_meta(path: str | Path) -> dict[str, Any]:
     """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`."""
+    if not zipfile.is_zipfile(path):  # torch.save's format is a zip whose index closes the file
+        raise DamagedCheckpoint(f"{path}: truncated, or not a torch checkpoint")
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except Exception as error:  # noqa: BLE001
@@ -109,7 +112,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     try:
         load_meta(path)
     except DamagedCheckpoint as error:
-        raise UserError(f"checkpoint {error} (damaged or not a checkpoint); use run.ckpt_path=last for the"
+        raise UserError(f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the"
                         " newest good one") from None
     return str(path)
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from callbacks.batch_norm import BatchNormGroups
 from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from callbacks.schedule import ScheduleCallback
-from lightning_lars import config, preemption, report, resume
+from lightning_lars import config, preemption, preflight, report, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
 from lightning_lars.scaling import plan_batch
@@ -108,7 +108,8 @@ def hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
-        config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
+        cfg = config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
+        preflight.check_dataset(cfg)
     except UserError as err:
         fail(err)
     sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
