@@ -149,7 +149,12 @@ class ResumeState(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         local = {"rng": resume.collect_rng_states(), "aggregates": resume.collect_epoch_aggregates(trainer, pl_module)}
         # every rank runs this hook (trainer.save_checkpoint is collective); rank 0's dict is the one written
-        checkpoint[resume.PER_RANK_KEY] = trainer.strategy.all_gather_object(local) if _distributed(trainer) else [local]
+        if _distributed(trainer):  # Lightning strategies have no all_gather_object: use torch.distributed's
+            gathered: list = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, local)
+        else:
+            gathered = [local]
+        checkpoint[resume.PER_RANK_KEY] = gathered
         run_id = wandb_run_id(trainer)
         if run_id:
             checkpoint[resume.WANDB_KEY] = run_id
