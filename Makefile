@@ -40,8 +40,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install the project (once)
 
-train: $(STAMP) ## run a recipe: make recipe=NAME [key=value ...]
+train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
+ifneq ($(nodes)$(devices),)
+	$(PY) -m lightning_lars.dist.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) recipe=$(recipe) $(OVERRIDES)
+else
 	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
+endif
 
 demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV (data/demo/)
 	$(PY) -m lightning_lars.data.demo --out data/demo

@@ -54,7 +54,7 @@ def sbatch_script(recipe: str, nodes: int, devices: int, overrides: list[str], p
         f"# lightning-lars: {recipe} on {nodes} node(s) x {devices} GPU(s). Submit: sbatch THIS_FILE",
         *(f"#SBATCH {d}" for d in directives),
         "set -euo pipefail",
-        "export WANDB_MODE=${WANDB_MODE:-online}",
+        "# W&B: online with credentials (wandb login / WANDB_API_KEY), else offline with a one-line notice",
         "# srun starts one task per GPU; Lightning's SLURMEnvironment reads SLURM_PROCID/LOCAL_ID/NTASKS.",
         f"srun --kill-on-bad-exit=1 {command} {run_dir}",
         "",
