@@ -117,8 +117,11 @@ class Checkpoint(ModelCheckpoint):
     and here the deletion is skipped until a write succeeds again.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, filename: str | None = "epoch{epoch}-step{step}", auto_insert_metric_name: bool = False,
+                 **kwargs):
+        # No "=" in our file names (Lightning's default is "epoch=0-step=4"): Hydra's override grammar rejects
+        # an unquoted "=" in a value, so `run.ckpt_path=.../epoch=0-step=4.ckpt` would not even parse.
+        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name, **kwargs)
         self._last_write_failed = False
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
@@ -194,7 +197,7 @@ class SignalCheckpoint(L.Callback):
     The signal handler only records the signal. At the end of the next training batch that stepped the
     optimizer, all ranks agree (one boolean all-reduce per step, only when distributed), then:
     under SLURM auto-requeue, Lightning's handler saves ``hpc_ckpt_<n>.ckpt`` in the run dir and runs
-    ``scontrol requeue``; otherwise we save ``signal-step=<n>.ckpt`` in the checkpoint folder. A checkpoint
+    ``scontrol requeue``; otherwise we save ``signal-step<n>.ckpt`` in the checkpoint folder. A checkpoint
     taken there is one Lightning resumes exactly (the same point as ``ModelCheckpoint(every_n_train_steps)``).
     """
 
@@ -233,7 +236,7 @@ class SignalCheckpoint(L.Callback):
             raise Preempted(f"signal {signal.Signals(self.signum).name} at step {trainer.global_step}:"
                             f" checkpoint saved in {trainer.default_root_dir}, SLURM job {job_id} requeued")
         folder = Path(trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir)
-        path = folder / f"signal-step={trainer.global_step}.ckpt"
+        path = folder / f"signal-step{trainer.global_step}.ckpt"
         trainer.save_checkpoint(path)
         raise Preempted(f"signal {signal.Signals(self.signum).name} at step {trainer.global_step}:"
                         f" checkpoint {path} saved; resume with run.ckpt_path=last")

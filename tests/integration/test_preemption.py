@@ -46,7 +46,7 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
 
     with open(tmp_path / "first.log", "w") as log:
         job = subprocess.Popen(command, cwd=ROOT, env=job_env, stdout=log, stderr=subprocess.STDOUT)
-        first_checkpoint = run_dir / "checkpoints" / "epoch=0-step=4.ckpt"
+        first_checkpoint = run_dir / "checkpoints" / "epoch0-step4.ckpt"
         deadline = time.monotonic() + 600
         while not first_checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -36,10 +36,10 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     with open(tmp_path / "killed.log", "w") as log:
         victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=log, stderr=subprocess.STDOUT)
         # step 8 is the 2nd of 6 steps of epoch 2: the kill lands mid-epoch, after that checkpoint
-        kill_when(run_dir / "checkpoints" / "epoch=1-step=8.ckpt", victim)
+        kill_when(run_dir / "checkpoints" / "epoch1-step8.ckpt", victim)
     assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
     assert not (run_dir / "final.pt").exists()  # it really died before the end
-    saved = torch.load(run_dir / "checkpoints" / "epoch=1-step=8.ckpt", weights_only=True)
+    saved = torch.load(run_dir / "checkpoints" / "epoch1-step8.ckpt", weights_only=True)
     assert saved["FFCVDataModule"] == {"epoch": 1, "samples_consumed": 64}  # 2 of 6 global batches of epoch 2
     killed_wandb = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
 

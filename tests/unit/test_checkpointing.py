@@ -106,9 +106,9 @@ def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatc
     trainer.fit(BoringModel())
     monkeypatch.undo()
     # saves at steps 2 (ok), 4 and 6 (disk full): plain ModelCheckpoint would have deleted step=2 at step 4
-    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["epoch=0-step=2.ckpt"]
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["epoch0-step2.ckpt"]
     assert trainer.strategy.checkpoint_io.num_failed_writes == 2
-    assert resume.load_meta(tmp_path / "ckpt" / "epoch=0-step=2.ckpt")["global_step"] == 2
+    assert resume.load_meta(tmp_path / "ckpt" / "epoch0-step2.ckpt")["global_step"] == 2
 
 
 class SignalAt(L.Callback):
@@ -130,7 +130,7 @@ def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatc
                              max_steps=20, accumulate_grad_batches=2)
     with pytest.raises(Preempted, match="run.ckpt_path=last"):
         trainer.fit(BoringModel())
-    saved = tmp_path / "ckpt" / "signal-step=3.ckpt"  # signal during step 2 -> saved once step 3 completed
+    saved = tmp_path / "ckpt" / "signal-step3.ckpt"  # signal during step 2 -> saved once step 3 completed
     meta = resume.load_meta(saved)
     assert meta["global_step"] == 3
     progress = meta["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
@@ -193,7 +193,7 @@ def test_last_prefers_this_run_folder_and_starts_fresh_without_any(tmp_path, mon
     assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) is None
     runs = tmp_path / "logs/demo/runs"
     write_checkpoint(runs / "other/checkpoints/last.ckpt", 8, 5_000)
-    mine = write_checkpoint(runs / "now/checkpoints/epoch=0-step=4.ckpt", 4, 1_000)
+    mine = write_checkpoint(runs / "now/checkpoints/epoch0-step4.ckpt", 4, 1_000)
     assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) == str(mine)
 
 

@@ -1,0 +1,177 @@
+"""Issue 7.4 / issue 2: bad input gives one clear line (exit code 2, no traceback) or a counted warning, and
+nothing is lost: unknown recipe or key, missing or truncated dataset, devices that do not divide the global
+batch, a missing or damaged checkpoint, bad ImageFolder trees for `prepare`, and a disk that fills up while
+a checkpoint is written (the previous checkpoint stays valid and the run resumes from it exactly)."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from PIL import Image
+
+import callbacks.checkpointing as checkpointing
+from lightning_lars import resume, train
+from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "resume_runs"
+
+
+def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
+                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["recipe=goyal8k"], ["unknown recipe 'goyal8k'", "goyal_8k", "make recipes"]),
+    (["trainer.max_epoch=3"], ["unknown config key 'trainer.max_epoch'"]),
+    (["+run.resume=true"], ["unknown config key 'run.resume'", "nothing reads it"]),
+    (["paths.data_dir=/nonexistent/data"], ["/nonexistent/data/demo/train.beton not found", "make demo-data"]),
+])
+def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
+    assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+
+
+def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared, tmp_path):
+    make_demo_data(shared)
+    (tmp_path / "data" / "demo").mkdir(parents=True)
+    whole = (shared / "data" / "demo" / "train.beton").read_bytes()
+    (tmp_path / "data" / "demo" / "train.beton").write_bytes(whole[: len(whole) // 2])  # a copy that died
+    (tmp_path / "data" / "demo" / "val.beton").write_bytes((shared / "data" / "demo" / "val.beton").read_bytes())
+    assert_one_line_error(entry_point(tmp=tmp_path), "train.beton is truncated or not an FFCV file",
+                          "make demo-data")
+
+    damaged = tmp_path / "epoch0-step4.ckpt"
+    damaged.write_bytes(b"PK\x03\x04" + os.urandom(3000))  # starts like a zip, ends nowhere
+    assert_one_line_error(entry_point(f"run.ckpt_path={damaged}", tmp=shared), "damaged or not a checkpoint")
+    assert_one_line_error(entry_point("run.ckpt_path=/nonexistent/last.ckpt", tmp=shared),
+                          "checkpoint /nonexistent/last.ckpt not found", "run.ckpt_path=last")
+
+
+def test_global_batch_that_does_not_divide_across_devices(shared, tmp_path):
+    make_demo_data(shared)
+    done = entry_point("batch.global_size=30", "trainer.devices=4", "trainer.accelerator=cpu", tmp=shared)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    # Lightning's start-up notices may precede it (the device count needs the Trainer); the error ends the run
+    assert errors == [done.stderr.strip().splitlines()[-1]]
+    assert "global batch 30 does not divide across 4 devices" in errors[0]
+
+
+def test_prepare_counts_bad_files_and_fails_one_line_on_a_wrong_path(tmp_path):
+    src = tmp_path / "imagenet"
+    for split in ("train", "val"):
+        for name in ("cat", "dog"):
+            (src / split / name).mkdir(parents=True)
+            Image.new("RGB", (20, 16), (200, 30, 30)).save(src / split / name / "ok.JPEG")
+    (src / "train" / "cat" / "cut.JPEG").write_bytes((src / "train" / "cat" / "ok.JPEG").read_bytes()[:60])
+    (src / "train" / "dog" / "notes.txt").write_text("not an image")
+    (src / "train" / "empty").mkdir()
+    prepare = [sys.executable, "-m", "lightning_lars.data.prepare"]
+    done = subprocess.run([*prepare, "--src", str(src), "--out", str(tmp_path / "out")], cwd=ROOT,
+                          env=env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skipped 2 file(s)" in done.stderr and "1 empty class folder(s): empty" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    wrong = subprocess.run([*prepare, "--src", str(tmp_path / "imagnet"), "--out", str(tmp_path / "out2")],
+                           cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert_one_line_error(wrong, str(tmp_path / "imagnet"))
+
+
+class FullDiskAfter:
+    """``open`` for the checkpoint writer: the first ``files`` files are written, then every write hits ENOSPC
+    after ``budget`` bytes (a partial file lands first, as on a real disk)."""
+
+    def __init__(self, files: int, budget: int = 4096):
+        self.files, self.budget = files, budget
+
+    def __call__(self, path, mode="r", *args, **kwargs):
+        self.files -= 1
+        handle = builtins.open(path, mode, *args, **kwargs)
+        if self.files >= 0:
+            return handle
+        budget = self.budget
+
+        class Full:
+            def write(self, data):
+                nonlocal budget
+                if len(data) > budget:
+                    handle.write(bytes(data[:budget]))
+                    budget = 0
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                budget -= len(data)
+                return handle.write(data)
+
+            def __getattr__(self, name):
+                return getattr(handle, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                handle.close()
+
+        return Full()
+
+
+def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[*OVERRIDES, f"paths.data_dir={shared / 'data'}",
+                                          f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}",
+                                          *extra], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # recipe_name reads ${hydra:runtime.choices.recipe}
+        return train.run(cfg)
+
+
+@pytest.fixture
+def deterministic_off_afterwards():
+    yield
+    torch.use_deterministic_algorithms(False)  # trainer.deterministic=true sets it for the whole process
+
+
+def test_disk_full_while_checkpointing_keeps_previous_checkpoint_and_resume_is_exact(
+        shared, tmp_path, monkeypatch, caplog, deterministic_off_afterwards):
+    reference = reference_run(shared)
+    run_dir = tmp_path / "run"
+    # step 4 writes epoch0-step4.ckpt and last.ckpt; then the disk is full for the saves at steps 8 and 12
+    monkeypatch.setattr(checkpointing, "open", FullDiskAfter(files=2), raising=False)
+    with caplog.at_level(logging.WARNING, logger="callbacks.checkpointing"):
+        metrics = run_in_process(shared, run_dir)
+    assert "val/top1" in metrics  # the run went on to the end
+    failures = [r.getMessage() for r in caplog.records if "NOT written" in r.getMessage()]
+    assert len(failures) >= 2 and all("No space left on device" in f and "\n" not in f for f in failures)
+    assert f"({len(failures)} failed checkpoint writes in this run)" in failures[-1]
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["epoch0-step4.ckpt", "last.ckpt"]  # no partial file, no deleted predecessor
+    assert resume.load_meta(run_dir / "checkpoints" / "last.ckpt")["global_step"] == 4
+
+    monkeypatch.undo()  # disk space freed; the user resumes from the newest good checkpoint
+    (run_dir / "final.pt").unlink()
+    run_in_process(shared, run_dir, "run.ckpt_path=last")
+    assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
