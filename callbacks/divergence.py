@@ -89,15 +89,17 @@ class DivergenceGuard(L.Callback):
         count = self._count
         window = float(self._sum) / count if count else None  # the one host sync
         self._sum, self._count = None, 0
-        problem = None
+        problem, step = None, trainer.global_step - 1  # default: the last step taken (0-based)
         if window is not None and not math.isfinite(window):
             first = int(self._first_bad_step)
-            problem = f"loss is {window} (first non-finite at step {first})" if first >= 0 else f"loss is {window}"
+            step = first if first >= 0 else step
+            problem = f"loss is {window}"
         elif check_weights and not _weights_finite(pl_module):
             problem = "weights are NaN/inf"
         elif (window is not None and self.explosion_factor is not None and trainer.global_step >= self.min_steps
               and window > self.explosion_factor * self.best_window_loss):
             first, last = self._window_first_step, self._batch_step
+            step = first
             steps = f"step {first}" if first == last else f"steps {first}-{last}"
             problem = (f"loss exploded to {window:.4g} (mean of {steps}),"
                        f" over {self.explosion_factor:g} x the best window's {self.best_window_loss:.4g}")
@@ -106,7 +108,7 @@ class DivergenceGuard(L.Callback):
         # Any rank in trouble stops every rank, at the same step.
         if not trainer.strategy.reduce_boolean_decision(problem is not None, all=False):
             return
-        self.diverged = _message(trainer, problem or "another rank's loss diverged")
+        self.diverged = _message(trainer, step, problem or "another rank's loss diverged")
         raise DivergenceError(self.diverged)
 
     def state_dict(self):
@@ -122,10 +124,11 @@ def _weights_finite(pl_module) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
-def _message(trainer, problem: str) -> str:
+def _message(trainer, step: int, problem: str) -> str:
+    """One line: the step (0-based, as ``trainer/global_step`` in the logs), what went wrong, what is kept."""
     callback = trainer.checkpoint_callback
     last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
     keep = (f"last good checkpoint: {last} (resume with run.ckpt_path={last})" if last
             else "no checkpoint had been saved")
-    return (f"training diverged at step {trainer.global_step} (epoch {trainer.current_epoch}): {problem};"
+    return (f"training diverged at step {step} (epoch {trainer.current_epoch}): {problem};"
             f" {keep}; lower the peak LR (scheduler.base_lr) or lengthen the warmup (scheduler.warmup_epochs)")

@@ -81,8 +81,9 @@ def target_of(cfg) -> tuple[float, str]:
     ttt = (cfg.get("callbacks") or {}).get("time_to_target") or {}
     if ttt.get("target_top1") is not None:
         return float(ttt["target_top1"]), "callbacks.time_to_target.target_top1"
-    if (cfg.get("published") or {}).get("top1") is not None:
-        return float(cfg.published.top1), "published.top1"
+    published = (cfg.get("published") or {}).get("top1")
+    if isinstance(published, (int, float)) and not isinstance(published, bool):
+        return float(published), "published.top1"
     raise UserError("no target to test against: set callbacks.time_to_target.target_top1=PERCENT"
                     " or published.top1 in the recipe")
 

@@ -1,0 +1,53 @@
+"""`make check` at toy scale: K seeds through the real entry point, mean/std and the one-sided t-test."""
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(args, timeout=1200):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
+    data = tmp_path / "data"
+    made = run(["-m", "lightning_lars.data.demo", "--out", str(data / "demo"), "--train-per-class", "16",
+                "--val-per-class", "8", "--workers", "1"])
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = tmp_path / "check"
+    checked = run(["-m", "lightning_lars.check", "--recipe", "demo", "--seeds", "2", "--out", str(out),
+                   "debug=toy", f"paths.data_dir={data}", "callbacks.time_to_target.target_top1=10"])
+    assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
+
+    # The values the check must have used: each seed's own results.json (a full validation at the end).
+    top1 = [100 * json.loads((out / f"seed_{s}" / "results.json").read_text())["metrics"]["val/top1"]
+            for s in (0, 1)]
+    seeds = [json.loads((out / f"seed_{s}" / "results.json").read_text())["seed"] for s in (0, 1)]
+    assert seeds == [0, 1]
+    text = checked.stdout
+    assert f"mean {statistics.fmean(top1):.3f} %" in text and "(n=2)" in text
+    assert "target   10.00 % (callbacks.time_to_target.target_top1)" in text
+    if top1[0] != top1[1]:
+        assert f"std {statistics.stdev(top1):.3f}" in text
+        # df = 1: Student's t is the Cauchy distribution, P(T > t) = 1/2 - atan(t)/pi, in closed form.
+        t = (statistics.fmean(top1) - 10.0) / (statistics.stdev(top1) / math.sqrt(2))
+        assert f"t = {t:.3f}, df = 1, p = {0.5 - math.atan(t) / math.pi:.4g}" in text
+    assert (out / "check.txt").read_text().strip() in text
+
+
+def test_a_recipe_without_a_target_is_one_line():
+    checked = run(["-m", "lightning_lars.check", "--recipe", "demo", "--seeds", "2"])
+    assert checked.returncode == 2
+    assert checked.stderr.strip().startswith("error: no target to test against")
+    assert len(checked.stderr.strip().splitlines()) == 1
