@@ -14,6 +14,7 @@ the same pixels and the same JPEG bytes on every run, independent of generation 
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import sys
@@ -141,23 +142,35 @@ def draw_image(shape_name, size, rng):
     return np.asarray(canvas)
 
 
-def make_demo_images(root, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0):
+def _write_class(job):
+    root, split, class_index, name, count, size, seed = job
+    class_dir = Path(root) / split / name
+    class_dir.mkdir(parents=True, exist_ok=True)
+    for image_index in range(count):
+        rng = np.random.default_rng([seed, SPLIT_IDS[split], class_index, image_index])
+        Image.fromarray(draw_image(name, size, rng)).save(class_dir / f"{name}_{image_index:05d}.JPEG",
+                                                           quality=JPEG_QUALITY)
+
+
+def make_demo_images(root, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0,
+                     num_workers=None):
     """Write ``root/{train,val}/<shape>/<shape>_<index>.JPEG``; return the list of class names.
 
-    Deterministic: same arguments, same bytes. Files of the same name are overwritten; other files in
-    ``root`` are left alone (``prepare_demo`` clears its JPEG folder before regenerating).
+    Deterministic: same arguments, same bytes, whatever ``num_workers`` (processes; default all cores).
+    Files of the same name are overwritten; other files in ``root`` are left alone (``prepare_demo``
+    clears its JPEG folder before regenerating).
     """
-    root = Path(root)
     names = class_names(num_classes)
-    counts = {"train": train_per_class, "val": val_per_class}
-    for split, count in counts.items():
-        for class_index, name in enumerate(names):
-            class_dir = root / split / name
-            class_dir.mkdir(parents=True, exist_ok=True)
-            for image_index in range(count):
-                rng = np.random.default_rng([seed, SPLIT_IDS[split], class_index, image_index])
-                pixels = draw_image(name, size, rng)
-                Image.fromarray(pixels).save(class_dir / f"{name}_{image_index:05d}.JPEG", quality=JPEG_QUALITY)
+    jobs = [(str(root), split, class_index, name, count, size, seed)
+            for split, count in (("train", train_per_class), ("val", val_per_class))
+            for class_index, name in enumerate(names)]
+    num_workers = min(num_workers or len(os.sched_getaffinity(0)), len(jobs))
+    if num_workers > 1:
+        with multiprocessing.Pool(num_workers) as pool:
+            pool.map(_write_class, jobs, chunksize=1)
+    else:
+        for job in jobs:
+            _write_class(job)
     return names
 
 
@@ -195,7 +208,7 @@ def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100,
         return None
     if force or _read_json(jpeg_root / PARAMS_FILE) != params:
         shutil.rmtree(jpeg_root, ignore_errors=True)  # stale classes or extra files would leak into the betons
-        make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed)
+        make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed, num_workers)
         _write_json_atomic(jpeg_root / PARAMS_FILE, params)
     # Raw pixels: the images are tiny (3 KiB each), raw is deterministic and the fastest to load on CPU.
     # 2 MiB pages (FFCV's minimum): each writer process pads its last page, 8 MiB would triple the files.
@@ -211,7 +224,7 @@ def main(argv=None):
     parser.add_argument("--val-per-class", type=int, default=100, help="default: 100")
     parser.add_argument("--size", type=int, default=32, help="image side in pixels (default: 32)")
     parser.add_argument("--seed", type=int, default=0, help="default: 0")
-    parser.add_argument("--workers", type=int, default=None, help="conversion processes (default: all cores)")
+    parser.add_argument("--workers", type=int, default=None, help="generation and conversion processes (default: all cores)")
     parser.add_argument("--force", action="store_true", help="regenerate and reconvert even if complete")
     args = parser.parse_args(argv)
     from lightning_lars.data.prepare import run_cli
