@@ -25,7 +25,7 @@ OVERRIDES = [
     f"trainer.max_epochs={EPOCHS}", "+trainer.deterministic=true", "trainer.log_every_n_steps=1",
     "data.num_workers=1",
     "data.pipeline.train=[{center_crop:{ratio:1.0}},{normalize:imagenet},to_tensor,to_device,to_torch_image]",
-    f"++callbacks.checkpoint.every_n_train_steps={CHECKPOINT_EVERY}", "callbacks.checkpoint.every_n_epochs=null",
+    f"callbacks.checkpoint.every_n_train_steps={CHECKPOINT_EVERY}", "callbacks.checkpoint.every_n_epochs=null",
     "+callbacks.final_state._target_=resume_runs.FinalState",
 ]
 

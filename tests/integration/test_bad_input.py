@@ -18,6 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
 from PIL import Image
 
 import callbacks.checkpointing as checkpointing
@@ -146,6 +147,8 @@ def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
                                           f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}",
                                           *extra], return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)  # recipe_name reads ${hydra:runtime.choices.recipe}
+        with open_dict(cfg):
+            del cfg["hydra"]  # as in a real run: the job's config has no hydra node
         return train.run(cfg)
 
 
