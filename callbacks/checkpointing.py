@@ -231,15 +231,20 @@ class SignalCheckpoint(L.Callback):
         if not received:
             return
         job_id = requeue_job_id()
+        io = checkpoint_io(trainer)
+        failed_before = io.num_failed_writes if io else 0
+        name = signal.Signals(self.signum).name
         if self._lightning_handler is not None and job_id is not None:
             self._lightning_handler(self.signum, None)  # Lightning: save hpc checkpoint + scontrol requeue
-            raise Preempted(f"signal {signal.Signals(self.signum).name} at step {trainer.global_step}:"
-                            f" checkpoint saved in {trainer.default_root_dir}, SLURM job {job_id} requeued")
-        folder = Path(trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir)
-        path = folder / f"signal-step{trainer.global_step}.ckpt"
-        trainer.save_checkpoint(path)
-        raise Preempted(f"signal {signal.Signals(self.signum).name} at step {trainer.global_step}:"
-                        f" checkpoint {path} saved; resume with run.ckpt_path=last")
+            where, then = f"checkpoint in {trainer.default_root_dir}", f"SLURM job {job_id} requeued"
+        else:
+            folder = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir
+            path = Path(folder) / f"signal-step{trainer.global_step}.ckpt"
+            trainer.save_checkpoint(path)
+            where, then = f"checkpoint {path}", "resume with run.ckpt_path=last"
+        if io and io.num_failed_writes > failed_before:  # disk full or gone: the older checkpoints still count
+            where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
+        raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {then}")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.received = None

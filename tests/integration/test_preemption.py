@@ -7,13 +7,18 @@ records its arguments. Lightning's ``SLURMEnvironment(auto_requeue=True)`` does 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
 
+from callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
+from lightning_lars import resume
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
 pytestmark = pytest.mark.slow
@@ -70,3 +75,27 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
     assert f"Restoring states from the checkpoint path at {hpc}" in output
     assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
     assert calls.read_text().split() == ["requeue", "4242"]  # no second requeue
+
+
+class SignalOneRank(L.Callback):
+    """Only rank 1 gets SIGUSR1, in the middle of step 2: both ranks must still checkpoint at the same step."""
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        if trainer.global_rank == 1 and trainer.global_step == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def test_ranks_agree_on_the_signal_step_and_save_every_ranks_rng(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=20, accelerator="cpu", devices=2,
+                        strategy="ddp_spawn", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        plugins=[AtomicCheckpointIO()],
+                        callbacks=[SignalOneRank(), ResumeState(), SignalCheckpoint(),
+                                   Checkpoint(dirpath=tmp_path / "ckpt")])
+    with pytest.raises(Exception, match="Preempted: signal SIGUSR1 at step 3"):
+        trainer.fit(BoringModel())
+    saved = resume.load_meta(tmp_path / "ckpt" / "signal-step3.ckpt")
+    assert saved["global_step"] == 3 and len(saved[resume.PER_RANK_KEY]) == 2
+    assert all("torch" in rank["rng"] for rank in saved[resume.PER_RANK_KEY])
