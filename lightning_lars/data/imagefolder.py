@@ -9,13 +9,18 @@ Rules (documented in ``python -m lightning_lars.data.prepare --help``):
 - An empty class folder keeps its label index (labels stay stable) and is reported as a warning.
 """
 
+import contextlib
 import math
+import multiprocessing
 import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from tqdm import tqdm
 
 from lightning_lars.errors import UserError
 
@@ -106,3 +111,39 @@ def check_image(path):
     if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
         return f"unexpected decoded shape {pixels.shape}", None
     return None, (height, width)
+
+
+@contextlib.contextmanager
+def children_ignore_sigint():
+    """Processes forked inside ignore Ctrl-C: the parent gets KeyboardInterrupt and terminates them,
+    instead of every worker printing its own traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be changed from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def check_split(listing, num_workers, strict, progress):
+    """Decode every file of ``listing`` once in parallel; move undecodable ones to ``listing.skipped``
+    (or, with ``strict``, raise a UserError naming the first). Returns the largest (height, width) seen."""
+    paths = [path for path, _ in listing.samples]
+    good, largest = [], (0, 0)
+    with children_ignore_sigint():
+        pool = multiprocessing.Pool(num_workers)
+    with pool:
+        results = pool.imap(check_image, paths, chunksize=16)
+        for sample, (reason, shape) in tqdm(zip(listing.samples, results), total=len(paths),
+                                            desc=f"check {listing.name}", unit="img", disable=not progress):
+            if reason is None:
+                good.append(sample)
+                largest = max(largest, shape, key=lambda hw: hw[0] * hw[1])
+            elif strict:
+                raise UserError(f"cannot decode {sample[0]} ({reason}); fix or remove it, or drop --strict")
+            else:
+                listing.skipped.append((sample[0], reason))
+    listing.samples = good
+    return largest

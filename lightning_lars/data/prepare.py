@@ -16,6 +16,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from lightning_lars.data.imagefolder import EXPECTED_LAYOUT, check_image, list_classes, list_split, load_rgb
+from lightning_lars.data.imagefolder import (
+    EXPECTED_LAYOUT,
+    check_split,
+    children_ignore_sigint,
+    list_classes,
+    list_split,
+    load_rgb,
+)
 from lightning_lars.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
@@ -65,13 +73,14 @@ def _make_writer_class():
 
         def _write_common(self, num_samples, queue_content, work_fn, extra_worker_args):
             import ctypes
+
             from ffcv.memory_allocator import MemoryAllocator
 
             self.num_samples = num_samples
             self.prepare()  # writes header and field descriptors, creates the shared metadata block
             processes = []
+            work_queue, allocations_queue = multiprocessing.Queue(), multiprocessing.Queue()
             try:
-                work_queue, allocations_queue = multiprocessing.Queue(), multiprocessing.Queue()
                 for todo in queue_content:
                     work_queue.put(todo)
                 for _ in range(self.num_workers):
@@ -82,8 +91,9 @@ def _make_writer_class():
                                done_number, allocations_queue, *extra_worker_args)
                 processes = [multiprocessing.Process(target=work_fn, args=worker_args, daemon=True)
                              for _ in range(self.num_workers)]
-                for process in processes:
-                    process.start()
+                with children_ignore_sigint():
+                    for process in processes:
+                        process.start()
                 allocation_list = []
                 with tqdm(total=num_samples, desc=self.description, unit="img", disable=not self.progress) as bar:
                     while len(allocation_list) < len(processes):
@@ -94,8 +104,8 @@ def _make_writer_class():
                                                "(its traceback is printed above)")
                         try:  # each worker sends its allocation table once, after its last sample
                             allocation_list.append(allocations_queue.get(timeout=0.1))
-                        except Exception:  # queue.Empty: not finished yet
-                            continue
+                        except queue.Empty:  # not finished yet
+                            pass
                     bar.update(done_number.value - bar.n)
                 for process in processes:
                     process.join()
@@ -105,29 +115,13 @@ def _make_writer_class():
                     if process.is_alive():
                         process.terminate()
                         process.join()
+                for channel in (work_queue, allocations_queue):
+                    channel.cancel_join_thread()  # else exit waits forever to flush items no process will read
+                    channel.close()
                 self.metadata_sm.close()
                 self.metadata_sm.unlink()
 
     return GuardedDatasetWriter
-
-
-def _check_split(listing, num_workers, strict, progress):
-    """Decode every file once in parallel; drop undecodable ones. Returns the largest (h, w) seen."""
-    paths = [path for path, _ in listing.samples]
-    good, largest = [], (0, 0)
-    with multiprocessing.Pool(num_workers) as pool:
-        results = pool.imap(check_image, paths, chunksize=16)
-        for sample, (reason, shape) in tqdm(zip(listing.samples, results), total=len(paths),
-                                            desc=f"check {listing.name}", unit="img", disable=not progress):
-            if reason is None:
-                good.append(sample)
-                largest = max(largest, shape, key=lambda hw: hw[0] * hw[1])
-            elif strict:
-                raise UserError(f"cannot decode {sample[0]} ({reason}); fix or remove it, or drop --strict")
-            else:
-                listing.skipped.append((sample[0], reason))
-    listing.samples = good
-    return largest
 
 
 def _page_size_for(largest_hw, max_resolution, minimum=DEFAULT_PAGE_SIZE):
@@ -251,7 +245,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     temporaries, started = {}, time.perf_counter()
     try:
         for listing in listings:
-            largest = _check_split(listing, num_workers, strict, progress)
+            largest = check_split(listing, num_workers, strict, progress)
             if not listing.samples:
                 raise UserError(f"no decodable images in {src / listing.name}; {EXPECTED_LAYOUT}")
             tmp = out / f"{listing.name}.beton.tmp-{os.getpid()}"

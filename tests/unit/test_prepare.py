@@ -61,7 +61,7 @@ def test_raw_mode_stores_decoded_pixels_exactly(tmp_path):
     src = tmp_path / "src"
     (path,) = _tree(src, {"only": 1}, size=(10, 6))
     convert(src, tmp_path / "out", max_resolution=64, write_mode="raw", splits=("train",), **FAST)
-    images, reader = _image_meta(tmp_path / "out" / "train.beton")
+    images, _ = _image_meta(tmp_path / "out" / "train.beton")
     assert (images["mode"][0], images["height"][0], images["width"][0]) == (1, 6, 10)  # 1 = raw, no resize
     stored = np.fromfile(tmp_path / "out" / "train.beton", dtype=np.uint8, count=6 * 10 * 3,
                          offset=int(images["data_ptr"][0])).reshape(6, 10, 3)
