@@ -60,14 +60,30 @@ def epoch_order(num_samples: int, *, seed: int, epoch: int, order: str) -> np.nd
 
 
 def shard(global_order: np.ndarray, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
-          samples_consumed: int = 0) -> np.ndarray:
-    """This rank's samples after ``samples_consumed`` global samples: whole global batches when ``drop_last``,
-    every sample exactly once otherwise (shards then differ by at most one sample, no padding)."""
-    remaining = global_order[samples_consumed:]
+          samples_consumed: int = 0, accumulate_grad_batches: int = 1) -> np.ndarray:
+    """This rank's samples after ``samples_consumed`` global samples (a multiple of ``world_size``).
+
+    ``drop_last``: keep whole optimizer steps (``batch_size * world_size * accumulate_grad_batches`` images)
+    of the full epoch, so no step sees a partial batch. Otherwise every sample once; shards then differ by at
+    most one sample (no padding, so nothing is counted twice)."""
     if drop_last:
-        global_batch = batch_size * world_size
-        remaining = remaining[: len(remaining) // global_batch * global_batch]
-    return remaining[rank::world_size]
+        step_images = batch_size * world_size * accumulate_grad_batches
+        global_order = global_order[: len(global_order) // step_images * step_images]
+    return global_order[samples_consumed:][rank::world_size]
+
+
+class _EpochIterator(EpochIterator):
+    """FFCV's epoch thread, made to end the epoch and keep the error when it fails: FFCV's own thread just
+    dies and leaves the consumer waiting on its queue forever."""
+
+    error: BaseException | None = None
+
+    def run(self):
+        try:
+            super().run()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the consuming thread
+            self.error = error
+            self.output_queue.put(None)
 
 
 @dataclass
@@ -94,17 +110,17 @@ class FFCVEpochLoader:
 
     def __init__(self, loader_for_epoch: Callable[[int], Loader], order_for_epoch: Callable[[Loader, int], np.ndarray],
                  num_samples: int, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
-                 progress: EpochProgress | None = None, resumable: bool = True):
+                 progress: EpochProgress | None = None, resumable: bool = True, accumulate_grad_batches: int = 1):
         self.loader_for_epoch, self.order_for_epoch = loader_for_epoch, order_for_epoch
         self.num_samples, self.rank, self.world_size = num_samples, rank, world_size
-        self.batch_size, self.drop_last = batch_size, drop_last
+        self.batch_size, self.drop_last, self.accumulate = batch_size, drop_last, accumulate_grad_batches
         self.progress = progress if progress is not None else EpochProgress()
         self.resumable = resumable  # False (val): every pass starts at the first sample
         self.sampler = self.progress  # Lightning's _set_sampler_epoch calls sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
         if self.drop_last:
-            return self.num_samples // (self.batch_size * self.world_size)
+            return self.num_samples // (self.batch_size * self.world_size * self.accumulate) * self.accumulate
         per_rank = len(range(self.rank, self.num_samples, self.world_size))
         return -(-per_rank // self.batch_size)
 
@@ -113,14 +129,18 @@ class FFCVEpochLoader:
         start = self.progress.samples_consumed if self.resumable else 0
         loader = self.loader_for_epoch(epoch)
         indices = shard(self.order_for_epoch(loader, epoch), rank=self.rank, world_size=self.world_size,
-                        batch_size=self.batch_size, drop_last=self.drop_last, samples_consumed=start)
+                        batch_size=self.batch_size, drop_last=self.drop_last, samples_consumed=start,
+                        accumulate_grad_batches=self.accumulate)
         Compiler.set_num_threads(loader.num_workers)
-        epoch_iterator = EpochIterator(loader, indices)
+        # FFCV's own orders are contiguous uint64: the same type keeps numba from compiling the pipeline again
+        epoch_iterator = _EpochIterator(loader, np.ascontiguousarray(indices, dtype=np.uint64))
         try:
             for batch in epoch_iterator:
                 # count before yielding: a checkpoint taken while this batch trains must include it
                 self.progress.samples_consumed += len(batch[0]) * self.world_size
                 yield batch
+            if epoch_iterator.error is not None:
+                raise RuntimeError(f"FFCV's loader thread failed on {loader.fname}") from epoch_iterator.error
             self.progress.epoch, self.progress.samples_consumed = epoch + 1, 0
         finally:
             epoch_iterator.close()
@@ -175,6 +195,7 @@ class FFCVDataModule(L.LightningDataModule):
         self.no_aug_from_epoch, self.prepare_command = no_aug_from_epoch, prepare_command
         self.progress = EpochProgress()
         self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
+        self.accumulate_grad_batches = 1  # from the trainer: an epoch keeps whole optimizer steps
         self._loaders: dict[str, Loader] = {}
         self._post_transfer = {
             "train": pipelines.post_transfer_normalize(self.train_ops),
@@ -190,15 +211,16 @@ class FFCVDataModule(L.LightningDataModule):
     def num_val_images(self) -> int:
         return read_num_samples(self.val_path, self.prepare_command)
 
-    def steps_per_epoch(self, world_size: int) -> int:
-        """Optimizer-step batches per epoch at ``world_size`` devices (before gradient accumulation)."""
-        return self.num_train_images // (self.batch_size * world_size)
+    def steps_per_epoch(self, world_size: int, accumulate_grad_batches: int = 1) -> int:
+        """Optimizer steps per epoch: the train loader keeps whole steps and drops the rest."""
+        return self.num_train_images // (self.batch_size * world_size * accumulate_grad_batches)
 
     def setup(self, stage: str | None = None) -> None:
         """Take rank, world size and device from the trainer (Lightning injects no sampler into FFCV)."""
         trainer = self.trainer
         if trainer is not None:
             self.rank, self.world_size = trainer.global_rank, trainer.world_size
+            self.accumulate_grad_batches = int(trainer.accumulate_grad_batches)
             root_device = trainer.strategy.root_device
             self.device = root_device if root_device.type == "cuda" else torch.device("cpu")
         if self.order == "quasi_random" and self.world_size > 1:
@@ -249,7 +271,8 @@ class FFCVDataModule(L.LightningDataModule):
     def train_dataloader(self) -> FFCVEpochLoader:
         return FFCVEpochLoader(self._train_loader_for_epoch, self._train_order, self.num_train_images,
                                rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
-                               drop_last=True, progress=self.progress)
+                               drop_last=True, progress=self.progress,
+                               accumulate_grad_batches=self.accumulate_grad_batches)
 
     def val_dataloader(self) -> FFCVEpochLoader:
         def val_loader(epoch: int) -> Loader:

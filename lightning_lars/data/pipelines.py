@@ -221,7 +221,7 @@ def post_transfer_normalize(ops: Sequence[Op]) -> TorchNormalize | None:
 
 def build_label_ops(device: torch.device) -> list:
     """Label pipeline: int64 labels of shape (batch,), copied to ``device`` without blocking on CUDA."""
-    ops = [IntDecoder(), ToTensor(), Squeeze()]
+    ops = [IntDecoder(), ToTensor(), Squeeze(1)]  # (batch, 1) -> (batch,); a batch of one stays 1-D
     if device.type == "cuda":
         ops.append(ToDevice(device, non_blocking=True))
     return ops

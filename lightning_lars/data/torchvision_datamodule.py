@@ -1,0 +1,121 @@
+"""Baseline loader: torchvision ImageFolder + PIL through a standard DataLoader.
+
+For comparison with the FFCV path (``make bench-data``) and for users without FFCV. It takes the same
+``pipeline`` config as ``FFCVDataModule`` and maps each op to its torchvision twin, so both loaders apply the
+same crop, flip and normalisation. Being a torch ``DataLoader``, Lightning injects a ``DistributedSampler``
+under DDP (which pads ranks with repeated samples up to equal length: a baseline, not an exact-epoch loader)
+and reseeds it per epoch; mid-epoch resume is not supported (Lightning warns on such a checkpoint).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+from lightning_lars.data import pipelines
+from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.errors import UserError
+
+DEFAULT_PIPELINE = {
+    "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
+              {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
+    "val": [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "to_device",
+            "channels_last"],
+}
+
+
+def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> transforms.Compose:
+    """Validated pipeline ops -> the equivalent torchvision transform on PIL images (px, square crops)."""
+    steps: list = []
+    for op in ops:
+        if op.name == "random_resized_crop":
+            scale = tuple(float(x) for x in op.args.get("scale", (0.08, 1.0)))
+            ratio = tuple(float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3)))
+            steps.append(transforms.RandomResizedCrop(resolution, scale=scale, ratio=ratio, antialias=True))
+        elif op.name == "center_crop":
+            # FFCV's centre crop takes ratio x short side, then resizes: resize short side to res / ratio first.
+            ratio = float(op.args.get("ratio", 0.875))
+            steps += [transforms.Resize(round(resolution / ratio), antialias=True), transforms.CenterCrop(resolution)]
+        elif op.name == "flip":
+            steps.append(transforms.RandomHorizontalFlip(float(op.args.get("prob", 0.5))))
+    steps.append(transforms.PILToTensor())
+    normalize = next(op for op in ops if op.name == "normalize")
+    mean, std = pipelines._normalize_stats("", normalize.args)  # pixel units, as FFCV's lookup table
+    steps += [transforms.ConvertImageDtype(torch.float32),
+              transforms.Normalize([m / 255 for m in mean], [s / 255 for s in std])]
+    return transforms.Compose(steps)
+
+
+class TorchvisionDataModule(L.LightningDataModule):
+    """ImageFolder ``root/train`` and ``root/val`` (``<split>/<class>/<image>``) through torch DataLoaders.
+
+    Args:
+        root: the ImageFolder tree (what ``make prepare`` converts).
+        num_classes: classes expected; checked against the train folder's classes.
+        batch_size: images per device per step.
+        seed: shuffling seed when not distributed (Lightning's sampler seeds itself under DDP).
+        num_workers: loader processes; None = this machine's cores / devices per node.
+        resolution: train px (an int: progressive resizing needs the FFCV DataModule).
+        val_resolution: eval px.
+        pipeline: the same ``{"train": [...], "val": [...]}`` ops as ``FFCVDataModule``.
+    """
+
+    def __init__(self, root: str, num_classes: int, batch_size: int = 256, seed: int = 0,
+                 num_workers: int | None = None, resolution: int | Mapping = 224, val_resolution: int = 224,
+                 pipeline: Mapping[str, list] | None = None, pin_memory: bool = True):
+        super().__init__()
+        schedule = resolution_schedule(resolution)
+        if schedule.is_progressive:
+            raise UserError("progressive resizing needs the FFCV loader: use data=imagenet, or a fixed resolution")
+        pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
+        if set(pipeline) != {"train", "val"}:
+            raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
+        self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))
+        self.val_ops = pipelines.parse_pipeline("val", list(pipeline["val"]))
+        self.root, self.num_classes, self.batch_size, self.seed = Path(root), int(num_classes), int(batch_size), seed
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.resolution, self.val_resolution = schedule.start, int(val_resolution)
+        self._datasets: dict[str, datasets.ImageFolder] = {}
+
+    def _dataset(self, split: str) -> datasets.ImageFolder:
+        if split not in self._datasets:
+            folder = self.root / split
+            if not folder.is_dir():
+                raise UserError(f"image folder {folder} not found: expected {self.root}/{split}/<class>/<image>")
+            ops, res = (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
+            dataset = datasets.ImageFolder(str(folder), transform=torchvision_transform(ops, res))
+            if len(dataset.classes) != self.num_classes:
+                raise UserError(f"{folder} has {len(dataset.classes)} classes, data.num_classes is {self.num_classes}")
+            self._datasets[split] = dataset
+        return self._datasets[split]
+
+    @property
+    def num_train_images(self) -> int:
+        return len(self._dataset("train"))
+
+    @property
+    def num_val_images(self) -> int:
+        return len(self._dataset("val"))
+
+    def _workers(self) -> int:
+        if self.num_workers is not None:
+            return int(self.num_workers)
+        devices_per_node = self.trainer.num_devices if self.trainer is not None else 1
+        return max(1, len(os.sched_getaffinity(0)) // devices_per_node)
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        workers = self._workers()
+        return DataLoader(self._dataset(split), batch_size=self.batch_size, shuffle=train, drop_last=train,
+                          num_workers=workers, persistent_workers=workers > 0, pin_memory=self.pin_memory
+                          and torch.cuda.is_available(), generator=torch.Generator().manual_seed(self.seed))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
