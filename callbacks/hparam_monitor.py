@@ -45,11 +45,18 @@ class HParamMonitor(L.Callback):
         self.every_n_steps = every_n_steps
         self.max_history = max_history
         self.history: list[tuple[int, float, float]] = []
+        self.total_steps: int | None = None  # optimizer steps planned for the run (for the report's LR plot)
         self._history_stride = 1  # multiples of every_n_steps kept in history (doubles when full)
 
     def on_fit_start(self, trainer, pl_module):
         if self.every_n_steps is None:
             self.every_n_steps = max(1, trainer.log_every_n_steps)
+
+    def on_train_start(self, trainer, pl_module):
+        # Read while the loaders are set up, on every rank: after fit Lightning would re-create the train loader
+        # (with a barrier) to compute it, which rank 0 alone must not do.
+        total = trainer.estimated_stepping_batches
+        self.total_steps = int(total) if total != float("inf") else None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         step = trainer.global_step  # the step this optimizer call will take (0-based)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import statistics
 import subprocess
 import sys
@@ -92,12 +93,16 @@ def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dic
     """One training run through the real entry point; returns its results.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "train.log"
-    # The judged accuracy is a full validation of the final weights, unless the user says otherwise.
-    final_eval = [] if any(o.startswith("run.validate_at_end=") for o in overrides) else ["run.validate_at_end=true"]
     command = [sys.executable, "-m", "lightning_lars.train", f"recipe={recipe}", f"seed={seed}",
-               f"hydra.run.dir={run_dir}", *final_eval, *overrides]
+               f"hydra.run.dir={run_dir}", *overrides]
     with log.open("w") as out:
-        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.PROJECT_ROOT)
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.PROJECT_ROOT)
+        try:
+            code = child.wait()
+        finally:  # interrupted (Ctrl-C, SIGTERM from a scheduler): take the training run down with us
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
     if code != 0:
         tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
         raise UserError(f"seed {seed} failed (exit {code}): {tail[0]}; full log: {log}")
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="folder for the runs (default logs/<recipe>/check/<time>)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. debug=toy")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run `finally` blocks: no orphaned training run
     try:
         if args.seeds < 1:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
@@ -146,8 +152,9 @@ def main(argv: list[str] | None = None) -> None:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)
             metrics = record["metrics"]
-            if "val/top1" not in metrics:
-                raise UserError(f"seed {seed} logged no val/top1; keep validation on (trainer.limit_val_batches > 0)")
+            if "val/top1" not in metrics:  # the judged accuracy is the last evaluation during training
+                raise UserError(f"seed {seed} ended before its first evaluation (no val/top1); train at least"
+                                " trainer.check_val_every_n_epoch epochs, or set run.validate_at_end=true")
             rows.append({"seed": seed, "top1": 100 * metrics["val/top1"], "wall_s": metrics.get("time/wall_s", math.nan),
                          "time_to_target_s": metrics.get("target/time_to_target_s")})
             print(f"[check] seed {seed}: top-1 {rows[-1]['top1']:.2f} % ({out / f'seed_{seed}'})", flush=True)

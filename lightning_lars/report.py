@@ -95,16 +95,19 @@ def results(cfg, metrics: dict[str, float], trainer) -> dict:
 
 
 def lr_series(trainer) -> list[tuple[int, float, str]]:
-    """(step, lr, kind): the planned schedule (the pure function over the whole run) and the applied values."""
+    """(step, lr, kind): the planned schedule (the pure function over the whole run) and the applied values.
+
+    Needs the `HParamMonitor`: it recorded the applied values and the run's planned number of steps.
+    """
+    monitor = _callback(trainer, HParamMonitor)
+    if monitor is None:
+        return []
     rows = []
     schedule = getattr(trainer.lightning_module, "lr_schedule", None)
-    total = int(trainer.estimated_stepping_batches)
-    if schedule is not None and total > 0:
-        stride = max(1, total // PLANNED_LR_POINTS)
-        rows += [(step, float(schedule(step)), "planned") for step in range(0, total, stride)]
-    monitor = _callback(trainer, HParamMonitor)
-    if monitor is not None:
-        rows += [(step, lr, "applied") for step, _, lr in monitor.history]
+    if schedule is not None and monitor.total_steps:
+        stride = max(1, monitor.total_steps // PLANNED_LR_POINTS)
+        rows += [(step, float(schedule(step)), "planned") for step in range(0, monitor.total_steps, stride)]
+    rows += [(step, lr, "applied") for step, _, lr in monitor.history]
     return rows
 
 

@@ -44,3 +44,11 @@ def test_run_clock_measures_rate_and_eta(monkeypatch):
 
 def test_format_duration():
     assert format_duration(3723) == "1:02:03" and format_duration(float("nan")) == "?"
+
+
+def test_terminal_bar_shows_lr_throughput_and_eta(tmp_path, capsys):
+    bar = progress_bar(force="bar")
+    fit = trainer([bar, ScheduleCallback()], tmp_path, max_steps=4, enable_progress_bar=True, limit_val_batches=0)
+    fit.fit(classifier("sgd", lr_schedule=lambda step: 0.125), loader(images(32)))
+    shown = capsys.readouterr().out
+    assert "lr=0.125" in shown and "img/s=" in shown and "eta=0:00:00" in shown
