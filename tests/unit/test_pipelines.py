@@ -98,3 +98,55 @@ def test_without_augmentation_uses_the_val_crop_and_drops_flip():
     assert [op.name for op in plain] == ["center_crop", "normalize", "to_tensor", "to_device", "channels_last"]
     assert plain[0].args["ratio"] == pytest.approx(0.875)
     pipelines.parse_pipeline("train", [{op.name: dict(op.args)} for op in plain])  # still a valid pipeline
+
+
+def write_image_folder(root, num_classes=2, per_class=3):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in range(num_classes):
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for index in range(per_class):
+                pixels = rng.integers(0, 256, size=(int(rng.integers(40, 70)), int(rng.integers(40, 70)), 3))
+                Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{index}.png")
+    return root
+
+
+def test_torchvision_baseline_applies_the_same_ops(tmp_path):
+    from torchvision import transforms
+
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule, torchvision_transform
+
+    train = torchvision_transform(pipelines.parse_pipeline("train", MLPERF_TRAIN), 176).transforms
+    crop = train[0]
+    assert isinstance(crop, transforms.RandomResizedCrop) and crop.size == (176, 176)
+    assert crop.scale == (0.05, 1.0) and crop.ratio == (0.75, 1.33)
+    assert isinstance(train[1], transforms.RandomHorizontalFlip)
+    val = torchvision_transform(pipelines.parse_pipeline("val", MLPERF_EVAL), 224).transforms
+    assert val[0].size == 256 and val[1].size == (224, 224)  # resize 256, centre crop 224
+
+    module = TorchvisionDataModule(write_image_folder(tmp_path), num_classes=2, batch_size=4, num_workers=0,
+                                   resolution=32, val_resolution=24, pipeline={"train": MLPERF_TRAIN, "val": MLPERF_EVAL})
+    assert (module.num_train_images, module.num_val_images) == (6, 6)
+    images, labels = next(iter(module.train_dataloader()))
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    assert len(module.train_dataloader()) == 1  # drop-last, as the FFCV train loader
+    val_batches = list(module.val_dataloader())
+    assert [tuple(batch[0].shape) for batch in val_batches] == [(4, 3, 24, 24), (2, 3, 24, 24)]
+    # uniform noise normalised with ImageNet stats: mean near (127.5 - 124) / 58, far from raw 0-255 pixels
+    assert abs(float(images.mean())) < 0.5 and float(images.abs().max()) < 3
+
+
+def test_torchvision_baseline_refusals(tmp_path):
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
+
+    with pytest.raises(UserError, match="progressive resizing needs the FFCV loader"):
+        TorchvisionDataModule(tmp_path, 2, resolution={"start": 160, "end": 192, "start_ramp_epoch": 0,
+                                                       "end_ramp_epoch": 3})
+    with pytest.raises(UserError, match="not found"):
+        TorchvisionDataModule(tmp_path, 2).num_train_images
+    write_image_folder(tmp_path / "tree")
+    with pytest.raises(UserError, match="has 2 classes, data.num_classes is 5"):
+        TorchvisionDataModule(tmp_path / "tree", 5).num_train_images
