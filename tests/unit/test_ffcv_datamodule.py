@@ -217,3 +217,19 @@ def test_progressive_resizing_changes_the_train_crop_per_epoch(datamodule):
     assert sizes == {0: (8, 3, 32, 32), 2: (8, 3, 64, 64)}
     val_images, _ = next(iter(datamodule.val_dataloader()))
     assert tuple(val_images.shape) == (8, 3, 48, 48)  # higher-resolution eval
+
+
+def test_no_aug_from_epoch_switches_to_the_val_crop_without_flip(datamodule):
+    from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.transforms import RandomHorizontalFlip
+
+    datamodule.no_aug_from_epoch = 2
+    try:
+        augmented, plain = datamodule._train_loader_for_epoch(1), datamodule._train_loader_for_epoch(2)
+        assert isinstance(augmented.pipeline_specs["image"].decoder, RandomResizedCropRGBImageDecoder)
+        assert isinstance(plain.pipeline_specs["image"].decoder, CenterCropRGBImageDecoder)
+        assert not any(isinstance(op, RandomHorizontalFlip) for op in plain.pipeline_specs["image"].transforms)
+        first = [labels.tolist() for _, labels in rank_loader(datamodule, 0, 1, EpochProgress(epoch=2))]
+        assert sorted(sum(first, [])) == sorted(epoch_order(NUM_TRAIN, seed=3, epoch=2, order="random")[:40])
+    finally:
+        datamodule.no_aug_from_epoch = None
