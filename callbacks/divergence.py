@@ -120,7 +120,7 @@ class DivergenceGuard(L.Callback):
 
 def _weights_finite(pl_module) -> bool:
     """True when every parameter (this rank's shard, for DTensors) is finite; one sync for all tensors."""
-    flags = [torch.isfinite(getattr(p, "to_local", lambda: p)()).all() for p in pl_module.parameters()]
+    flags = [torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all() for p in pl_module.parameters()]
     return bool(torch.stack(flags).all()) if flags else True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import deque
@@ -16,9 +17,9 @@ def _batch_size(batch) -> int:
 
 def format_duration(seconds: float) -> str:
     """``1:02:03`` style; ``?`` when not yet known."""
-    if seconds != seconds or seconds == float("inf"):  # NaN or inf
+    if not math.isfinite(seconds):
         return "?"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 

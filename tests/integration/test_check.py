@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(args, timeout=1200):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False,
                           timeout=timeout)
 
 

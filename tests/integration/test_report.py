@@ -17,7 +17,7 @@ PY = [sys.executable]
 
 def run(args, env_extra=None, timeout=900):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", **(env_extra or {})}
-    return subprocess.run([*PY, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*PY, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,8 @@ def classifier(optimizer: str = "lars", lr: float = 0.1, weight_decay: float = 1
 
 
 def trainer(callbacks, tmp_path, **kwargs) -> L.Trainer:
-    options = dict(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                   enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
-                   log_every_n_steps=1, default_root_dir=tmp_path)
+    options = {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "logger": False, "enable_checkpointing": False,
+               "enable_model_summary": False, "enable_progress_bar": False, "num_sanity_val_steps": 0,
+               "log_every_n_steps": 1, "default_root_dir": tmp_path}
     options.update(kwargs)
     return L.Trainer(callbacks=callbacks, **options)
