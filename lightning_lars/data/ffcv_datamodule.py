@@ -122,7 +122,7 @@ class FFCVEpochLoader:
         if self.drop_last:
             return self.num_samples // (self.batch_size * self.world_size * self.accumulate) * self.accumulate
         per_rank = len(range(self.rank, self.num_samples, self.world_size))
-        return -(-per_rank // self.batch_size)
+        return (per_rank + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = self.progress.epoch

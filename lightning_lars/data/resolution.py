@@ -65,7 +65,7 @@ def resolution_at(
         return end
     fraction = (epoch - start_ramp_epoch) / (end_ramp_epoch - start_ramp_epoch)
     interpolated = start + fraction * (end - start)
-    return int(round(interpolated / step)) * step
+    return round(interpolated / step) * step
 
 
 def resolution_schedule(spec: int | Mapping | ResolutionSchedule) -> ResolutionSchedule:

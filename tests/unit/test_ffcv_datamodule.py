@@ -83,7 +83,7 @@ def test_missing_file_names_the_prepare_command(tmp_path):
     module = FFCVDataModule(tmp_path / "train.beton", tmp_path / "val.beton", num_classes=10,
                             prepare_command="make prepare src=x out=y")
     with pytest.raises(UserError, match=r"dataset file .*train.beton not found: prepare it with make prepare"):
-        module.num_train_images
+        _ = module.num_train_images
     with pytest.raises(UserError, match="not found"):
         module.setup("fit")
 
@@ -95,7 +95,7 @@ def test_truncated_file_is_a_one_line_user_error(betons, tmp_path):
         damaged.write_bytes(data[:cut])
         module = FFCVDataModule(damaged, betons[1], num_classes=10, prepare_command="make prepare")
         with pytest.raises(UserError, match=r"cut\d+.beton is truncated .* make prepare") as error:
-            module.num_train_images
+            _ = module.num_train_images
         assert "\n" not in str(error.value)
 
 
@@ -164,7 +164,7 @@ def test_two_ranks_see_each_kept_sample_exactly_once_per_epoch(datamodule):
             batches = labels(loader)
             assert len(batches) == len(loader) == NUM_TRAIN // 16
             assert all(len(batch) == 8 for batch in batches)  # drop-last: global batch exactly 2 x 8
-            per_rank.append(sum(batches, []))
+            per_rank.append(list(itertools.chain.from_iterable(batches)))
         seen = per_rank[0] + per_rank[1]
         assert len(seen) == len(set(seen)) == NUM_TRAIN // 16 * 16
         expected = epoch_order(NUM_TRAIN, seed=3, epoch=epoch, order="random")[: NUM_TRAIN // 16 * 16]
@@ -230,6 +230,6 @@ def test_no_aug_from_epoch_switches_to_the_val_crop_without_flip(datamodule):
         assert isinstance(plain.pipeline_specs["image"].decoder, CenterCropRGBImageDecoder)
         assert not any(isinstance(op, RandomHorizontalFlip) for op in plain.pipeline_specs["image"].transforms)
         first = [labels.tolist() for _, labels in rank_loader(datamodule, 0, 1, EpochProgress(epoch=2))]
-        assert sorted(sum(first, [])) == sorted(epoch_order(NUM_TRAIN, seed=3, epoch=2, order="random")[:40])
+        assert sorted(itertools.chain.from_iterable(first)) == sorted(epoch_order(NUM_TRAIN, seed=3, epoch=2, order="random")[:40])
     finally:
         datamodule.no_aug_from_epoch = None

@@ -146,7 +146,7 @@ def test_torchvision_baseline_refusals(tmp_path):
         TorchvisionDataModule(tmp_path, 2, resolution={"start": 160, "end": 192, "start_ramp_epoch": 0,
                                                        "end_ramp_epoch": 3})
     with pytest.raises(UserError, match="not found"):
-        TorchvisionDataModule(tmp_path, 2).num_train_images
+        _ = TorchvisionDataModule(tmp_path, 2).num_train_images
     write_image_folder(tmp_path / "tree")
     with pytest.raises(UserError, match="has 2 classes, data.num_classes is 5"):
-        TorchvisionDataModule(tmp_path / "tree", 5).num_train_images
+        _ = TorchvisionDataModule(tmp_path / "tree", 5).num_train_images

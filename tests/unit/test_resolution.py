@@ -5,7 +5,7 @@ from lightning_lars.data.resolution import ResolutionSchedule, resolution_at, re
 from lightning_lars.errors import UserError
 
 # ffcv-imagenet rn50_88_epochs.yaml: min_res 160, max_res 192, start_ramp 65, end_ramp 76
-FFCV_RN50_88 = dict(start=160, end=192, start_ramp_epoch=65, end_ramp_epoch=76)
+FFCV_RN50_88 = {"start": 160, "end": 192, "start_ramp_epoch": 65, "end_ramp_epoch": 76}
 
 
 @pytest.mark.parametrize(
