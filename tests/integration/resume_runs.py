@@ -41,7 +41,9 @@ class FinalState(L.Callback):
 
 def env(tmp: Path, **extra: str) -> dict[str, str]:
     """The subprocess environment: this checkout and the test helpers importable, offline W&B, no SLURM."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    # WANDB_SERVICE: set once this process ran W&B (an in-process test); a child would join that service,
+    # which still holds the run of a process we SIGKILLed ("run ID ... is in use") -- a fresh job has none
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
     return {**clean, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1",
             "LARS_DATA_DIR": str(tmp / "data"), **extra}
 
