@@ -20,10 +20,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 from PIL import Image
-
-import callbacks.checkpointing as checkpointing
-from lightning_lars import resume, train
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
+
+from callbacks import checkpointing
+from lightning_lars import resume, train
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def shared(tmp_path_factory):
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
-                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600, check=False)
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
@@ -95,12 +95,12 @@ def test_prepare_counts_bad_files_and_fails_one_line_on_a_wrong_path(tmp_path):
     (src / "train" / "empty").mkdir()
     prepare = [sys.executable, "-m", "lightning_lars.data.prepare"]
     done = subprocess.run([*prepare, "--src", str(src), "--out", str(tmp_path / "out")], cwd=ROOT,
-                          env=env(tmp_path), capture_output=True, text=True, timeout=600)
+                          env=env(tmp_path), capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "skipped 2 file(s)" in done.stderr and "1 empty class folder(s): empty" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     wrong = subprocess.run([*prepare, "--src", str(tmp_path / "imagnet"), "--out", str(tmp_path / "out2")],
-                           cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=600)
+                           cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=600, check=False)
     assert_one_line_error(wrong, str(tmp_path / "imagnet"))
 
 
@@ -113,7 +113,7 @@ class FullDiskAfter:
 
     def __call__(self, path, mode="r", *args, **kwargs):
         self.files -= 1
-        handle = builtins.open(path, mode, *args, **kwargs)
+        handle = builtins.open(path, mode, *args, **kwargs)  # noqa: SIM115 -- closed by the caller's with
         if self.files >= 0:
             return handle
         budget = self.budget

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
-import callbacks.checkpointing as checkpointing
+from callbacks import checkpointing
 from callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
 from lightning_lars import preemption, resume
 from lightning_lars.errors import UserError
@@ -32,7 +32,7 @@ class DiskFull:
     """A file opened for writing that takes ``budget`` bytes, then fails like a full disk (ENOSPC)."""
 
     def __init__(self, path, mode, budget):
-        self.file = builtins.open(path, mode)
+        self.file = builtins.open(path, mode)  # noqa: SIM115 -- closed by __exit__, like the real file
         self.budget = budget
 
     def write(self, data):
