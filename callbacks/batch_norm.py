@@ -50,6 +50,23 @@ class BatchNormGroups(L.Callback):
         rank_zero_info(f"[lightning-lars] BN: {self.converted} layers now normalise over {self.plan.bn_group}"
                        f" samples ({self.plan.bn_mode})")
 
+    # Under data parallelism each rank's running statistics follow its own batches (DDP re-broadcasts rank
+    # 0's at every forward). Evaluate, save and finish with the mean over ranks, so every rank holds the same
+    # model and the checkpoint holds the statistics of all the data, not of rank 0's shard.
+    def on_validation_epoch_start(self, trainer, pl_module):
+        average_bn_statistics(pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        average_bn_statistics(pl_module)  # every rank runs this hook: saving a checkpoint is collective
+        state = checkpoint.get("state_dict", {})
+        for name, bn in batch_norms(pl_module):
+            for buffer in ("running_mean", "running_var"):
+                if f"{name}.{buffer}" in state:
+                    state[f"{name}.{buffer}"] = getattr(bn, buffer).detach().clone()
+
+    def on_train_end(self, trainer, pl_module):
+        average_bn_statistics(pl_module)
+
 
 class BatchNormWithoutMovingAverage(L.Callback):
     """PFN's BN without moving averages (Akiba et al. 2017): eval uses the last training batch's statistics,

@@ -148,15 +148,16 @@ def set_bn_momentum(model: nn.Module, momentum: float | None) -> None:
 
 
 @torch.no_grad()
-def average_bn_statistics(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:
-    """Average every BatchNorm's running mean and variance over the ranks (PFN's all-reduce before eval)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
-        return
-    buffers = [b for _, bn in batch_norms(model) if bn.track_running_stats for b in (bn.running_mean, bn.running_var)]
-    if not buffers:
-        return
+def average_bn_statistics(model: nn.Module, group: dist.ProcessGroup | None = None) -> int:
+    """Average every BatchNorm's running mean and variance over the ranks of ``group`` (PFN's all-reduce
+    before eval): one all-reduce for all layers, in ``model.modules()`` order. Returns the number of BN layers."""
+    layers = [bn for _, bn in batch_norms(model) if bn.track_running_stats and bn.running_mean is not None]
+    if not layers or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return len(layers)
+    buffers = [b for bn in layers for b in (bn.running_mean, bn.running_var)]
     flat = torch.cat([b.flatten().float() for b in buffers])
     dist.all_reduce(flat, group=group)
     flat /= dist.get_world_size(group)
     for b, value in zip(buffers, flat.split([b.numel() for b in buffers])):
         b.copy_(value.view_as(b))
+    return len(layers)

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from hydra.utils import get_object
-from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_lars.errors import UserError
@@ -56,6 +61,9 @@ def check_overrides(overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=user)
+    except OverrideParseException:
+        raise UserError("cannot parse the command line: quote a value that holds '=' or spaces, e.g."
+                        " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'") from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
@@ -86,8 +94,8 @@ def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
             parent = OmegaConf.select(compose(config_name="train", overrides=rest), parent_key)
         target = get_object(parent["_target_"])
         return name in inspect.signature(target).parameters
-    except Exception:  # any failure here just means: no better hint than "unknown key"
-        return False
+    except (HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return False  # no better hint than "unknown key"
 
 
 def check_unread_keys(cfg: DictConfig) -> None:
@@ -115,6 +123,26 @@ def explain_instantiation_error(err: Exception) -> str:
     if isinstance(err.__cause__, UserError):
         return str(err.__cause__)
     return text
+
+
+def check_partial(node: str, bound):
+    """Refuse keys a ``_partial_`` target would reject only when first called, mid-training, as a traceback
+    (e.g. ``optimizer=sgd`` under a recipe that sets the LARS-only ``optimizer.form``). Returns ``bound``."""
+    func, keywords = bound, {}
+    while hasattr(func, "func") and hasattr(func, "keywords"):  # Hydra's partial inside functools.partial
+        keywords.update(func.keywords)
+        func = func.func
+    if func is bound:
+        return bound
+    parameters = inspect.signature(func).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return bound
+    for key in keywords:
+        if key not in parameters:
+            name = f"{func.__module__}.{func.__qualname__}"
+            raise UserError(f"unknown config key '{node}.{key}': {name} takes no such argument;"
+                            f" remove it with ~{node}.{key}")
+    return bound
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS[:-1]}
     print("  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]))
     for r in table:
-        print("  ".join(f"{str(r[c]):{widths[c]}}" for c in COLUMNS[:-1]))
+        print("  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]))
     print("\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)")
 
 

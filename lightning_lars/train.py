@@ -38,7 +38,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint()]
     logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
-              if cfg.get("logger") else False)  # logger=null / ~logger: no logging at all
+              if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins)
 
@@ -56,7 +56,9 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
 
     lr_schedule, peak_lr = build_lr_schedule(OmegaConf.to_container(cfg.scheduler), plan.global_size,
                                              steps_per_epoch, trainer.max_epochs)
-    module = instantiate(cfg.model, optimizer=instantiate(cfg.optimizer), lr_schedule=lr_schedule)
+    config.check_partial("scheduler", lr_schedule)
+    optimizer = config.check_partial("optimizer", instantiate(cfg.optimizer))
+    module = instantiate(cfg.model, optimizer=optimizer, lr_schedule=lr_schedule)
 
     rank_zero_info(
         f"[lightning-lars] plan: {plan.describe()}; {steps_per_epoch} steps/epoch"
@@ -75,7 +77,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
-    trainer, module, datamodule, plan = build(cfg, ckpt_path)
+    trainer, module, datamodule, _plan = build(cfg, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)

@@ -23,33 +23,9 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
-from torch.nn.modules.batchnorm import _BatchNorm
 
+from lightning_lars.bn import average_bn_statistics
 from lightning_lars.errors import UserError
-
-
-@torch.no_grad()
-def average_batchnorm_stats(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> int:
-    """Average every BN layer's running mean and variance over ``group``; returns the number of BN layers.
-
-    One all-reduce for all layers (flattened), in the fixed order of ``module.modules()``.
-    """
-    stats = [
-        buffer
-        for layer in module.modules()
-        if isinstance(layer, _BatchNorm) and layer.track_running_stats and layer.running_mean is not None
-        for buffer in (layer.running_mean, layer.running_var)
-    ]
-    if not stats or not dist.is_initialized() or dist.get_world_size(group) == 1:
-        return len(stats) // 2
-    flat = torch.cat([buffer.float().reshape(-1) for buffer in stats])
-    dist.all_reduce(flat, group=group)
-    flat /= dist.get_world_size(group)
-    offset = 0
-    for buffer in stats:
-        buffer.copy_(flat[offset : offset + buffer.numel()].view_as(buffer))
-        offset += buffer.numel()
-    return len(stats) // 2
 
 
 def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -102,11 +78,11 @@ class FSDP2Strategy(ModelParallelStrategy):
         return self.device_mesh["data_parallel"].get_group()
 
     def on_validation_start(self) -> None:
-        average_batchnorm_stats(self.lightning_module, self._data_parallel_group())
+        average_bn_statistics(self.lightning_module, self._data_parallel_group())
         super().on_validation_start()
 
     def lightning_module_state_dict(self):
-        average_batchnorm_stats(self.lightning_module, self._data_parallel_group())
+        average_bn_statistics(self.lightning_module, self._data_parallel_group())
         return super().lightning_module_state_dict()
 
 
@@ -139,9 +115,9 @@ class FSDP1Strategy(FSDPStrategy):
                 optimizer.shard_group = dist.group.WORLD  # FULL_SHARD/SHARD_GRAD_OP shard over every rank
 
     def on_validation_start(self) -> None:
-        average_batchnorm_stats(self.lightning_module)
+        average_bn_statistics(self.lightning_module)
         super().on_validation_start()
 
     def lightning_module_state_dict(self):
-        average_batchnorm_stats(self.lightning_module)
+        average_bn_statistics(self.lightning_module)
         return super().lightning_module_state_dict()

@@ -11,7 +11,8 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from lightning_lars.dist.fsdp import FSDP2Strategy, average_batchnorm_stats
+from lightning_lars.bn import average_bn_statistics
+from lightning_lars.dist.fsdp import FSDP2Strategy
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 
@@ -88,13 +89,13 @@ def worker(rank: int, port: int) -> None:
     for name, param in params.items():
         full = param.full_tensor()
         assert not torch.equal(full, net().state_dict()[name.removeprefix("net.")]), f"{name} did not train"
-        torch.testing.assert_close(full, expected[name], rtol=1e-5, atol=1e-6, msg=lambda m: f"rank {rank} {name}: {m}")
+        torch.testing.assert_close(full, expected[name], rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"rank {rank} {name}: {m}")
 
     # BatchNorm running stats differ per rank under FSDP2; the strategy averages them over ranks.
     bn = torch.nn.BatchNorm1d(3)
     bn.running_mean.fill_(float(rank))
     bn.running_var.fill_(1.0 + 2 * rank)
-    assert average_batchnorm_stats(bn, trainer.strategy.device_mesh["data_parallel"].get_group()) == 1
+    assert average_bn_statistics(bn, trainer.strategy.device_mesh["data_parallel"].get_group()) == 1
     assert torch.equal(bn.running_mean, torch.full((3,), 0.5)) and torch.equal(bn.running_var, torch.full((3,), 2.0))
     dist.barrier()
 
