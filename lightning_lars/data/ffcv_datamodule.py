@@ -7,7 +7,8 @@ Instead every rank computes the same global order from (seed, epoch), keeps whol
 batch), and takes every ``world_size``-th sample from ``rank`` on (``DistributedSampler``'s layout, no padding).
 Global batch ``j`` is then the same set of images whatever the world size, which makes resume exact: the
 DataModule counts the global samples handed out this epoch and a resumed epoch starts after them.
-FFCV runs each epoch through its ``EpochIterator`` on that explicit order.
+FFCV runs each epoch through its ``EpochIterator`` on that explicit order. Random crop and flip draw from
+(seed, epoch, sample index) (``seeded_ops``), so a resumed epoch also repeats the unbroken run's augmentation.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ffcv.loader.epoch_iterator import EpochIterator
 from ffcv.pipeline.compiler import Compiler
 from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, HeaderType
 
-from lightning_lars.data import pipelines
+from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
 from lightning_lars.errors import UserError
 
@@ -160,7 +161,8 @@ class FFCVDataModule(L.LightningDataModule):
         train_path, val_path: .beton files with fields ``image`` (RGBImageField) and ``label`` (IntField).
         num_classes: classes in the labels.
         batch_size: images per device per step (train.py passes the per-device batch).
-        seed: order seed; epoch ``e`` is shuffled by (seed, e), the same on every rank.
+        seed: order and augmentation seed; epoch ``e`` is shuffled by (seed, e), the same on every rank, and a
+            sample's random crop and flip come from (seed, e, sample index) (``seeded_ops``).
         num_workers: FFCV threads per process; None = this machine's cores / devices per node.
         resolution: train px, or a progressive-resize mapping (start, end, start_ramp_epoch, end_ramp_epoch).
         val_resolution: eval px (may exceed the train resolution: FixRes' train-test gap).
@@ -238,7 +240,7 @@ class FFCVDataModule(L.LightningDataModule):
 
     def _build_loader(self, path: str, ops: tuple, resolution: int, order: str) -> Loader:
         read_num_samples(path, self.prepare_command)
-        image_ops = pipelines.build_image_ops(ops, resolution, self.device)
+        image_ops = pipelines.build_image_ops(ops, resolution, self.device, seed=self.seed)
         try:
             return Loader(path, batch_size=self.batch_size, num_workers=self._workers(), os_cache=self.os_cache,
                           order=OrderOption.QUASI_RANDOM if order == "quasi_random" else OrderOption.SEQUENTIAL,
@@ -257,7 +259,9 @@ class FFCVDataModule(L.LightningDataModule):
             ops = pipelines.without_augmentation(self.train_ops, self.val_ops) if plain else self.train_ops
             self._loaders[key] = self._build_loader(self.train_path, ops, resolution, self.order)
         loader = self._loaders[key]
-        decoder = loader.pipeline_specs["image"].decoder
+        image_spec = loader.pipeline_specs["image"]
+        seeded_ops.set_epoch([image_spec.decoder, *image_spec.transforms], epoch)  # no FFCV thread runs yet
+        decoder = image_spec.decoder
         if decoder.output_size != (resolution, resolution):
             decoder.output_size = (resolution, resolution)  # buffers follow: FFCV sizes them per epoch
             loader.generate_code()

@@ -37,6 +37,7 @@ from ffcv.transforms import (
     View,
 )
 
+from lightning_lars.data.seeded_ops import SeededRandomHorizontalFlip, SeededRandomResizedCropRGBImageDecoder
 from lightning_lars.errors import UserError
 
 # Pixel units (0-255): FFCV normalises uint8 images through a lookup table.
@@ -178,9 +179,11 @@ def _normalize_stats(split: str, args: Mapping) -> tuple[tuple[float, ...], tupl
     return mean, std
 
 
-def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device) -> list:
+def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, seed: int | None = None) -> list:
     """Validated ops -> FFCV operations for one square ``resolution`` (px) on ``device``.
 
+    ``seed``: random crop and flip draw from (seed, epoch, sample index) (``seeded_ops``; the DataModule sets the
+    epoch), so runs and resumed runs repeat exactly. None: FFCV's own ops, seeded from OS entropy per process.
     A ``normalize`` after the tensor ops is left out here: see ``post_transfer_normalize``."""
     built: list = []
     after_tensor = False
@@ -188,12 +191,17 @@ def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device) ->
         if op.name == "random_resized_crop":
             scale = tuple(float(x) for x in op.args.get("scale", (0.08, 1.0)))
             ratio = tuple(float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3)))
-            built.append(RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio))
+            if seed is None:
+                built.append(RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio))
+            else:
+                built.append(SeededRandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale,
+                                                                    ratio=ratio, seed=seed))
         elif op.name == "center_crop":
             # ratio = crop side / short side; 224/256 = 0.875 is "resize 256, centre crop 224"
             built.append(CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args.get("ratio", 0.875))))
         elif op.name == "flip":
-            built.append(RandomHorizontalFlip(float(op.args.get("prob", 0.5))))
+            prob = float(op.args.get("prob", 0.5))
+            built.append(RandomHorizontalFlip(prob) if seed is None else SeededRandomHorizontalFlip(prob, seed=seed))
         elif op.name == "normalize":
             if not after_tensor:
                 mean, std = _normalize_stats("", op.args)
