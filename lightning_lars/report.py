@@ -70,12 +70,15 @@ def _published_percent(value) -> str:
 def results_table(cfg, metrics: dict[str, float], trainer) -> str:
     rows = summary_rows(cfg, metrics, trainer)
     logger = wandb_logger_of(trainer)
-    wandb_dir = logger.experiment.dir if logger is not None else None
+    # experiment.dir is the run's files/ folder; its parent is what `wandb sync` takes
+    wandb_dir = str(Path(logger.experiment.dir).parent) if logger is not None else None
     width = max(len(r[0]) for r in rows)
     ours_width = max(16, *(len(r[1]) for r in rows))
     lines = [f"\nResults: recipe {cfg.recipe_name}", f"{'':{width}}  {'this run':>{ours_width}}  published"]
     lines += [f"{name:{width}}  {ours:>{ours_width}}  {theirs}" for name, ours, theirs in rows]
     lines.append(f"W&B run: {wandb_dir or 'none (no W&B logger)'}")
+    if wandb_dir and "offline-run" in wandb_dir:
+        lines.append(f"  offline; upload it with: wandb sync {wandb_dir}")
     return "\n".join(lines)
 
 
