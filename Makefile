@@ -64,7 +64,7 @@ check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its t
 	$(PY) -m lightning_lars.check --recipe $(recipe) --seeds $(or $(seeds),3) $(OVERRIDES)
 
 test: $(STAMP) ## every CPU test: unit + integration (multi-process gloo, end to end)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: $(STAMP) ## unit tests only (seconds)
 	$(PY) -m pytest -q -m "not slow" tests
