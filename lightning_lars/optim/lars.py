@@ -78,8 +78,21 @@ class LARS(Optimizer):
                     "clip": clip, "trust_adaptation": None}
         self.shard_group = shard_group
         self.track_stats = False
+        self.grad_norm_source = None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
         self.last_stats: dict | None = None
         super().__init__(params, defaults)
+
+    def _hook_grad_norms(self, params: list[Tensor]) -> Tensor | None:
+        """Per-parameter ``||g||`` from the DDP comm hook (``ddp_comm_state.compute_grad_norms``), or None.
+
+        ``grad_norm_source`` is set by `BucketedDDPStrategy`; every norm is popped, so a stale one from an
+        earlier backward is never used, and the step falls back to its own pass if any is missing."""
+        if self.grad_norm_source is None or not params:
+            return None
+        norms = [self.grad_norm_source.pop_grad_norm(p) for p in params]
+        if any(n is None for n in norms):
+            return None
+        return torch.stack(norms).float()
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group; one without ``trust_adaptation`` is first resolved by the exclusion rule."""
@@ -105,9 +118,13 @@ class LARS(Optimizer):
                 work.append((group, tensors))
         adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
         # Norms of every adapted tensor in this step together: one foreach op per list, one collective.
-        w_norm, g_norm = global_norms([[w for _, t in adapted for w in t.weights],
-                                       [x for _, t in adapted for x in t.grads]],
-                                      [p for _, t in adapted for p in t.params], self.shard_group)
+        params = [p for _, t in adapted for p in t.params]
+        weights, grads = [w for _, t in adapted for w in t.weights], [x for _, t in adapted for x in t.grads]
+        hooked = self._hook_grad_norms(params)
+        if hooked is None:
+            w_norm, g_norm = global_norms([weights, grads], params, self.shard_group)
+        else:  # the DDP comm hook already took ||g|| of the averaged gradients while they passed through
+            (w_norm,), g_norm = global_norms([weights], params, self.shard_group), hooked
         counts = [len(t.params) for _, t in adapted]
         one = len(counts) == 1  # the usual case: skip the split
         w_parts, g_parts = ([w_norm], [g_norm]) if one else (w_norm.split(counts), g_norm.split(counts))

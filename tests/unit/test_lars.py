@@ -244,3 +244,39 @@ def test_descends_the_rosenbrock_function():
 def test_bad_arguments_raise_user_error(kwargs):
     with pytest.raises(UserError):
         LARS(_model().parameters(), **kwargs)
+
+
+def test_gradient_norms_from_the_ddp_hook_are_used_once():
+    """With compute_grad_norms the comm hook leaves ||g|| per parameter in its state; LARS takes them
+    instead of its own pass (same step when they are the true norms, a different one when they differ),
+    pops them, and falls back to its own pass when any is missing."""
+    from lightning_lars.dist.bucket_hook import GroupedAllReduceState
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        return model, LARS(model.parameters(), lr=0.5, weight_decay=1e-4, form="mlperf")
+
+    plain, plain_opt = make()
+    plain_opt.step()
+    for true_norms, should_match in ((True, True), (False, False)):
+        hooked, opt = make()
+        state = GroupedAllReduceState(group_caps_mb=[1.0], compute_grad_norms=True)
+        opt.grad_norm_source = state
+        for p in hooked.parameters():
+            state.grad_norms[p] = p.grad.norm() if true_norms else 3 * p.grad.norm()
+        opt.step()
+        same = all(torch.equal(a, b) for a, b in zip(plain.parameters(), hooked.parameters()))
+        assert same is should_match
+        adapted = [p for p in hooked.parameters() if p.ndim > 1]
+        assert all(p not in state.grad_norms for p in adapted)  # popped: used once
+    # a missing norm: LARS computes them all itself, matching the plain step
+    fallback, opt = make()
+    state = GroupedAllReduceState(group_caps_mb=[1.0], compute_grad_norms=True)
+    opt.grad_norm_source = state
+    first = next(p for p in fallback.parameters() if p.ndim > 1)
+    state.grad_norms[first] = 100 * first.grad.norm()  # only one of two adapted tensors has a norm
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fallback.parameters()))
