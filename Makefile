@@ -14,7 +14,7 @@ recipe ?= demo
 MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
-.PHONY: help install system-deps train demo demo-data prepare recipes check test test-fast test-full \
+.PHONY: help install system-deps train demo demo-data prepare recipes check test test-slow test-fast test-full \
         bench bench-optim bench-data bench-comm format lint clean-logs clean
 
 help: ## list the targets
@@ -63,13 +63,22 @@ recipes: $(STAMP) ## list the recipes with their published results
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
 	$(PY) -m lightning_lars.check --recipe $(recipe) --seeds $(or $(seeds),3) $(OVERRIDES)
 
-test: $(STAMP) ## every CPU test: unit + integration (multi-process gloo, end to end)
-	$(PY) -m pytest -q --durations=15 tests
+# Tiers: `make test` is the fast tier plus the demo end to end (about 10 minutes on 2 cores with the install);
+# `make test-slow` the remaining integration tests (multi-process gloo, every recipe, resume after SIGKILL,
+# preemption); CI runs both. GPU tests are marked `gpu` and skipped without a GPU.
+E2E := tests/integration/test_demo_end_to_end.py
 
-test-fast: $(STAMP) ## unit tests only (seconds)
+test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
+	$(PY) -m pytest -q --durations=10 -m "not slow" tests $(E2E)
+
+test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
+	$(PY) -m pytest -q --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
+
+test-fast: $(STAMP) ## unit tests only
 	$(PY) -m pytest -q -m "not slow" tests
 
-test-full: test ## everything, GPU tests included (skipped without a GPU)
+test-full: $(STAMP) ## everything
+	$(PY) -m pytest -q --durations=15 tests
 
 bench: bench-optim bench-data bench-comm ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 

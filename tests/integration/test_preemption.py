@@ -56,7 +56,7 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
         while not first_checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         job.send_signal(signal.SIGUSR1)  # SLURM's warning, --signal=SIGUSR1@90
-        job.wait(timeout=600, check=False)
+        job.wait(timeout=600)
     first = (tmp_path / "first.log").read_text()
     assert job.returncode == 0, first[-3000:]
     assert "preempted: signal SIGUSR1 at step" in first and "SLURM job 4242 requeued" in first
