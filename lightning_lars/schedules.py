@@ -36,10 +36,9 @@ def warmup_poly(
     """
     warmup_steps = round(warmup_epochs * steps_per_epoch)
     total_steps = max(round(total_epochs * steps_per_epoch), warmup_steps + 1)
-    if step < warmup_steps:
-        return _warmup(step, warmup_steps, start_lr, peak_lr)
-    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-    return end_lr + (peak_lr - end_lr) * (1.0 - progress) ** power
+    return warmup_poly_steps(step, peak_lr=peak_lr, steps_per_epoch=steps_per_epoch, total_epochs=total_epochs,
+                             warmup_steps=warmup_steps, total_steps=total_steps, start_lr=start_lr,
+                             end_lr=end_lr, power=power)
 
 
 def warmup_step(
