@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from lightning_lars.config import RECIPES_DIR
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +61,8 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
 
     summary = {row[0]: row[1:] for row in _table(out, "summary")["data"]}
     assert summary["top-1 (val)"][0] == f"{100 * final_top1:.2f} %"
-    assert summary["global batch"] == ["64", "256"]  # this run beside the recipe's published value
+    published_batch = str(yaml.safe_load((RECIPES_DIR / "demo.yaml").read_text())["published"]["global_batch"])
+    assert summary["global batch"] == ["64", published_batch]  # this run beside the recipe's published value
 
     lr = _table(out, "lr_schedule_table")
     planned = {step: value for step, value, kind in lr["data"] if kind == "planned"}
