@@ -81,11 +81,7 @@ class LAMB(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        work = []
-        for index, group in enumerate(self.param_groups):
-            tensors = mt.collect(self, group, index, ("exp_avg", "exp_avg_sq"))
-            if tensors is not None:
-                work.append((group, tensors))
+        work = mt.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
         if not work:
             return loss
         params = [p for _, t in work for p in t.params]

@@ -111,11 +111,7 @@ class LARS(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        work = []
-        for index, group in enumerate(self.param_groups):
-            tensors = mt.collect(self, group, index, ("momentum_buffer",) if group["momentum"] else ())
-            if tensors is not None:
-                work.append((group, tensors))
+        work = mt.collect_groups(self, lambda group: ("momentum_buffer",) if group["momentum"] else ())
         adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
         # Norms of every adapted tensor in this step together: one foreach op per list, one collective.
         params = [p for _, t in adapted for p in t.params]

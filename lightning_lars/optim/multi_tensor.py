@@ -74,6 +74,18 @@ def collect(opt: Optimizer, group: dict, group_index: int,
     return out
 
 
+def collect_groups(opt: Optimizer, state_keys) -> list[tuple[dict, GroupTensors]]:
+    """`collect` for every param group that has gradients: ``[(group, tensors), ...]`` in group order.
+
+    ``state_keys(group)`` names the per-parameter state the optimizer keeps for that group."""
+    work = []
+    for index, group in enumerate(opt.param_groups):
+        tensors = collect(opt, group, index, state_keys(group))
+        if tensors is not None:
+            work.append((group, tensors))
+    return work
+
+
 def write_back(tensors: GroupTensors) -> None:
     """Round updated fp32 master weights into their bf16/fp16 parameters (one op for the whole group)."""
     if tensors.rounded[0]:
