@@ -42,7 +42,7 @@ install: $(STAMP) ## create .venv and install the project (once)
 
 train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
 ifneq ($(nodes)$(devices),)
-	$(PY) -m lightning_lars.dist.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) recipe=$(recipe) $(OVERRIDES)
+	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) recipe=$(recipe) $(OVERRIDES)
 else
 	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
 endif

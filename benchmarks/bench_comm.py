@@ -22,9 +22,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lightning_lars.dist.bucket_hook import GroupedAllReduceState, register  # noqa: E402
-from lightning_lars.dist.network import Network  # noqa: E402
-from lightning_lars.dist.planner import format_table, measure_profile, plan_table  # noqa: E402
+from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, register  # noqa: E402
+from lightning_lars.parallel.network import Network  # noqa: E402
+from lightning_lars.parallel.planner import format_table, measure_profile, plan_table  # noqa: E402
 
 SEED_GPUS, SEED_GLOBAL_BATCH = 2048, 86_016  # Fujitsu MLPerf v0.6 (records.md): 42 images per GPU
 # Our estimate, not published: a V100 trains ResNet-50 in fp16 at ~1,200 img/s, so 42 images take ~35 ms,

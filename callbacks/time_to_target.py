@@ -8,7 +8,7 @@ import time
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from callbacks.hparam_monitor import epoch_of
+from lightning_lars.callbacks.hparam_monitor import epoch_of
 
 
 class TimeToTarget(L.Callback):

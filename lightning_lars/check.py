@@ -96,7 +96,7 @@ def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dic
     command = [sys.executable, "-m", "lightning_lars.train", f"recipe={recipe}", f"seed={seed}",
                f"hydra.run.dir={run_dir}", *overrides]
     with log.open("w") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.PROJECT_ROOT)
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_root())
         try:
             code = child.wait()
         finally:  # interrupted (Ctrl-C, SIGTERM from a scheduler): take the training run down with us
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
         cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
-        out = args.out or config.PROJECT_ROOT / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
         rows = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)

@@ -19,11 +19,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_lars.errors import UserError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# `${project_root:}` in conf/paths: data and logs default to folders of this checkout wherever the command runs.
-OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
-CONF_DIR = PROJECT_ROOT / "conf"
-RECIPES_DIR = PROJECT_ROOT / "recipes"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_DIR.parent
+# In a checkout, lightning_lars/conf is a link to the top-level conf/ (and conf/recipe to recipes/); in an
+# installed wheel they are real folders inside the package.
+CONF_DIR = PACKAGE_DIR / "conf"
+RECIPES_DIR = CONF_DIR / "recipe"
+
+
+def is_checkout() -> bool:
+    """Running from a clone (pyproject.toml beside the package), not from an installed wheel."""
+    return (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "recipes").is_dir()
+
+
+def run_root() -> Path:
+    """Where data/ and logs/ live by default: the checkout's root in a clone, the working directory when installed."""
+    return PROJECT_ROOT if is_checkout() else Path.cwd()
+
+
+# `${project_root:}` in conf/paths: data and logs default to folders of the checkout (or of the working
+# directory when the package is installed) wherever the command runs.
+OmegaConf.register_new_resolver("project_root", lambda: str(run_root()), replace=True)
 
 # Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
 TOP_LEVEL_KEYS = {

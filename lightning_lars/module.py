@@ -23,7 +23,7 @@ class ImageClassifier(L.LightningModule):
         num_classes: classifier width.
         optimizer: ``optimizer(param_groups) -> torch.optim.Optimizer`` (a Hydra ``_partial_``); its
             ``weight_decay`` keyword is the decay of the tensors the exclusion rule keeps.
-        lr_schedule: pure ``step -> lr`` function, applied by `callbacks.schedule.ScheduleCallback`.
+        lr_schedule: pure ``step -> lr`` function, applied by `lightning_lars.callbacks.schedule.ScheduleCallback`.
         exclusion_rule: which tensors skip weight decay and LARS/LAMB trust adaptation:
             ``"ndim<=1"`` (BN gamma/beta and biases; MLPerf, Goyal) or ``"none"`` (You et al. 2017).
         zero_init_last: zero the last BN gamma of each residual block (Goyal et al. sec. 5.1).

@@ -3,7 +3,7 @@
 How a preempted SLURM run comes back (submit with ``#SBATCH --signal=SIGUSR1@90`` so every rank is warned
 90 s before the end, and ``#SBATCH --requeue``):
 
-1. SIGUSR1 -> `callbacks.checkpointing.SignalCheckpoint` waits for the next optimizer-step boundary, then runs
+1. SIGUSR1 -> `lightning_lars.callbacks.checkpointing.SignalCheckpoint` waits for the next optimizer-step boundary, then runs
    Lightning's ``SLURMEnvironment(auto_requeue=True)`` handler: it saves ``hpc_ckpt_<n>.ckpt`` in the run
    folder and calls ``scontrol requeue $SLURM_JOB_ID``; the run then stops with `Preempted` (exit code 0).
 2. SLURM starts the same batch script again with the same job id. `run_dir_overrides` gives both attempts

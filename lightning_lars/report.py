@@ -12,10 +12,10 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from callbacks.hparam_monitor import HParamMonitor
-from callbacks.throughput import ThroughputCallback
-from callbacks.time_to_target import TimeToTarget
-from callbacks.trust_ratio import TrustRatioMonitor
+from lightning_lars.callbacks.hparam_monitor import HParamMonitor
+from lightning_lars.callbacks.throughput import ThroughputCallback
+from lightning_lars.callbacks.time_to_target import TimeToTarget
+from lightning_lars.callbacks.trust_ratio import TrustRatioMonitor
 
 RESULTS_FILE = "results.json"
 PLANNED_LR_POINTS = 500  # samples of the pure schedule function for the LR plot

@@ -118,7 +118,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 
 
 def wandb_run_id(ckpt_path: str | None) -> str | None:
-    """The W&B run id stored in a checkpoint by `callbacks.checkpointing.ResumeState`, if any."""
+    """The W&B run id stored in a checkpoint by `lightning_lars.callbacks.checkpointing.ResumeState`, if any."""
     if ckpt_path is None:
         return None
     return load_meta(ckpt_path).get(WANDB_KEY)

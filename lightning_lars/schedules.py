@@ -4,7 +4,7 @@ Every schedule takes the optimizer step (0-based, counted in optimizer steps, no
 keyword-only shape arguments, and returns the LR for that step. ``peak_lr`` is already scaled to the global
 batch by `lightning_lars.scaling.scale_lr`; epochs are converted to steps with ``steps_per_epoch`` (images
 per epoch // global batch, drop-last). Configs bind the shape with ``_partial_: true``;
-`callbacks.schedule.ScheduleCallback` only applies the value.
+`lightning_lars.callbacks.schedule.ScheduleCallback` only applies the value.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def batch_growth(step: int, *, steps_per_epoch: int, growth: Mapping[int, int]) 
 
     ``growth`` maps an epoch to the factor the global batch is multiplied by from that epoch on (e.g.
     ``{5: 2}``: the recipe's batch for epochs 0-4, twice it afterwards). An epoch at factor ``f`` has
-    ``steps_per_epoch // f`` optimizer steps (`callbacks.batch_size_control` trims it to that).
+    ``steps_per_epoch // f`` optimizer steps (`lightning_lars.callbacks.batch_size_control` trims it to that).
 
     Returns ``(base_step, factor)``: the position in steps of the recipe's batch (so a schedule written in
     epochs at that batch reads the same epoch), and the batch factor in force at ``step``.

@@ -17,9 +17,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from callbacks.batch_norm import BatchNormGroups
-from callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
-from callbacks.schedule import ScheduleCallback
+from lightning_lars.callbacks.batch_norm import BatchNormGroups
+from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+from lightning_lars.callbacks.schedule import ScheduleCallback
 from lightning_lars import config, preemption, preflight, report, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
@@ -95,7 +95,7 @@ def fail(err: UserError) -> None:
     sys.exit(2)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)

@@ -21,7 +21,7 @@ class RMSpropWarmup(Optimizer):
         w -= b
 
     ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.sgd_fraction_elu`), applied by
-    `callbacks.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
+    `lightning_lars.callbacks.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
     Once ``a == 1`` this is momentum SGD with the LR inside the buffer (Chainer's MomentumSGD).
 
     Args:
@@ -62,7 +62,7 @@ class RMSpropWarmup(Optimizer):
             fraction = group["sgd_fraction"]
             if fraction is None:
                 raise UserError("RMSpropWarmup needs its blend schedule: add callbacks.rmsprop_warmup"
-                                " (_target_: callbacks.rmsprop_warmup.RMSpropWarmupBlend) to the recipe")
+                                " (_target_: lightning_lars.callbacks.rmsprop_warmup.RMSpropWarmupBlend) to the recipe")
             for p in group["params"]:
                 if p.grad is None:
                     continue

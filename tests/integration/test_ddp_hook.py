@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_lars.dist.bucket_hook import GroupedAllReduceState, compression_error_bound, register
+from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, compression_error_bound, register
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

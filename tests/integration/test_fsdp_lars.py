@@ -12,7 +12,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from lightning_lars.bn import average_bn_statistics
-from lightning_lars.dist.fsdp import FSDP2Strategy
+from lightning_lars.parallel.fsdp import FSDP2Strategy
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
-from callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
+from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
 from lightning_lars import resume
 
 pytestmark = pytest.mark.slow

@@ -68,7 +68,7 @@ def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
 
 
 def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
-    from lightning_lars.dist.launch import build
+    from lightning_lars.parallel.launch import build
 
     launcher, script = build(["--nodes", "4", "--devices", "8", "recipe=goyal_8k", "trainer.max_epochs=2"],
                              env={}, which=lambda name: "/usr/bin/sbatch")
@@ -82,7 +82,7 @@ def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
 
 
 def test_launcher_choice_without_slurm():
-    from lightning_lars.dist.launch import build
+    from lightning_lars.parallel.launch import build
     from lightning_lars.errors import UserError
 
     no_sbatch = lambda name: None

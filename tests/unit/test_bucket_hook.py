@@ -11,14 +11,14 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_lars.dist.bucket_hook import (
+from lightning_lars.parallel.bucket_hook import (
     MIB,
     GroupedAllReduceState,
     grouped_allreduce_hook,
     plan_groups,
     register,
 )
-from lightning_lars.dist.strategy import BucketedDDPStrategy
+from lightning_lars.parallel.strategy import BucketedDDPStrategy
 from lightning_lars.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]

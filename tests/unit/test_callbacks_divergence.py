@@ -5,7 +5,7 @@ import torch
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from callbacks.divergence import DivergenceError, DivergenceGuard
+from lightning_lars.callbacks.divergence import DivergenceError, DivergenceGuard
 from lightning_lars.errors import UserError
 
 

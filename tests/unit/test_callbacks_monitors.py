@@ -7,9 +7,9 @@ import pytest
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from callbacks.hparam_monitor import HParamMonitor, group_label
-from callbacks.schedule import ScheduleCallback
-from callbacks.trust_ratio import TrustRatioMonitor
+from lightning_lars.callbacks.hparam_monitor import HParamMonitor, group_label
+from lightning_lars.callbacks.schedule import ScheduleCallback
+from lightning_lars.callbacks.trust_ratio import TrustRatioMonitor
 
 
 def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):

@@ -18,8 +18,8 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
-from callbacks import checkpointing
-from callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
+from lightning_lars.callbacks import checkpointing
+from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
 from lightning_lars import preemption, resume
 from lightning_lars.errors import UserError
 from lightning_lars.preemption import Preempted
@@ -75,7 +75,7 @@ def test_disk_full_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, ca
     io, target = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint(payload(1.0), target)
     fill_disk_after(monkeypatch, budget=2000)  # the new checkpoint is ~4 kB: it fails part-way
-    with caplog.at_level(logging.WARNING, logger="callbacks.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.callbacks.checkpointing"):
         io.save_checkpoint(payload(2.0), target)
         io.save_checkpoint(payload(3.0), target)
     assert io.num_failed_writes == 2 and io.last_error.errno == errno.ENOSPC

@@ -250,7 +250,7 @@ def test_gradient_norms_from_the_ddp_hook_are_used_once():
     """With compute_grad_norms the comm hook leaves ||g|| per parameter in its state; LARS takes them
     instead of its own pass (same step when they are the true norms, a different one when they differ),
     pops them, and falls back to its own pass when any is missing."""
-    from lightning_lars.dist.bucket_hook import GroupedAllReduceState
+    from lightning_lars.parallel.bucket_hook import GroupedAllReduceState
 
     def make():
         torch.manual_seed(0)

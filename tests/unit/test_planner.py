@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from lightning_lars.dist.bucket_hook import MIB
-from lightning_lars.dist.network import Network, torus_shape
-from lightning_lars.dist.planner import (
+from lightning_lars.parallel.bucket_hook import MIB
+from lightning_lars.parallel.network import Network, torus_shape
+from lightning_lars.parallel.planner import (
     Profile,
     fixed_schedule,
     grouped_schedule,

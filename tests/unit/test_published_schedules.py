@@ -7,7 +7,7 @@ N = 1,281,167 ImageNet training images, steps per epoch = N // global batch (dro
 import pytest
 import torch
 
-from callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
+from lightning_lars.callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
 from lightning_lars.schedules import batch_growth, sgd_fraction_elu
 from tests.unit.recipe_helpers import build_optimizer, build_schedule, recipe
 

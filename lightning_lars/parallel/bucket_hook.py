@@ -66,7 +66,7 @@ class GroupedAllReduceState:
         group_caps_mb: byte cap of each group in MiB, in bucket order (DDP's first bucket holds the
             gradients that are ready first, i.e. the last layers). The last cap repeats. A group closes as
             soon as it reaches its cap, so a bucket larger than the cap forms a group by itself.
-            ``python -m lightning_lars.dist.planner`` proposes these.
+            ``python -m lightning_lars.parallel.planner`` proposes these.
         compression: ``None`` (communicate in the gradient dtype), ``"bf16"`` or ``"fp16"``.
         compute_grad_norms: fill :attr:`grad_norms` with each parameter's averaged-gradient L2 norm.
         process_group: ``None`` for the default (world) group, resolved at the first call, since Hydra

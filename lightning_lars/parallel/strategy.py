@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_lars.dist.bucket_hook import grouped_allreduce_hook, register
+from lightning_lars.parallel.bucket_hook import grouped_allreduce_hook, register
 from lightning_lars.errors import UserError
 
 
@@ -28,7 +28,7 @@ class BucketedDDPStrategy(DDPStrategy):
     Args:
         ddp_comm_hook: ``(state, bucket) -> Future[Tensor]``; a Hydra ``_partial_: true`` of a function
             works (DDP checks the parameter names, which ``functools.partial`` keeps).
-        ddp_comm_state: the hook's state, e.g. :class:`~lightning_lars.dist.bucket_hook.GroupedAllReduceState`.
+        ddp_comm_state: the hook's state, e.g. :class:`~lightning_lars.parallel.bucket_hook.GroupedAllReduceState`.
             If it has ``compute_grad_norms=True``, the state is handed to every optimizer that has a
             ``grad_norm_source`` attribute (our LARS/LAMB), which then pops per-parameter gradient norms
             from it instead of recomputing them.

@@ -1,6 +1,6 @@
 """Bucket planner: exposed gradient communication of fixed buckets vs growing groups, 8 to 4096 GPUs.
 
-``python -m lightning_lars.dist.planner --arch resnet50 --backward-ms 23 --compression fp16 --plot out.png``
+``python -m lightning_lars.parallel.planner --arch resnet50 --backward-ms 23 --compression fp16 --plot out.png``
 
 The per-GPU workload is fixed (weak scaling): every row assumes the profile's backward time per step.
 
@@ -11,10 +11,10 @@ The per-GPU workload is fixed (weak scaling): every row assumes the profile's ba
 2. Buckets as DDP builds them after its first step: consecutive gradients in ready order until a cap is
    reached. A bucket or group is ready when its last gradient is.
 3. One communication channel: an all-reduce starts when its group is ready and the previous one ended;
-   its time comes from the alpha-beta models in :mod:`lightning_lars.dist.network`. Exposed time = how
+   its time comes from the alpha-beta models in :mod:`lightning_lars.parallel.network`. Exposed time = how
    long communication runs past the end of backward.
 4. Fixed: DDP buckets of 25 MiB, one all-reduce each. Grouped: DDP buckets of ``--ddp-bucket-mb`` coalesced
-   by the hook's own rule (:func:`~lightning_lars.dist.bucket_hook.plan_groups`) with geometric caps
+   by the hook's own rule (:func:`~lightning_lars.parallel.bucket_hook.plan_groups`) with geometric caps
    ``first, first*growth, ... , largest``; the caps with the least exposed time are proposed, in the form
    ``strategy.ddp_comm_state.group_caps_mb`` takes.
 """
@@ -25,8 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lightning_lars.dist.bucket_hook import MIB, plan_groups
-from lightning_lars.dist.network import ALGORITHMS, Network
+from lightning_lars.parallel.bucket_hook import MIB, plan_groups
+from lightning_lars.parallel.network import ALGORITHMS, Network
 from lightning_lars.errors import UserError
 
 GPU_COUNTS = [2**k for k in range(3, 13)]  # 8 .. 4096

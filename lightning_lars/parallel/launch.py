@@ -1,6 +1,6 @@
 """Multi-node launch: SLURM (sbatch + srun), torchrun, or Lightning's own process spawning.
 
-``python -m lightning_lars.dist.launch --nodes N --devices G recipe=NAME [key=value ...]`` (what
+``python -m lightning_lars.parallel.launch --nodes N --devices G recipe=NAME [key=value ...]`` (what
 ``make recipe=NAME nodes=N devices=G`` runs) picks, with ``--launcher auto``:
 
 * inside a SLURM allocation (``SLURM_JOB_ID`` set): ``srun`` one task per GPU, now;
