@@ -3,4 +3,4 @@
 Importing this package (the module does) makes ``timm.create_model("alexnet_bn")`` work like any timm name.
 """
 
-from lightning_lars.models import alexnet_bn  # noqa: F401  (registers with timm)
+from lightning_lars.models import alexnet_bn, resnet_v1  # noqa: F401  (register with timm)
