@@ -116,6 +116,32 @@ def warmup_linear(
                              warmup_steps=warmup, total_steps=total, start_lr=start_lr, end_lr=end_lr, power=1.0)
 
 
+def warmup_caffe_poly(
+    step: int,
+    *,
+    peak_lr: float,
+    steps_per_epoch: int,
+    total_epochs: float,
+    warmup_epochs: float = 0.0,
+    start_lr: float = 0.0,
+    power: float = 2.0,
+) -> float:
+    """Intel Caffe's ``poly`` policy with its warmup: the decay is counted from step 0, not from the warmup's end.
+
+    ``start + (peak - start) * t / Tw`` while ``t < Tw`` (``SGDSolver::GetWarmUpLR``), then
+    ``peak * (1 - t / T)^power`` (``SGDSolver::GetLearningRate``, ``lr_policy: "poly"``; the LARS paper's
+    Algorithm 1 writes ``gamma_t = gamma_0 (1 - t/T)^2``), reaching 0 at ``T``. The LR therefore drops at
+    ``Tw`` from ``peak`` to ``peak * (1 - Tw/T)^power``, unlike `warmup_poly`, whose decay starts at ``Tw``.
+    """
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    total_steps = round(total_epochs * steps_per_epoch)
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) < total_steps ({total_steps})")
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps, start_lr, peak_lr)
+    return peak_lr * max(0.0, 1.0 - step / total_steps) ** power
+
+
 def piecewise(
     step: int,
     *,

@@ -1,0 +1,38 @@
+"""warmup_caffe_poly against Intel Caffe's solver, written out from src/caffe/solvers/sgd_solver.cpp."""
+
+import pytest
+
+from lightning_lars.schedules import warmup_caffe_poly
+
+
+def intel_caffe_rate(iter_, *, base_lr, max_iter, power, warmup_iter, warmup_start_lr):
+    """SGDSolver::GetLearningRate with lr_policy "poly" and warmup_iter > 0, as the C++ computes it."""
+    if warmup_iter > 0 and iter_ < warmup_iter:  # GetWarmUpLR
+        return (iter_ * base_lr + (warmup_iter - iter_) * warmup_start_lr) / warmup_iter
+    return base_lr * (1.0 - iter_ / max_iter) ** power
+
+
+@pytest.mark.parametrize("spe, epochs, warmup_epochs, start", [(39, 90, 12, 0.0), (156, 100, 5, 0.5), (10, 3, 0, 0.0)])
+def test_matches_intel_caffe_at_every_step(spe, epochs, warmup_epochs, start):
+    peak = 40.0
+    for step in range(spe * epochs):
+        ours = warmup_caffe_poly(step, peak_lr=peak, steps_per_epoch=spe, total_epochs=epochs,
+                                 warmup_epochs=warmup_epochs, start_lr=start, power=2.0)
+        theirs = intel_caffe_rate(step, base_lr=peak, max_iter=spe * epochs, power=2.0,
+                                  warmup_iter=spe * warmup_epochs, warmup_start_lr=start)
+        assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-12), step
+
+
+def test_decay_counts_from_step_zero_so_the_lr_drops_after_warmup():
+    spe, epochs, warmup = 39, 90, 12
+    lr = lambda step: warmup_caffe_poly(step, peak_lr=40.0, steps_per_epoch=spe, total_epochs=epochs,
+                                        warmup_epochs=warmup, power=2.0)
+    tw, total = warmup * spe, epochs * spe
+    assert lr(tw - 1) == pytest.approx(40.0 * (tw - 1) / tw)
+    assert lr(tw) == pytest.approx(40.0 * (1 - 12 / 90) ** 2)  # 30.04, not 40: (1 - t/T)^2 from t = 0
+    assert lr(total) == 0.0 and lr(total + 5) == 0.0
+
+
+def test_rejects_a_warmup_as_long_as_the_run():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        warmup_caffe_poly(0, peak_lr=1.0, steps_per_epoch=10, total_epochs=2, warmup_epochs=2)
