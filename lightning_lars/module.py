@@ -25,7 +25,8 @@ class ImageClassifier(L.LightningModule):
             ``weight_decay`` keyword is the decay of the tensors the exclusion rule keeps.
         lr_schedule: pure ``step -> lr`` function, applied by `lightning_lars.callbacks.schedule.ScheduleCallback`.
         exclusion_rule: which tensors skip weight decay and LARS/LAMB trust adaptation:
-            ``"ndim<=1"`` (BN gamma/beta and biases; MLPerf, Goyal) or ``"none"`` (You et al. 2017).
+            ``"ndim<=1"`` (BN gamma/beta and biases; MLPerf, Goyal), ``"none"`` (You et al. 2017) or
+            ``"norm_layers"`` (only BN/LN/GN parameters; the LAMB authors' ResNet-50 code).
         zero_init_last: zero the last BN gamma of each residual block (Goyal et al. sec. 5.1).
         fc_init_std: if set, init the classifier weight ~ N(0, std) and bias 0 (Goyal: 0.01).
         label_smoothing: cross-entropy label smoothing (0.1 in the MLPerf and TPU runs).

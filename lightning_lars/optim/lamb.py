@@ -41,8 +41,12 @@ class LAMB(Optimizer):
         betas: (b1, b2) (default (0.9, 0.999)).
         eps: added to sqrt(v_hat) (default 1e-6).
         weight_decay: wd, decoupled (added to the update, not the gradient) (default 0.0).
-        max_grad_norm: global gradient-norm clip (default 1.0); None or 0 disables it.
-        bias_correction: divide the moments by (1 - b^t) (default True).
+        max_grad_norm: global gradient-norm clip (default 1.0); None or 0 disables it. It clips the gradient
+            this optimizer sees, i.e. after DDP's all-reduce: the mean over the global batch. The authors'
+            ResNet-50 code (fastalgo/imagenet_resnet50_lamb optimization.py line 49) clips each TPU core's local
+            gradient before ``CrossShardOptimizer`` sums them, which no per-step optimizer can reproduce.
+        bias_correction: divide the moments by (1 - b^t) (default True, the paper's Algorithm 2). The authors'
+            ResNet-50 code has none (optimization.py lines 111-117): set False to match it.
         shard_group: as for ``LARS`` (FSDP1 flat shards only).
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.

@@ -3,7 +3,9 @@
 The rule is ``excluded(p) = p.ndim <= 1``: BatchNorm/LayerNorm gamma and beta and every bias are 1-D, every
 conv and linear weight is not (nanoGPT's ``p.dim() >= 2``). MLPerf and the LAMB ResNet-50 run exclude exactly
 these tensors from weight decay and from layer-wise adaptation; You et al. 2017 adapt every tensor
-(``rule="none"``). No name matching (``'bn' in name``): a renamed layer cannot change the rule.
+(``rule="none"``). The LAMB authors' ResNet-50 code excludes only its ``batch_normalization`` variables, so the
+FC bias is decayed and adapted there: ``rule="norm_layers"`` excludes exactly the parameters of normalisation
+modules (found by module type). No name matching (``'bn' in name``): a renamed layer cannot change the rule.
 
 Groups carry ``param_names`` (the key ``torch.optim.Optimizer`` itself uses for named parameters), so a
 callback can label per-layer statistics, and ``trust_adaptation`` (bool), read by LARS and LAMB and ignored by
@@ -19,7 +21,8 @@ from torch import Tensor, nn
 
 from lightning_lars.errors import UserError
 
-RULES = ("ndim<=1", "none")
+RULES = ("ndim<=1", "none", "norm_layers")
+NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)  # BN (all dims, Sync), LN, GN
 
 
 def excluded(p: Tensor) -> bool:
@@ -34,7 +37,9 @@ def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -
         model: the module whose ``named_parameters()`` (``requires_grad`` only) are grouped, in order.
         weight_decay: decay of the adapted group; the excluded group always gets 0.0.
         rule: ``"ndim<=1"`` (default; MLPerf, LAMB) excludes BN and bias tensors via ``excluded``;
-            ``"none"`` (You et al. 2017) decays and adapts every tensor.
+            ``"none"`` (You et al. 2017) decays and adapts every tensor; ``"norm_layers"`` (LAMB authors'
+            code, ``exclude_from_weight_decay=["batch_normalization", ...]``) excludes only the parameters of
+            normalisation modules (``NORM_LAYERS``): biases of conv/linear layers are decayed and adapted.
 
     Returns:
         Non-empty groups, each a dict with ``params``, ``param_names``, ``weight_decay`` and
@@ -43,7 +48,9 @@ def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -
     if rule not in RULES:
         raise UserError(f"unknown param-group rule {rule!r}; set optimizer rule to one of {', '.join(RULES)}")
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    skip = [rule == "ndim<=1" and excluded(p) for _, p in named]
+    norm_params = {id(p) for m in model.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(False)}
+    skip = [(rule == "ndim<=1" and excluded(p)) or (rule == "norm_layers" and id(p) in norm_params)
+            for _, p in named]
     adapted = [(n, p) for (n, p), s in zip(named, skip) if not s]
     rest = [(n, p) for (n, p), s in zip(named, skip) if s]
     groups = [

@@ -144,3 +144,56 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
 def test_bad_arguments_raise_user_error(kwargs):
     with pytest.raises(UserError):
         LAMB(_model().parameters(), **kwargs)
+
+
+def authors_lamb(weights, is_bn, grads_per_step, *, init_lr, warmup, total, wd, b1=0.9, b2=0.999, eps=1e-6):
+    """fastalgo/imagenet_resnet50_lamb optimization.py (b778c4c), written out in float64:
+
+    lr(step) = step * init_lr / warmup if step <= warmup else (total - step) * init_lr / (total - warmup)
+    grads = tf.clip_by_global_norm(grads, 1.0)                          # g * 1 / max(||G||, 1)
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  u = m / (sqrt(v) + eps)   # no bias correction
+    if "batch_normalization" not in name: u += wd w; ratio = ||w|| / ||u|| (1 if either is 0) else ratio = 1
+    w -= ratio * lr * u
+    """
+    weights = [w.clone().double() for w in weights]
+    m = [torch.zeros_like(w) for w in weights]
+    v = [torch.zeros_like(w) for w in weights]
+    lrs = []
+    for step, grads in enumerate(grads_per_step):
+        lr = step * init_lr / warmup if step <= warmup else (total - step) * init_lr / (total - warmup)
+        lrs.append(lr)
+        global_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).item()
+        grads = [g * 1.0 / max(global_norm, 1.0) for g in grads]
+        for i, (w, g) in enumerate(zip(weights, grads)):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g.square()
+            update = m[i] / (v[i].sqrt() + eps)
+            ratio = 1.0
+            if not is_bn[i]:
+                update = update + wd * w
+                w_norm, u_norm = w.norm(), update.norm()
+                ratio = (w_norm / u_norm).item() if w_norm > 0 and u_norm > 0 else 1.0
+            weights[i] = w - ratio * lr * update
+    return weights, lrs
+
+
+def test_matches_the_authors_resnet50_code_over_24_steps():
+    """lamb_32k's optimizer: no bias correction, only BN excluded (the FC bias is decayed and adapted), clip 1.0."""
+    model = _model()
+    start = [p.detach().clone() for p in model.parameters()]
+    is_bn = [name.startswith("1.") for name, _ in model.named_parameters()]  # Sequential index 1 is the BN
+    assert is_bn == [False, False, True, True, False, False]
+    generator = torch.Generator().manual_seed(2)
+    # gradient norms from ~0.3 to ~3: the global clip at 1.0 acts on some steps and not on others
+    grads = [[(0.1 + 0.2 * (step % 7)) * torch.randn(p.shape, generator=generator, dtype=torch.float64)
+              for p in model.parameters()] for step in range(24)]
+    expected, lrs = authors_lamb(start, is_bn, grads, init_lr=0.04, warmup=6, total=24, wd=1.5)
+    assert len(set(lrs)) > 10  # warmup from 0, then linear decay: a changing LR
+    opt = LAMB(param_groups(model, 1.5, "norm_layers"), betas=(0.9, 0.999), eps=1e-6, max_grad_norm=1.0,
+               bias_correction=False)
+    assert [(g["trust_adaptation"], g["weight_decay"], g["param_names"]) for g in opt.param_groups] == [
+        (True, 1.5, ["0.weight", "0.bias", "3.weight", "3.bias"]), (False, 0.0, ["1.weight", "1.bias"])]
+    ours = _run(model, opt, grads, lrs)
+    for got, want, before in zip(ours, expected, start):
+        assert (want - before).abs().max() > 1e-3
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

@@ -69,3 +69,14 @@ def test_split_unresolved_keeps_explicit_groups_and_names():
     assert rest["param_names"] == ["bn.weight", "bn.bias", "fc.bias", "frozen.bias"]
     (everything,) = split_unresolved(named, adapt_all=True)
     assert len(everything["params"]) == 7 and everything["trust_adaptation"] is True
+
+
+def test_norm_layers_rule_excludes_only_normalisation_parameters():
+    """The LAMB authors' rule: BN/LN/GN excluded by module type; conv and linear biases decayed and adapted."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GroupNorm(2, 4), nn.Flatten(),
+                          nn.Linear(4, 3), nn.LayerNorm(3))
+    adapted, rest = param_groups(model, 1.5, "norm_layers")
+    assert adapted["param_names"] == ["0.weight", "0.bias", "4.weight", "4.bias"]
+    assert rest["param_names"] == ["1.weight", "1.bias", "2.weight", "2.bias", "5.weight", "5.bias"]
+    assert (adapted["weight_decay"], adapted["trust_adaptation"]) == (1.5, True)
+    assert (rest["weight_decay"], rest["trust_adaptation"]) == (0.0, False)
