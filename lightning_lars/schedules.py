@@ -134,9 +134,7 @@ def warmup_caffe_poly(
     ``Tw`` from ``peak`` to ``peak * (1 - Tw/T)^power``, unlike `warmup_poly`, whose decay starts at ``Tw``.
     """
     warmup_steps = round(warmup_epochs * steps_per_epoch)
-    total_steps = round(total_epochs * steps_per_epoch)
-    if not 0 <= warmup_steps < total_steps:
-        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) < total_steps ({total_steps})")
+    total_steps = max(round(total_epochs * steps_per_epoch), warmup_steps + 1)  # as warmup_poly (toy runs)
     if step < warmup_steps:
         return _warmup(step, warmup_steps, start_lr, peak_lr)
     return peak_lr * max(0.0, 1.0 - step / total_steps) ** power

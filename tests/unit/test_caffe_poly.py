@@ -32,7 +32,3 @@ def test_decay_counts_from_step_zero_so_the_lr_drops_after_warmup():
     assert lr(tw) == pytest.approx(40.0 * (1 - 12 / 90) ** 2)  # 30.04, not 40: (1 - t/T)^2 from t = 0
     assert lr(total) == 0.0 and lr(total + 5) == 0.0
 
-
-def test_rejects_a_warmup_as_long_as_the_run():
-    with pytest.raises(ValueError, match="warmup_steps"):
-        warmup_caffe_poly(0, peak_lr=1.0, steps_per_epoch=10, total_epochs=2, warmup_epochs=2)
