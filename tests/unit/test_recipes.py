@@ -71,7 +71,7 @@ def test_every_recipe_value_cites_a_source_or_says_our_choice(name):
             block = top.group(1)
             continue
         value = re.match(r"^\s+([\w.]+):\s*(\S.*)$", line)
-        if block in ("published", "defaults", None) or not value or value.group(1) == "_target_":
+        if block in ("published", "defaults", "deviations", None) or not value or value.group(1) == "_target_":
             continue
         opener = re.match(r"^\s+[\w.]+:\s*#", lines[number - 2])  # `key:  # why` opens a nested value
         assert "#" in line or opener, (
