@@ -2,8 +2,8 @@
 
 timm's ``resnet50`` is "v1.5" (torchvision, fb.resnet.torch, the MLPerf and TPU references): a downsampling
 bottleneck strides its 3x3 conv. The original Caffe model (KaimingHe/deep-residual-networks) and Chainer's
-2017 ImageNet example (chainer/chainer examples/imagenet/resnet50.py at 3e78ae2d, ``BottleNeckA.conv1 =
-Convolution2D(in_size, ch, 1, stride, 0)``), which PFN's 32k run trained, stride the 1x1 conv that opens the
+ImageNet example as of chainer/chainer 3e78ae2d (examples/imagenet/resnet50.py, ``BottleNeckA.conv1 =
+Convolution2D(in_size, ch, 1, stride, 0)``; later versions stride the 3x3) stride the 1x1 conv that opens the
 block instead. Same tensors, same 25.56 M parameters; only the first block of stages 3-5 differs: its 3x3 conv
 runs on the already-downsampled map (fewer FLOPs, and v1.5 is the slightly more accurate of the two).
 
