@@ -42,15 +42,12 @@ def test_goyal_8k():
 
 
 @pytest.mark.parametrize("name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd", [
-    ("you_resnet50_32k", 32768, 29.0, 5, 90, 0.0, 2.0, 0.9, 5e-4),
     ("ying_tpu_32k", 32768, 34.0, 12, 90, 0.0, 2.0, 0.9, 1e-4),
     ("nvidia_mlperf10_3264", 3264, 10.5, 2, 37, 1e-4, 2.0, 0.9, 5e-5),
     ("nvidia_mlperf06_60k", 59904, 40.7, 33, 90, 0.0, 2.0, 0.9, 2e-4),
     ("fujitsu_86k", 86016, 13.0, 36, 90, 0.0325, 2.2, 0.96, 5e-5),
     ("fujitsu_81k", 81920, 13.0 * 81920 / 86016, 36, 90, 0.0325, 2.2, 0.96, 5e-5),
     ("jia_64k", 65536, 24.699, 31, 90, 1e-4, 2.0, 0.9, 1e-4),
-    ("you_alexnet_bn_8k", 8192, 10.0, 5, 100, 0.0, 2.0, 0.9, 5e-4),
-    ("you_alexnet_32k", 32768, 10.0, 5, 100, 0.0, 2.0, 0.9, 5e-4),
 ])
 def test_warmup_poly_runs_in_epochs(name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd):
     lr, spe, group, cfg = hyper(name)
