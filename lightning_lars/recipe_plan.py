@@ -33,15 +33,17 @@ def count_steps_per_epoch(num_images: int, global_batch: int, mode: str, workers
     """Optimizer steps in one epoch as the source counted them.
 
     - ``drop_last``: ``N // B``, every step a full batch (PyTorch ``drop_last=True``, our loaders).
-    - ``padded``: ``ceil(ceil(N / W) / (B / W))``: each of the source's ``W`` data-parallel workers reads its
-      ``ceil(N / W)`` shard and pads its last batch (MXNet ``ImageRecordIter`` with ``round_batch``, DALI).
+    - ``padded``: ``ceil(floor(N / W) / (B / W))``: each of the source's ``W`` data-parallel workers reads
+      its shard and pads its last batch. The shard is ``int(N / W)`` as the MXNet code writes it
+      (``get_epoch_size`` in NVIDIA's and Fujitsu's MLPerf ``common/fit.py``); ``W = 1`` is the global
+      ``ceil(N / B)`` of later NVIDIA code.
     - ``fixed``: the source's own count, ``steps``.
     """
     if mode == "drop_last":
         return num_images // global_batch
     if mode == "padded":
         per_worker_batch = global_batch // workers
-        return math.ceil(math.ceil(num_images / workers) / per_worker_batch)
+        return math.ceil((num_images // workers) / per_worker_batch)
     return int(steps)
 
 
@@ -180,7 +182,7 @@ def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: in
         if global_batch % workers:
             raise _recipe_error(recipe, "epoch_length.workers", f"({workers}) must divide the global batch"
                                 f" {global_batch}: each worker's batch is B / workers")
-        text = (f"padded: ceil(ceil({num_images} / {workers} workers) / {global_batch // workers} per worker),"
+        text = (f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
                 " each worker pads its last batch")
     elif workers is not None:
         raise _recipe_error(recipe, "epoch_length.workers", f"is only read in mode padded (mode is {mode}); remove it")
