@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -207,7 +208,7 @@ def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps:
     ``eval_offset``: epoch e, 0-based, is evaluated when e >= o and (e - o) % k == 0).
     ``every_n_steps: k, offset_steps: o``: after steps o+k, o+2k, ...
     """
-    spec = _check_keys(recipe, "evaluation", cfg.get("evaluation"), EVALUATION_KEYS)
+    spec = evaluation_spec(recipe, cfg)
     every_epochs, every_steps = spec.get("every_n_epochs"), spec.get("every_n_steps")
     if (every_epochs is None) == (every_steps is None):
         raise _recipe_error(recipe, "evaluation.every_n_epochs", "and evaluation.every_n_steps: set exactly one"
@@ -274,12 +275,27 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
 
 
 def check_trainer_keys(recipe: str, cfg: DictConfig) -> None:
-    """Evaluation is scheduled by ``evaluation``; Lightning's own knobs would silently fight it."""
-    for key, fix in (("check_val_every_n_epoch", "evaluation.every_n_epochs (and offset_epochs)"),
-                     ("val_check_interval", "evaluation.every_n_steps (and offset_steps)")):
-        if cfg.trainer.get(key) is not None:
-            raise _recipe_error(recipe, f"trainer.{key}", f"is not read: evaluation is scheduled by {fix};"
-                                f" remove trainer.{key}")
+    """Evaluation is scheduled by ``evaluation``; Lightning's own knob would silently fight it."""
+    if cfg.trainer.get("val_check_interval") is not None:
+        raise _recipe_error(recipe, "trainer.val_check_interval", "is not read: evaluation is scheduled by"
+                            " evaluation.every_n_steps (and offset_steps); remove trainer.val_check_interval")
+
+
+def evaluation_spec(recipe: str, cfg: DictConfig) -> dict:
+    """``evaluation``, or, for a recipe not yet converted, ``trainer.check_val_every_n_epoch`` read as
+    ``evaluation.every_n_epochs`` with no offset (with a warning naming the move)."""
+    spec = _check_keys(recipe, "evaluation", cfg.get("evaluation"), EVALUATION_KEYS)
+    legacy = (cfg.get("trainer") or {}).get("check_val_every_n_epoch")
+    if legacy is None:
+        return spec
+    default = {"every_n_epochs": 1, "every_n_steps": None, "offset_epochs": 0, "offset_steps": 0}
+    if any(spec.get(k, v) != v for k, v in default.items()):
+        raise _recipe_error(recipe, "trainer.check_val_every_n_epoch", "is not read when evaluation.* is set:"
+                            " remove it (evaluation.every_n_epochs schedules the evaluations)")
+    warnings.warn(f"recipe {recipe}: trainer.check_val_every_n_epoch={legacy} is read as evaluation.every_n_epochs"
+                  f"={legacy} with offset_epochs=0; move it to evaluation.every_n_epochs", FutureWarning,
+                  stacklevel=2)
+    return {**spec, "every_n_epochs": legacy}
 
 
 def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
