@@ -50,6 +50,8 @@ def caffe_rows(spe, epochs, warmup_epochs, peak, wd, momentum, batch, cite):
     return [(s, lr(s), wd, momentum, batch, cite) for s in (0, warmup // 2, warmup - 1, warmup, total // 2, total - 1)]
 
 
+LAMB_SOURCE = "optimization.py lines 23-27; run.sh lr 0.04, warmup 782, --weight_decay_input=1.5, batch 32768"
+
 # name -> (steps per epoch, total steps, eval steps, rows); row = (step, lr, weight decay, momentum, batch, source)
 GOLDEN = {
     "you_alexnet_bn_8k": (
@@ -71,9 +73,7 @@ GOLDEN = {
     ),
     "lamb_32k": (
         N // 32768, 3519, [3519],  # resnet_main.py line 587 (N // batch); run.sh --train_steps=3519; log.out line 1145
-        [(s, lamb_authors_lr(s), 1.5, None, 32768, "optimization.py lines 23-27; run.sh lr 0.04, warmup 782, "
-          "--weight_decay_input=1.5, --train_batch_size=32768")
-         for s in (0, 1, 391, 781, 782, 783, 2150, 3518)],
+        [(s, lamb_authors_lr(s), 1.5, None, 32768, LAMB_SOURCE) for s in (0, 1, 391, 781, 782, 783, 2150, 3518)],
     ),
     "goyal_8k": (
         N // 8192, 90 * (N // 8192), every_epoch(N // 8192, 90),
