@@ -25,7 +25,7 @@ def test_v1_strides_the_first_1x1_conv_and_keeps_every_tensor_of_v15(v1):
     # conv (res3a_branch2a stride 2), the projection shortcut strides too
     assert _strides(v1) == [(1, 1, 1), (2, 1, 2), (2, 1, 2), (2, 1, 2)]
     assert _strides(v15) == [(1, 1, 1), (1, 2, 2), (1, 2, 2), (1, 2, 2)]  # timm's resnet50 is v1.5
-    shapes = lambda m: [(n, tuple(p.shape)) for n, p in m.named_parameters()]  # noqa: E731
+    shapes = lambda m: [(n, tuple(p.shape)) for n, p in m.named_parameters()]
     assert shapes(v1) == shapes(v15)
     # 25.56 M at 1000 classes (the "25.6 M" the ResNet-50 papers state): 2048 * 990 + 990 fewer at 10 classes
     assert sum(p.numel() for p in v1.parameters()) == 25_557_032 - 2048 * 990 - 990
