@@ -101,3 +101,20 @@ def test_every_recipe_has_a_card(name):
     for _, step in named_steps(plan):
         values = plan.values(step)
         assert math.isfinite(values["lr"]) and values["lr"] >= 0 and values["global_batch"] > 0
+
+
+def test_card_plot_draws_each_schedule_with_the_evaluations_marked(tmp_path):
+    from PIL import Image
+
+    from lightning_lars.recipe_card import plot
+
+    plan = plan_recipe("mikami_68k", devices=8, nodes=4)  # batch growth: a fourth panel
+    path = plot(plan, tmp_path / "card.png")
+    image = Image.open(path).convert("RGB")
+    width, height = image.size
+    panels = 4  # lr, weight decay, momentum, global batch (it grows at epoch 5)
+    red = [(x, y) for x in range(0, width, 2) for y in range(0, height, 2)
+           if (lambda r, g, b: r > 180 and g < 80 and b < 80)(*image.getpixel((x, y)))]
+    assert red, "no evaluation markers"
+    bands = {min(panels - 1, int(y / height * panels)) for _, y in red}
+    assert bands == set(range(panels)), bands  # markers on every panel
