@@ -55,12 +55,12 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     published = plan.published
     lines = [f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
              f"  source: {published.get('source', '?')}",
-             f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
+             (f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
              f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
-             f" on {published.get('hardware', '?')}",
+             f" on {published.get('hardware', '?')}"),
              "",
-             f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
-             " (the lines a run prints):"]
+             (f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
+             " (the lines a run prints):")]
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
