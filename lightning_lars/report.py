@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from lightning_lars.callbacks.evaluation import EvaluationSchedule
+from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.throughput import ThroughputCallback
 from lightning_lars.callbacks.time_to_target import TimeToTarget
@@ -56,10 +56,8 @@ def hardware_of(trainer) -> str:
 
 def epochs_done(trainer) -> float:
     """Epochs trained in the source's count (the plan's), else Lightning's passes over the loader."""
-    schedule = _callback(trainer, EvaluationSchedule)
-    if schedule is not None and schedule.epoch_at is not None:
-        return float(schedule.epoch_at(trainer.global_step))
-    return float(trainer.current_epoch)
+    epochs = planned_epochs(trainer, trainer.global_step)
+    return float(trainer.current_epoch) if epochs is None else epochs
 
 
 def summary_rows(cfg, metrics: dict[str, float], trainer) -> list[tuple[str, str, str]]:

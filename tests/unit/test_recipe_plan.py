@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from lightning_lars import config
 from lightning_lars.errors import UserError
 from lightning_lars.recipe_card import card, named_steps
-from lightning_lars.recipe_plan import check_deviations, count_steps_per_epoch, eval_steps, plan_recipe
+from lightning_lars.recipe_keys import check_deviations, count_steps_per_epoch, eval_steps
+from lightning_lars.recipe_plan import plan_recipe
 
 IMAGENET = 1_281_167
 
@@ -101,3 +102,20 @@ def test_every_recipe_has_a_card(name):
     for _, step in named_steps(plan):
         values = plan.values(step)
         assert math.isfinite(values["lr"]) and values["lr"] >= 0 and values["global_batch"] > 0
+
+
+def test_card_plot_draws_each_schedule_with_the_evaluations_marked(tmp_path):
+    from PIL import Image
+
+    from lightning_lars.recipe_card import plot
+
+    plan = plan_recipe("mikami_68k", devices=8, nodes=4)  # batch growth: a fourth panel
+    path = plot(plan, tmp_path / "card.png")
+    image = Image.open(path).convert("RGB")
+    width, height = image.size
+    panels = 4  # lr, weight decay, momentum, global batch (it grows at epoch 5)
+    pixels = ((x, y, *image.getpixel((x, y))) for x in range(0, width, 2) for y in range(0, height, 2))
+    red = [(x, y) for x, y, r, g, b in pixels if r > 180 and g < 80 and b < 80]  # matplotlib's tab:red
+    assert red, "no evaluation markers"
+    bands = {min(panels - 1, int(y / height * panels)) for _, y in red}
+    assert bands == set(range(panels)), bands  # markers on every panel
