@@ -57,6 +57,12 @@ class BatchSizeControl(L.Callback):
         self.steps_per_epoch = steps_per_epoch
         pl_module.lr_schedule = GrownBatchSchedule(pl_module.lr_schedule, steps_per_epoch, self.growth, self.scale_lr)
 
+    def planned_values(self, step: int, values: dict, plan) -> None:
+        """For the recipe card (`lightning_lars.recipe_plan`): the global batch at ``step`` (the plan's LR
+        schedule is already the grown one, `GrownBatchSchedule`)."""
+        _, factor = batch_growth(step, steps_per_epoch=plan.steps_per_epoch, growth=self.growth)
+        values["global_batch"] = values["global_batch"] * factor
+
     def on_train_epoch_start(self, trainer, pl_module):
         factor = factor_at_epoch(trainer.current_epoch, self.growth)
         trainer.accumulate_grad_batches = self.base_accumulation * factor

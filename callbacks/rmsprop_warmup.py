@@ -19,6 +19,11 @@ class RMSpropWarmupBlend(L.Callback):
         self.center_epochs = center_epochs
         self.period_epochs = period_epochs
 
+    def planned_values(self, step: int, values: dict, plan) -> None:
+        """For the recipe card (`lightning_lars.recipe_plan`): the SGD share of the blend at ``step``."""
+        values["sgd_fraction"] = sgd_fraction_elu(step, steps_per_epoch=plan.steps_per_epoch,
+                                                  center_epochs=self.center_epochs, period_epochs=self.period_epochs)
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         fraction = sgd_fraction_elu(trainer.global_step,
                                     steps_per_epoch=schedule_keywords(pl_module.lr_schedule)["steps_per_epoch"],

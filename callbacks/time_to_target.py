@@ -8,6 +8,7 @@ import time
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_lars.callbacks.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.hparam_monitor import epoch_of
 
 
@@ -16,8 +17,9 @@ class TimeToTarget(L.Callback):
 
     MLPerf's clock: ``run_start`` is taken at ``on_fit_start`` (model built, data opened, before the first
     training batch) and stops at the end of the first evaluation whose accuracy is at or above the target.
-    Evaluations happen when the trainer says (``trainer.check_val_every_n_epoch``; MLPerf ResNet evaluates
-    every 4 epochs). The clock counts training and evaluation wall time; a resumed run adds the time saved
+    Evaluations happen at the recipe's planned steps (``evaluation``, `callbacks.evaluation`; MLPerf ResNet
+    evaluates every 4 epochs with an offset), so the target registers at exactly the evaluated step, and
+    ``epochs_to_target`` is that step in the source's epochs. The clock counts training and evaluation wall time; a resumed run adds the time saved
     in the checkpoint, so the time covers the whole run but not the time the job was down.
 
     Logged (rank 0) at every evaluation: ``target/best_top1`` (percent) and, once reached,
@@ -62,7 +64,7 @@ class TimeToTarget(L.Callback):
         top1 = 100.0 * float(trainer.callback_metrics[self.monitor])
         if not math.isfinite(top1):
             return
-        elapsed, epoch = self.elapsed_s(), epoch_of(trainer)
+        elapsed, epoch = self.elapsed_s(), self._epoch(trainer)
         self.evals.append((epoch, trainer.global_step, top1, elapsed))
         metrics = {"target/best_top1": max(e[2] for e in self.evals)}
         if self.target_top1 is not None and not self.reached and top1 >= self.target_top1:
@@ -76,6 +78,15 @@ class TimeToTarget(L.Callback):
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
+
+    @staticmethod
+    def _epoch(trainer) -> float:
+        """Epochs at this evaluation in the source's count (the plan's, via `EvaluationSchedule`), else
+        Lightning's passes over the loader."""
+        schedule = next((c for c in trainer.callbacks if isinstance(c, EvaluationSchedule)), None)
+        if schedule is not None and schedule.epoch_at is not None:
+            return float(schedule.epoch_at(trainer.global_step))
+        return epoch_of(trainer)
 
     def summary(self) -> dict[str, float]:
         """What the report shows: target, whether and when it was reached, the best evaluation."""

@@ -20,6 +20,10 @@ class WeightDecayFollowsLR(L.Callback):
         """``base * lr(step) / peak_lr``: pure, for any schedule train.py built."""
         return base_weight_decay * lr_schedule(step) / schedule_keywords(lr_schedule)["peak_lr"]
 
+    def planned_values(self, step: int, values: dict, plan) -> None:
+        """For the recipe card (`lightning_lars.recipe_plan`): the decay this callback applies at ``step``."""
+        values["weight_decay"] = self.weight_decay_at(step, plan.lr_schedule, values["weight_decay"])
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:

@@ -18,6 +18,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_lars.errors import UserError
+from lightning_lars.recipe_plan import check_recipe
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_DIR.parent
@@ -44,7 +45,7 @@ OmegaConf.register_new_resolver("project_root", lambda: str(run_root()), replace
 # Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
 TOP_LEVEL_KEYS = {
     "data", "model", "optimizer", "scheduler", "batch", "trainer", "strategy", "callbacks", "logger",
-    "paths", "seed", "published", "recipe_name", "run",
+    "paths", "seed", "published", "recipe_name", "run", "epoch_length", "evaluation", "deviations",
 }
 BATCH_KEYS = {"global_size", "max_per_device", "bn_group"}
 RUN_KEYS = {"validate_at_end", "ckpt_path"}
@@ -98,7 +99,14 @@ def check_overrides(overrides: list[str]) -> DictConfig:
             ) from None
         raise UserError(message) from None
     check_unread_keys(cfg)
+    check_recipe(cfg, _recipe_of(overrides))  # epoch_length, evaluation, deviations: one-line errors
     return cfg
+
+
+def _recipe_of(overrides: list[str]) -> str:
+    """The recipe named on the command line (the last one wins, as in Hydra), else the default one."""
+    names = [m.group(1) for o in overrides if (m := re.fullmatch(r"\+?recipe=(.*)", o))]
+    return names[-1] if names else "demo"
 
 
 def _target_accepts(overrides: list[str], dotted_key: str) -> bool:

@@ -17,14 +17,13 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_lars.callbacks.batch_norm import BatchNormGroups
 from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from lightning_lars.callbacks.schedule import ScheduleCallback
 from lightning_lars import config, preemption, preflight, report, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
+from lightning_lars.recipe_plan import apply_plan, make_plan
 from lightning_lars.scaling import plan_batch
-from lightning_lars.schedules import build_lr_schedule
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
@@ -40,37 +39,32 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
     logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
               if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
-    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins)
+    # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
+    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins,
+                          check_val_every_n_epoch=None, val_check_interval=1)
 
-    plan = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device,
-                      cfg.batch.bn_group)
-    trainer.accumulate_grad_batches = plan.accumulation
-    trainer.callbacks.append(BatchNormGroups(plan))  # BN statistics over the recipe's span (ghost / synced)
-    datamodule = instantiate(cfg.data, batch_size=plan.per_device, seed=cfg.seed)
-    steps_per_epoch = datamodule.num_train_images // plan.global_size  # drop-last: every step is a full batch
-    if steps_per_epoch == 0:
-        raise UserError(
-            f"global batch {plan.global_size} exceeds the {datamodule.num_train_images} training images;"
-            " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)"
-        )
-
-    lr_schedule, peak_lr = build_lr_schedule(OmegaConf.to_container(cfg.scheduler), plan.global_size,
-                                             steps_per_epoch, trainer.max_epochs)
-    config.check_partial("scheduler", lr_schedule)
+    batch = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device,
+                       cfg.batch.bn_group)
+    datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
+    plan = make_plan(cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes)
+    apply_plan(trainer, plan)
+    config.check_partial("scheduler", plan.base_lr_schedule)
     optimizer = config.check_partial("optimizer", instantiate(cfg.optimizer))
-    module = instantiate(cfg.model, optimizer=optimizer, lr_schedule=lr_schedule)
+    module = instantiate(cfg.model, optimizer=optimizer, lr_schedule=plan.base_lr_schedule)
 
-    rank_zero_info(
-        f"[lightning-lars] plan: {plan.describe()}; {steps_per_epoch} steps/epoch"
-        f" x {trainer.max_epochs} epochs; peak LR {peak_lr:.6g}"
-    )
+    planned_images = cfg.epoch_length.num_train_images
+    if planned_images != plan.num_train_images:
+        rank_zero_info(f"[lightning-lars] the data has {plan.num_train_images} train images, the recipe was planned"
+                       f" at {planned_images} (epoch_length.num_train_images): steps follow the data")
+    for line in plan.describe():
+        rank_zero_info(f"[lightning-lars] {line}")
     if trainer.logger is not None:
         trainer.logger.log_hyperparams({
             "config": OmegaConf.to_container(cfg, resolve=True),
-            "plan": {**plan.__dict__, "steps_per_epoch": steps_per_epoch, "peak_lr": peak_lr},
+            "plan": plan.summary(),
             "provenance": provenance(),
         })
-    return trainer, module, datamodule, plan
+    return trainer, module, datamodule, plan.batch_plan
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

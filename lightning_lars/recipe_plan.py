@@ -1,0 +1,410 @@
+"""What a recipe will do, step by step, computed without data or a GPU: the one place that counts steps.
+
+A recipe states how its source counted an epoch (``epoch_length``), when the source evaluated
+(``evaluation``) and what we could not reproduce (``deviations``). From those, the global batch and the
+train-set size, `make_plan` derives steps per epoch, total, warmup and eval steps and the LR schedule;
+train.py runs exactly that plan and the recipe card (``python -m lightning_lars.recipes show NAME``) and the
+golden tests print and check it. Step convention: ``step`` is the number of optimizer updates done before
+this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
+completed updates after which an evaluation runs, and the last one is always the final step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_lars.errors import UserError
+from lightning_lars.scaling import BatchPlan, plan_batch
+
+EPOCH_MODES = ("drop_last", "padded", "fixed")
+EPOCH_LENGTH_KEYS = {"mode", "workers", "steps", "num_train_images"}
+EVALUATION_KEYS = {"every_n_epochs", "every_n_steps", "offset_epochs", "offset_steps"}
+DEVIATION_FIELDS = ("technique", "published", "ours", "why")
+
+
+def count_steps_per_epoch(num_images: int, global_batch: int, mode: str, workers: int | None = None,
+                          steps: int | None = None) -> int:
+    """Optimizer steps in one epoch as the source counted them.
+
+    - ``drop_last``: ``N // B``, every step a full batch (PyTorch ``drop_last=True``, our loaders).
+    - ``padded``: ``ceil(floor(N / W) / (B / W))``: each of the source's ``W`` data-parallel workers reads
+      its shard and pads its last batch. The shard is ``int(N / W)`` as the MXNet code writes it
+      (``get_epoch_size`` in NVIDIA's and Fujitsu's MLPerf ``common/fit.py``); ``W = 1`` is the global
+      ``ceil(N / B)`` of later NVIDIA code.
+    - ``fixed``: the source's own count, ``steps``.
+    """
+    if mode == "drop_last":
+        return num_images // global_batch
+    if mode == "padded":
+        per_worker_batch = global_batch // workers
+        return math.ceil((num_images // workers) / per_worker_batch)
+    return int(steps)
+
+
+@dataclass
+class RecipePlan:
+    """A recipe's run, planned: every count in optimizer steps, every value a pure function of the step."""
+
+    recipe: str
+    num_train_images: int
+    epoch_mode: str
+    epoch_mode_text: str  # how the epoch is counted, with the numbers
+    steps_per_epoch: int
+    epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
+    total_steps: int
+    warmup_steps: int
+    decay_end_step: int  # where the LR schedule reaches its end value (normally total_steps)
+    eval_steps: list[int]
+    batch_plan: BatchPlan
+    lr_schedule: Callable[[int], float]  # what update `step` uses (batch growth included)
+    peak_lr: float
+    base_lr_schedule: Callable[[int], float]  # the module's schedule (callbacks.batch_size_control wraps it)
+    deviations: list[dict] = field(default_factory=list)
+    published: dict = field(default_factory=dict)
+    value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
+    base_weight_decay: float = 0.0
+    base_momentum: float | None = None
+
+    @property
+    def total_epochs(self) -> float:
+        return self.epoch_at(self.total_steps)
+
+    def epoch_at(self, step: int) -> float:
+        """Epochs done after ``step`` completed updates, in the source's count (fractional inside an epoch)."""
+        ends = self.epoch_end_steps
+        index = bisect.bisect_right(ends, step)
+        if index >= len(ends):  # past the planned epochs (max_steps beyond them): whole epochs of the last size
+            last = ends[-1] - (ends[-2] if len(ends) > 1 else 0)
+            return len(ends) + (step - ends[-1]) / last
+        start = ends[index - 1] if index else 0
+        return index + (step - start) / (ends[index] - start)
+
+    def values(self, step: int) -> dict[str, float]:
+        """What update ``step`` uses: lr, weight_decay (the decayed group's), momentum, global_batch, ..."""
+        values = {"lr": float(self.lr_schedule(step)), "weight_decay": self.base_weight_decay,
+                  "momentum": self.base_momentum, "global_batch": self.batch_plan.global_size}
+        for hook in self.value_hooks:
+            hook.planned_values(step, values, self)
+        return values
+
+    def lr(self, step: int) -> float:
+        return self.values(step)["lr"]
+
+    def weight_decay(self, step: int) -> float:
+        return self.values(step)["weight_decay"]
+
+    def momentum(self, step: int) -> float | None:
+        return self.values(step)["momentum"]
+
+    def global_batch(self, step: int) -> int:
+        return self.values(step)["global_batch"]
+
+    def summary(self) -> dict:
+        """The plan as plain data, for the logger's hyperparameters and results.json."""
+        return {"num_train_images": self.num_train_images, "epoch_mode": self.epoch_mode,
+                "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
+                "total_epochs": self.total_epochs, "warmup_steps": self.warmup_steps,
+                "decay_end_step": self.decay_end_step, "eval_steps": list(self.eval_steps), "peak_lr": self.peak_lr,
+                **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()}, "deviations": self.deviations}
+
+    def describe(self) -> list[str]:
+        """The plan lines train.py prints and the recipe card repeats (a test keeps them equal)."""
+        evals = self.eval_steps
+        shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
+        lines = [
+            f"plan: {self.batch_plan.describe()}",
+            f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
+            f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
+            f" {self.decay_end_step}; peak LR {self.peak_lr:.6g}",
+            f"plan: {len(evals)} evaluations, after steps {shown}",
+        ]
+        lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
+                  for d in self.deviations]
+        return lines
+
+
+def _recipe_error(recipe: str, key: str, problem: str) -> UserError:
+    return UserError(f"recipe {recipe}: {key} {problem}")
+
+
+def check_deviations(recipe: str, deviations) -> list[dict]:
+    """Every entry a mapping with exactly technique, published, ours, why, each a non-empty string."""
+    if deviations is None:
+        return []
+    if OmegaConf.is_config(deviations):
+        deviations = OmegaConf.to_container(deviations, resolve=True)
+    if not isinstance(deviations, list):
+        raise _recipe_error(recipe, "deviations", "must be a list of {technique, published, ours, why} entries")
+    for index, entry in enumerate(deviations):
+        where = f"deviations[{index}]"
+        if not isinstance(entry, dict):
+            raise _recipe_error(recipe, where, "must be a mapping {technique, published, ours, why}")
+        for name in DEVIATION_FIELDS:
+            if name not in entry or entry[name] is None or str(entry[name]).strip() == "":
+                raise _recipe_error(recipe, f"{where}.{name}", "is missing: every deviation needs technique,"
+                                    " published, ours and why (strings)")
+        extra = sorted(set(entry) - set(DEVIATION_FIELDS))
+        if extra:
+            raise _recipe_error(recipe, f"{where}.{extra[0]}", "is not a deviation field; use only technique,"
+                                " published, ours, why")
+    return [{name: str(entry[name]) for name in DEVIATION_FIELDS} for entry in deviations]
+
+
+def _check_keys(recipe: str, node: str, given, allowed: set[str]) -> dict:
+    given = dict(given or {})
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise _recipe_error(recipe, f"{node}.{unknown[0]}", f"is not a key of {node} ({', '.join(sorted(allowed))})")
+    return given
+
+
+def _positive_int(recipe: str, key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _recipe_error(recipe, key, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: int) -> tuple[str, int, str]:
+    """(mode, steps per epoch, how they were counted) from ``epoch_length``; one-line errors naming the key."""
+    spec = _check_keys(recipe, "epoch_length", cfg.get("epoch_length"), EPOCH_LENGTH_KEYS)
+    mode = spec.get("mode", "drop_last")
+    if mode not in EPOCH_MODES:
+        raise _recipe_error(recipe, "epoch_length.mode", f"is '{mode}'; known modes: {', '.join(EPOCH_MODES)}")
+    workers, steps = spec.get("workers"), spec.get("steps")
+    if mode == "padded":
+        workers = _positive_int(recipe, "epoch_length.workers", workers)
+        if global_batch % workers:
+            raise _recipe_error(recipe, "epoch_length.workers", f"({workers}) must divide the global batch"
+                                f" {global_batch}: each worker's batch is B / workers")
+        text = (f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
+                " each worker pads its last batch")
+    elif workers is not None:
+        raise _recipe_error(recipe, "epoch_length.workers", f"is only read in mode padded (mode is {mode}); remove it")
+    if mode == "fixed":
+        steps = _positive_int(recipe, "epoch_length.steps", steps)
+        text = f"fixed: the source's {steps} steps per epoch"
+    elif steps is not None:
+        raise _recipe_error(recipe, "epoch_length.steps", f"is only read in mode fixed (mode is {mode}); remove it")
+    if mode == "drop_last":
+        text = f"drop_last: {num_images} // {global_batch}"
+    per_epoch = count_steps_per_epoch(num_images, global_batch, mode, workers, steps)
+    if per_epoch < 1:
+        raise UserError(f"recipe {recipe}: global batch {global_batch} exceeds the {num_images} training images;"
+                        " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)")
+    return mode, per_epoch, text
+
+
+def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps: int) -> list[int]:
+    """Completed-update counts after which to evaluate, the final step always among them.
+
+    ``every_n_epochs: k, offset_epochs: o``: after (1-based) epochs o+1, o+1+k, o+1+2k, ... (MLPerf's
+    ``eval_offset``: epoch e, 0-based, is evaluated when e >= o and (e - o) % k == 0).
+    ``every_n_steps: k, offset_steps: o``: after steps o+k, o+2k, ...
+    """
+    spec = _check_keys(recipe, "evaluation", cfg.get("evaluation"), EVALUATION_KEYS)
+    every_epochs, every_steps = spec.get("every_n_epochs"), spec.get("every_n_steps")
+    if (every_epochs is None) == (every_steps is None):
+        raise _recipe_error(recipe, "evaluation.every_n_epochs", "and evaluation.every_n_steps: set exactly one"
+                            " (a recipe that sets every_n_steps sets every_n_epochs: null)")
+    offset_epochs, offset_steps = spec.get("offset_epochs") or 0, spec.get("offset_steps") or 0
+    for key, value in (("offset_epochs", offset_epochs), ("offset_steps", offset_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _recipe_error(recipe, f"evaluation.{key}", f"must be an integer >= 0, got {value!r}")
+    if every_epochs is not None:
+        every = _positive_int(recipe, "evaluation.every_n_epochs", every_epochs)
+        if offset_steps:
+            raise _recipe_error(recipe, "evaluation.offset_steps", "goes with every_n_steps; use offset_epochs")
+        offset_at = epoch_ends[offset_epochs - 1] if 0 < offset_epochs <= len(epoch_ends) else (
+            0 if offset_epochs == 0 else math.inf)
+        if offset_epochs and offset_at >= total_steps:
+            raise _recipe_error(recipe, "evaluation.offset_epochs", f"({offset_epochs}) is past the run"
+                                f" ({total_steps} steps): the first evaluation would never come")
+        steps = [epoch_ends[e - 1] for e in range(offset_epochs + 1, len(epoch_ends) + 1, every)]
+    else:
+        every = _positive_int(recipe, "evaluation.every_n_steps", every_steps)
+        if offset_epochs:
+            raise _recipe_error(recipe, "evaluation.offset_epochs", "goes with every_n_epochs; use offset_steps")
+        if offset_steps >= total_steps:
+            raise _recipe_error(recipe, "evaluation.offset_steps", f"({offset_steps}) is past the run"
+                                f" ({total_steps} steps): the first evaluation would never come")
+        steps = list(range(offset_steps + every, total_steps + 1, every))
+    return sorted({s for s in steps if s <= total_steps} | {total_steps})
+
+
+def _batch_growth(cfg: DictConfig):
+    """The `BatchSizeControl` callback of the recipe, if it has one (it changes epoch lengths)."""
+    from lightning_lars.callbacks.batch_size_control import BatchSizeControl
+
+    for node in (cfg.get("callbacks") or {}).values():
+        if node is not None and "_target_" in node and get_object(node._target_) is BatchSizeControl:
+            return instantiate(node)
+    return None
+
+
+def _value_hooks(cfg: DictConfig) -> list:
+    """Callbacks that set a hyperparameter per step and say which (a ``planned_values`` method)."""
+    hooks = []
+    for node in (cfg.get("callbacks") or {}).values():
+        if node is not None and "_target_" in node and hasattr(get_object(node._target_), "planned_values"):
+            hooks.append(instantiate(node))
+    return hooks
+
+
+def _total_steps(cfg: DictConfig, epoch_ends: list[int]) -> int:
+    max_steps = cfg.trainer.get("max_steps")
+    if max_steps is not None and max_steps >= 0:
+        return int(max_steps)
+    return epoch_ends[-1]
+
+
+def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
+    from lightning_lars.schedules import factor_at_epoch
+
+    ends, done = [], 0
+    for epoch in range(max(epochs, 1)):
+        done += steps_per_epoch // (factor_at_epoch(epoch, growth.growth) if growth else 1)
+        ends.append(done)
+    return ends
+
+
+def check_trainer_keys(recipe: str, cfg: DictConfig) -> None:
+    """Evaluation is scheduled by ``evaluation``; Lightning's own knobs would silently fight it."""
+    for key, fix in (("check_val_every_n_epoch", "evaluation.every_n_epochs (and offset_epochs)"),
+                     ("val_check_interval", "evaluation.every_n_steps (and offset_steps)")):
+        if cfg.trainer.get(key) is not None:
+            raise _recipe_error(recipe, f"trainer.{key}", f"is not read: evaluation is scheduled by {fix};"
+                                f" remove trainer.{key}")
+
+
+def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
+    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images."""
+    from lightning_lars.callbacks.batch_size_control import GrownBatchSchedule
+    from lightning_lars.schedules import build_lr_schedule
+
+    check_trainer_keys(recipe, cfg)
+    deviations = check_deviations(recipe, cfg.get("deviations"))
+    batch = cfg.batch
+    if devices is None:  # composition checks: the hardware is not known yet, only the global batch matters
+        plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
+    else:
+        plan = plan_batch(batch.global_size, devices, nodes, batch.max_per_device, batch.bn_group)
+    mode, per_epoch, text = epoch_length(recipe, cfg, num_train_images, plan.global_size)
+    growth = _batch_growth(cfg)
+    max_epochs = cfg.trainer.get("max_epochs")
+    max_steps = cfg.trainer.get("max_steps")
+    epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
+    if epochs == 0 and (max_steps is None or max_steps < 0):
+        raise _recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
+    epoch_ends = _epoch_ends(per_epoch, epochs, growth)
+    total = _total_steps(cfg, epoch_ends)
+    if total < 1:
+        raise _recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
+    if total > epoch_ends[-1]:  # max_steps beyond max_epochs: extend with whole epochs of the last length
+        last = epoch_ends[-1] - (epoch_ends[-2] if len(epoch_ends) > 1 else 0)
+        while epoch_ends[-1] < total:
+            epoch_ends.append(epoch_ends[-1] + last)
+    evals = eval_steps(recipe, cfg, epoch_ends, total)
+
+    scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
+    if "total_steps" in scheduler and scheduler["total_steps"] is None:
+        scheduler["total_steps"] = total  # a schedule in steps decays over the run unless the recipe says otherwise
+    epochs_of_run = _epochs_at(epoch_ends, total)
+    schedule, peak_lr = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run if growth is None
+                                          else float(epochs))
+    base_schedule = schedule
+    if growth is not None:
+        schedule = GrownBatchSchedule(schedule, per_epoch, growth.growth, growth.scale_lr)
+    keywords = bound_keywords(schedule)
+    warmup = keywords.get("warmup_steps")
+    if warmup is None:
+        warmup = round(keywords.get("warmup_epochs", 0) * per_epoch)
+    decay_end = keywords.get("total_steps")
+    if decay_end is None:
+        decay_end = max(round(keywords.get("total_epochs", 0) * per_epoch), warmup + 1)
+    if growth is not None:
+        decay_end = total  # the grown schedule reads the base one at the same epoch: it ends with the run
+    optimizer = cfg.optimizer
+    momentum = optimizer.get("momentum")
+    if momentum is None and optimizer.get("betas") is not None:
+        momentum = optimizer.betas[0]
+    hooks = [h for h in _value_hooks(cfg) if not (growth is not None and type(h) is type(growth))]
+    return RecipePlan(
+        recipe=recipe, num_train_images=num_train_images, epoch_mode=mode, epoch_mode_text=text,
+        steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total, warmup_steps=int(warmup),
+        decay_end_step=int(decay_end), eval_steps=evals, batch_plan=plan, lr_schedule=schedule, peak_lr=peak_lr,
+        base_lr_schedule=base_schedule,
+        deviations=deviations, published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
+        value_hooks=([growth] if growth is not None else []) + hooks,
+        base_weight_decay=float(optimizer.get("weight_decay") or 0.0),
+        base_momentum=None if momentum is None else float(momentum),
+    )
+
+
+def bound_keywords(function) -> dict:
+    """Every keyword bound into a schedule, through nested partials (Hydra's ``_partial_`` is one too)."""
+    chain = []
+    while function is not None and isinstance(getattr(function, "keywords", None), dict):
+        chain.append(function.keywords)
+        function = getattr(function, "func", None) or getattr(function, "base", None)
+    merged = {}
+    for keywords in reversed(chain):  # the outermost binding wins, as when the partial is called
+        merged.update(keywords)
+    return merged
+
+
+def _epochs_at(epoch_ends: list[int], step: int) -> float:
+    index = bisect.bisect_right(epoch_ends, step)
+    if index >= len(epoch_ends):
+        return float(len(epoch_ends))
+    start = epoch_ends[index - 1] if index else 0
+    return index + (step - start) / (epoch_ends[index] - start)
+
+
+def apply_plan(trainer, plan: RecipePlan) -> None:
+    """Make a built Trainer run ``plan``: accumulation, BN span, total steps, eval steps, epoch length."""
+    from lightning_lars.callbacks.batch_norm import BatchNormGroups
+    from lightning_lars.callbacks.evaluation import EvaluationSchedule
+
+    trainer.accumulate_grad_batches = plan.batch_plan.accumulation
+    trainer.callbacks.append(BatchNormGroups(plan.batch_plan))  # BN statistics over the recipe's span
+    trainer.callbacks.append(EvaluationSchedule(plan.eval_steps, plan.epoch_at))
+    # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
+    # than the source's padded epoch, so they do not bound the run.
+    trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
+    trainer.fit_loop.max_epochs = -1
+    loader_steps = plan.num_train_images // plan.batch_plan.global_size  # our loaders drop the last partial batch
+    if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
+        # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
+        trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation
+
+
+def planned_train_images(cfg: DictConfig, recipe: str) -> int:
+    """The train-set size the recipe is planned at without data: ``epoch_length.num_train_images``."""
+    value = (cfg.get("epoch_length") or {}).get("num_train_images")
+    return _positive_int(recipe, "epoch_length.num_train_images", value)
+
+
+def check_recipe(cfg: DictConfig, recipe: str) -> None:
+    """The composition-time checks of ``epoch_length``, ``evaluation`` and ``deviations`` (and the trainer
+    keys they replace), at the planned train-set size: a bad recipe fails before anything starts."""
+    make_plan(cfg, recipe, planned_train_images(cfg, recipe), devices=None, nodes=1)
+
+
+def compose_recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The recipe's config as the entry point composes it (same checks, one-line errors)."""
+    from lightning_lars import config
+
+    return config.check_overrides([f"recipe={name}", *overrides])
+
+
+def plan_recipe(name: str, devices: int = 1, nodes: int = 1, overrides: list[str] | tuple[str, ...] = ()) -> RecipePlan:
+    """Compose recipe ``name`` (with ``overrides``) and plan it at ``epoch_length.num_train_images`` images
+    (ImageNet-1k: 1,281,167) on ``devices x nodes``: no data, no GPU."""
+    cfg = compose_recipe(name, overrides)
+    return make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)
