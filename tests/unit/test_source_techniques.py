@@ -8,8 +8,6 @@ call into our code: NVIDIA's MXNet ``PolySchedule`` driven by MXNet's ``num_upda
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from torch import nn
@@ -18,32 +16,7 @@ from lightning_lars.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.source_schedules import fujitsu_lr, fujitsu_wd_coefficient, mxnet_warmup_poly, tf_lars_poly
-
-N = 1_281_167
-
-
-class MXNetPolySchedule:
-    """training_results_v0.6 NVIDIA/.../mxnet/common/fit.py ``PolySchedule`` (v1.0 adds the power argument)."""
-
-    def __init__(self, base_lr, iterations, warmup_iterations, end_lr, power):
-        self.base_lr, self.iterations, self.warmup_iterations = base_lr, iterations, warmup_iterations
-        self.end_lr, self.power = end_lr, power
-
-    def __call__(self, iteration):
-        if iteration <= self.warmup_iterations:
-            return self.base_lr * (iteration / self.warmup_iterations)
-        polyit = iteration - self.warmup_iterations
-        polytotal = self.iterations - self.warmup_iterations
-        return self.end_lr + ((self.base_lr - self.end_lr) * (1 - (polyit / polytotal)) ** self.power)
-
-
-def mxnet_lrs(scheduler, updates):
-    """MXNet ``Optimizer._update_count`` then ``lr_scheduler(self.num_update)``: num_update is 1 at update 1."""
-    num_update, lrs = 0, []
-    for _ in range(updates):
-        num_update += 1
-        lrs.append(scheduler(num_update))
-    return lrs
+from tests.unit.source_oracles import N, FujitsuExplorerLoop, MXNetPolySchedule, mxnet_lrs, tf_poly_rate_schedule
 
 
 @pytest.mark.parametrize("peak, spe, warmup_epochs, epochs, end", [
@@ -60,19 +33,6 @@ def test_mxnet_poly_is_nvidia_polyschedule_at_num_update(peak, spe, warmup_epoch
     assert ours[-1] == pytest.approx(end, abs=1e-12)                  # the last update reaches end_lr
 
 
-def tf_poly_rate_schedule(global_step, *, plr, w_epochs, train_steps, batch_size, end_lr=0.0001):
-    """tensorflow/tpu lars_util.py ``poly_rate_schedule`` (Google MLPerf v0.6/v0.7 alike), TF ops in Python."""
-    steps_per_epoch = N / batch_size                       # resnet_main.py: float
-    current_epoch = global_step / steps_per_epoch
-    wrate = plr * current_epoch / w_epochs
-    w_steps = w_epochs * N // batch_size
-    decay_steps = max(1, global_step - w_steps)             # tf.maximum(min_step, global_step - w_steps)
-    decay_total = train_steps - w_steps + 1
-    step = min(decay_steps, decay_total)                    # tf.train.polynomial_decay, cycle=False
-    poly_rate = (plr - end_lr) * (1 - step / decay_total) ** 2.0 + end_lr
-    return wrate if current_epoch <= w_epochs else poly_rate  # tf.where(current_epoch <= w_epochs, ...)
-
-
 @pytest.mark.parametrize("plr, w_epochs, train_steps, batch", [
     (31.2, 25, 2983, 32768),   # Google MLPerf v0.6 tpu-v3-2048
     (24.699, 31, 1738, 65536),  # Google MLPerf v0.7 tpu-v3-8192
@@ -84,36 +44,6 @@ def test_tf_lars_poly_is_poly_rate_schedule(plr, w_epochs, train_steps, batch):
         ours = tf_lars_poly(step, peak_lr=plr, steps_per_epoch=N // batch, total_epochs=0.0, warmup_epochs=w_epochs,
                             total_steps=train_steps, num_train_images=N, global_batch=batch)
         assert ours == pytest.approx(expected, rel=1e-12, abs=1e-12), step
-
-
-class FujitsuExplorerLoop:
-    """training_results_v0.6 Fujitsu: fit.py ``mlperf_fit`` per batch, ``explorer.py`` with --smooth_decay True,
-    --decay_after_warmup True, --lr_decay_mode/--wd_decay_mode power, --wd_warmup True, --burn_in 0, and MXNet's
-    ``MultiFactorScheduler`` (steps far beyond the run, linear warmup) asked at ``num_update``."""
-
-    def __init__(self, lr, epoch_size, warmup_epochs, decay_steps, end_lr_ratio, power):
-        self.lr, self.warmup_step, self.decay_steps = lr, epoch_size * warmup_epochs, decay_steps
-        self.end_lr_ratio, self.power = end_lr_ratio, power
-        self.current_iter, self.num_update = 0, 0
-        self.decay_ratio = self.wd_decay_ratio = self.wd_warmup_ratio = 1.0
-        self.warmup_stride = 1.0 / self.warmup_step
-
-    def _decay(self):
-        current = max(self.current_iter - self.warmup_step, 0)
-        current = min(current, self.decay_steps)
-        ratio = (1.0 - self.end_lr_ratio) * math.pow(1.0 - current / self.decay_steps, self.power) + self.end_lr_ratio
-        return max(self.end_lr_ratio, ratio) if self.current_iter > self.warmup_step else ratio
-
-    def update(self):
-        """One batch: apply_lr_decay_iter, apply_wd_decay_iter, apply_wd_warmup, apply_burn_in, then update()."""
-        self.decay_ratio = self._decay()
-        self.wd_decay_ratio = self._decay()
-        if self.current_iter < self.warmup_step:
-            self.wd_warmup_ratio = self.current_iter * self.warmup_stride
-        self.current_iter += 1
-        self.num_update += 1
-        sched = self.lr * self.num_update / self.warmup_step if self.num_update < self.warmup_step else self.lr
-        return sched * self.decay_ratio, self.wd_warmup_ratio * self.wd_decay_ratio  # lr x best_coeff, best_wd_coeff
 
 
 def test_fujitsu_lr_and_wd_coefficient_are_the_explorer_loop():
