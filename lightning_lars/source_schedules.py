@@ -34,13 +34,13 @@ def mxnet_warmup_poly(
         otherwise:             end + (peak - end) * (1 - (num_update - warmup) / (total - warmup))^power
     """
     warmup = warmup_epochs * steps_per_epoch
-    total = round(total_epochs * steps_per_epoch)
-    if not 0 < warmup < total:
-        raise ValueError(f"need 0 < warmup ({warmup}) < total ({total}) steps")
+    if warmup <= 0:
+        raise ValueError(f"need warmup_epochs x steps_per_epoch > 0, got {warmup}")
+    decay = max(round(total_epochs * steps_per_epoch) - warmup, 1)  # >= 1: a run shorter than its warmup (toy)
     update = step + 1
     if update <= warmup:
         return peak_lr * update / warmup
-    progress = min(update - warmup, total - warmup) / (total - warmup)
+    progress = min(update - warmup, decay) / decay
     return end_lr + (peak_lr - end_lr) * (1.0 - progress) ** power
 
 
