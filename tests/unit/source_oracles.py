@@ -31,11 +31,7 @@ class MXNetPolySchedule:
 
 def mxnet_lrs(scheduler, updates):
     """MXNet ``Optimizer._update_count`` then ``lr_scheduler(self.num_update)``: num_update is 1 at update 1."""
-    num_update, lrs = 0, []
-    for _ in range(updates):
-        num_update += 1
-        lrs.append(scheduler(num_update))
-    return lrs
+    return [scheduler(num_update) for num_update in range(1, updates + 1)]
 
 
 def tf_poly_rate_schedule(global_step, *, plr, w_epochs, train_steps, batch_size, end_lr=0.0001):

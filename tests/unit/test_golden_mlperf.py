@@ -20,7 +20,13 @@ from functools import cache
 import pytest
 
 from lightning_lars.recipe_plan import plan_recipe
-from tests.unit.source_oracles import N, FujitsuExplorerLoop, MXNetPolySchedule, mxnet_lrs, tf_poly_rate_schedule
+from tests.unit.source_oracles import (
+    FujitsuExplorerLoop,
+    MXNetPolySchedule,
+    N,
+    mxnet_lrs,
+    tf_poly_rate_schedule,
+)
 
 
 @dataclass

@@ -15,8 +15,19 @@ from torch import nn
 from lightning_lars.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
-from lightning_lars.source_schedules import fujitsu_lr, fujitsu_wd_coefficient, mxnet_warmup_poly, tf_lars_poly
-from tests.unit.source_oracles import N, FujitsuExplorerLoop, MXNetPolySchedule, mxnet_lrs, tf_poly_rate_schedule
+from lightning_lars.source_schedules import (
+    fujitsu_lr,
+    fujitsu_wd_coefficient,
+    mxnet_warmup_poly,
+    tf_lars_poly,
+)
+from tests.unit.source_oracles import (
+    FujitsuExplorerLoop,
+    MXNetPolySchedule,
+    N,
+    mxnet_lrs,
+    tf_poly_rate_schedule,
+)
 
 
 @pytest.mark.parametrize("peak, spe, warmup_epochs, epochs, end", [
