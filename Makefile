@@ -14,7 +14,7 @@ recipe ?= demo
 MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
-.PHONY: help install system-deps train demo demo-data prepare recipes check test test-slow test-fast test-full \
+.PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         bench bench-optim bench-data bench-comm format lint clean-logs clean
 
 help: ## list the targets
@@ -59,6 +59,9 @@ prepare: $(STAMP) ## ImageFolder -> FFCV: make prepare src=/path/to/imagenet out
 
 recipes: $(STAMP) ## list the recipes with their published results
 	@$(PY) -m lightning_lars.recipes
+
+recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"]
+	@$(PY) -m lightning_lars.recipes show $(recipe) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
 
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
 	$(PY) -m lightning_lars.check --recipe $(recipe) --seeds $(or $(seeds),3) $(OVERRIDES)

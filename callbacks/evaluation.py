@@ -46,3 +46,11 @@ class EvaluationSchedule(L.Callback):
         if stepped and self.epoch_at is not None:
             pl_module.log("train/epoch", float(self.epoch_at(trainer.global_step)), on_step=True, on_epoch=False,
                           rank_zero_only=True)
+
+
+def planned_epochs(trainer, step: int) -> float | None:
+    """``step`` completed updates in the source's epochs, when the run follows a plan; else None."""
+    schedule = next((c for c in trainer.callbacks if isinstance(c, EvaluationSchedule)), None)
+    if schedule is None or schedule.epoch_at is None:
+        return None
+    return float(schedule.epoch_at(step))

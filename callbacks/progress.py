@@ -9,6 +9,8 @@ from collections import deque
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
+from lightning_lars.callbacks.evaluation import planned_epochs
+
 
 def _batch_size(batch) -> int:
     images = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -113,8 +115,10 @@ class LogLineProgress(ProgressBar):
         if self.every_n_steps is None:
             self.every_n_steps = max(1, trainer.log_every_n_steps)
         total = trainer.estimated_stepping_batches
-        self._print(trainer, f"[train] start: {total} optimizer steps, max {trainer.max_epochs} epochs,"
-                             f" {self.total_train_batches} batches per epoch per device")
+        epochs = planned_epochs(trainer, total) if total != float("inf") else None
+        epochs_text = f"{epochs:.4g} epochs" if epochs is not None else f"max {trainer.max_epochs} epochs"
+        self._print(trainer, f"[train] start: {total} optimizer steps, {epochs_text},"
+                             f" {self.total_train_batches} batches per pass over the data per device")
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.clock.restart()
@@ -129,8 +133,10 @@ class LogLineProgress(ProgressBar):
         status = _status(trainer, self.clock)
         loss = trainer.callback_metrics.get("train/loss_step", trainer.callback_metrics.get("train/loss"))
         loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
-        self._print(trainer, f"[train] epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-                             f" step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
+        epochs = planned_epochs(trainer, step)
+        where = (f"epoch {epochs:.2f}/{planned_epochs(trainer, total):.4g}" if epochs is not None
+                 else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+        self._print(trainer, f"[train] {where} step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
                              f" | {status['img/s']} img/s | eta {status['eta']}")
 
     def on_validation_end(self, trainer, pl_module):
@@ -138,7 +144,9 @@ class LogLineProgress(ProgressBar):
             return
         shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         values = " | ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items()))
-        self._print(trainer, f"[val] epoch {trainer.current_epoch + 1} step {trainer.global_step} | {values}")
+        epochs = planned_epochs(trainer, trainer.global_step)
+        where = f"{epochs:.4g}" if epochs is not None else f"{trainer.current_epoch + 1}"
+        self._print(trainer, f"[val] epoch {where} step {trainer.global_step} | {values}")
 
 
 def progress_bar(every_n_steps: int | None = None, refresh_rate: int = 1, force: str | None = None) -> ProgressBar:

@@ -8,7 +8,7 @@ import time
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_lars.callbacks.evaluation import EvaluationSchedule
+from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars.callbacks.hparam_monitor import epoch_of
 
 
@@ -81,12 +81,9 @@ class TimeToTarget(L.Callback):
 
     @staticmethod
     def _epoch(trainer) -> float:
-        """Epochs at this evaluation in the source's count (the plan's, via `EvaluationSchedule`), else
-        Lightning's passes over the loader."""
-        schedule = next((c for c in trainer.callbacks if isinstance(c, EvaluationSchedule)), None)
-        if schedule is not None and schedule.epoch_at is not None:
-            return float(schedule.epoch_at(trainer.global_step))
-        return epoch_of(trainer)
+        """Epochs at this evaluation in the source's count (the plan's), else Lightning's loader passes."""
+        epochs = planned_epochs(trainer, trainer.global_step)
+        return epoch_of(trainer) if epochs is None else epochs
 
     def summary(self) -> dict[str, float]:
         """What the report shows: target, whether and when it was reached, the best evaluation."""

@@ -132,6 +132,36 @@ def report(rows: list[dict], target: float, source: str, alpha: float) -> str:
     return "\n".join(lines)
 
 
+def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[dict], out: Path) -> dict:
+    """The "Runs of ours" row of recipes/README.md for this check (`lightning_lars.recipes.RUN_COLUMNS`)."""
+    test = one_sided_test([r["top1"] for r in rows], math.nan)
+    std = "-" if math.isnan(test["std"]) else f"{test['std']:.2f}"
+    reached = [r["time_to_target_s"] for r in rows if r["time_to_target_s"] is not None]
+    wall = statistics.fmean(r["wall_s"] for r in rows)
+    time_text = (f"{statistics.fmean(reached):.1f} s to target ({len(reached)}/{len(rows)} reached)" if reached
+                 else f"{wall:.1f} s wall, target not reached")
+    epochs = sorted({f"{float(r.get('epochs', math.nan)):.4g}" for r in records})
+    root = config.run_root()
+    log = str(out.relative_to(root)) if out.is_relative_to(root) else str(out)
+    return {"recipe": recipe + (f" ({' '.join(overrides)})" if overrides else ""),
+            "hardware": ", ".join(sorted({str(r.get("hardware", f"{r.get('world_size', '?')} devices"))
+                                          for r in records})),
+            "epochs": ", ".join(epochs), "top-1 (mean +- std, n)": f"{test['mean']:.2f} +- {std} %, n={test['n']}",
+            "time": time_text, "date": time.strftime("%Y-%m-%d"), "log or W&B run": log}
+
+
+def record_run(row: dict, runs_file: Path) -> None:
+    """Append ``row`` to the runs file; in a checkout, regenerate recipes/README.md from it."""
+    from lightning_lars import recipes
+
+    runs_file.parent.mkdir(parents=True, exist_ok=True)
+    with runs_file.open("a") as out:
+        out.write(json.dumps(row) + "\n")
+    if runs_file.resolve() == recipes.RUNS_FILE.resolve() and config.is_checkout():
+        (config.PROJECT_ROOT / "recipes" / "README.md").write_text(recipes.markdown())
+    print(f"[check] row added to {runs_file} (the table \"Runs of ours\" in recipes/README.md)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", required=True)
@@ -139,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
     parser.add_argument("--out", type=Path, help="folder for the runs (default logs/<recipe>/check/<time>)")
+    parser.add_argument("--runs-file", type=Path, default=None,
+                        help="append the result row here (default recipes/runs.jsonl, which recipes/README.md lists)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. debug=toy")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run `finally` blocks: no orphaned training run
@@ -148,13 +180,14 @@ def main(argv: list[str] | None = None) -> None:
         cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
         out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
-        rows = []
+        rows, records = [], []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)
+            records.append(record)
             metrics = record["metrics"]
             if "val/top1" not in metrics:  # the judged accuracy is the last evaluation during training
                 raise UserError(f"seed {seed} ended before its first evaluation (no val/top1); train at least"
-                                " trainer.check_val_every_n_epoch epochs, or set run.validate_at_end=true")
+                                " the recipe's first evaluation (evaluation.*), or set run.validate_at_end=true")
             rows.append({"seed": seed, "top1": 100 * metrics["val/top1"], "wall_s": metrics.get("time/wall_s", math.nan),
                          "time_to_target_s": metrics.get("target/time_to_target_s")})
             print(f"[check] seed {seed}: top-1 {rows[-1]['top1']:.2f} % ({out / f'seed_{seed}'})", flush=True)
@@ -164,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     text = report(rows, target, source, args.alpha)
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
+    from lightning_lars.recipes import RUNS_FILE
+
+    record_run(runs_row(args.recipe, args.overrides, records, rows, out), args.runs_file or RUNS_FILE)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def named_steps(plan: RecipePlan) -> list[tuple[str, int]]:
         if end < total and plan.global_batch(end) != previous:
             previous = plan.global_batch(end)
             named.append((f"batch grows, epoch {index + 1}", end))
-    named.append(("first evaluation", plan.eval_steps[0] - 1))
+    named.append(("last update before 1st eval", plan.eval_steps[0] - 1))
     named += [(f"{q} % of the run", total * q // 100) for q in (25, 50, 75)]
     named.append(("last update", total - 1))
     seen, rows = set(), []
@@ -55,12 +55,12 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     published = plan.published
     lines = [f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
              f"  source: {published.get('source', '?')}",
-             f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
+             (f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
              f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
-             f" on {published.get('hardware', '?')}",
+             f" on {published.get('hardware', '?')}"),
              "",
-             f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
-             " (the lines a run prints):"]
+             (f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
+             " (the lines a run prints):")]
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
@@ -98,6 +98,9 @@ def plot(plan: RecipePlan, path: Path) -> Path:
         axis.plot(steps, [v.get(key) for v in values], lw=1.2, color="tab:blue")
         axis.plot(evals, [plan.values(s).get(key) for s in evals], "o", ms=3.5, color="tab:red",
                   label="evaluation" if key == "lr" else None)
+        curve = [v.get(key) for v in values]
+        if min(curve) > 0 and max(curve) / min(curve) > 100:  # step schedules: each drop visible
+            axis.set_yscale("log")
         axis.set_ylabel(key.replace("_", " "))
         axis.grid(alpha=0.3)
         if plan.warmup_steps:

@@ -12,39 +12,22 @@ completed updates after which an evaluation runs, and the last one is always the
 from __future__ import annotations
 
 import bisect
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_lars.errors import UserError
+from lightning_lars.recipe_keys import (
+    check_deviations,
+    check_trainer_keys,
+    epoch_length,
+    eval_steps,
+    positive_int,
+    recipe_error,
+)
 from lightning_lars.scaling import BatchPlan, plan_batch
-
-EPOCH_MODES = ("drop_last", "padded", "fixed")
-EPOCH_LENGTH_KEYS = {"mode", "workers", "steps", "num_train_images"}
-EVALUATION_KEYS = {"every_n_epochs", "every_n_steps", "offset_epochs", "offset_steps"}
-DEVIATION_FIELDS = ("technique", "published", "ours", "why")
-
-
-def count_steps_per_epoch(num_images: int, global_batch: int, mode: str, workers: int | None = None,
-                          steps: int | None = None) -> int:
-    """Optimizer steps in one epoch as the source counted them.
-
-    - ``drop_last``: ``N // B``, every step a full batch (PyTorch ``drop_last=True``, our loaders).
-    - ``padded``: ``ceil(floor(N / W) / (B / W))``: each of the source's ``W`` data-parallel workers reads
-      its shard and pads its last batch. The shard is ``int(N / W)`` as the MXNet code writes it
-      (``get_epoch_size`` in NVIDIA's and Fujitsu's MLPerf ``common/fit.py``); ``W = 1`` is the global
-      ``ceil(N / B)`` of later NVIDIA code.
-    - ``fixed``: the source's own count, ``steps``.
-    """
-    if mode == "drop_last":
-        return num_images // global_batch
-    if mode == "padded":
-        per_worker_batch = global_batch // workers
-        return math.ceil((num_images // workers) / per_worker_batch)
-    return int(steps)
 
 
 @dataclass
@@ -119,122 +102,14 @@ class RecipePlan:
         shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
         lines = [
             f"plan: {self.batch_plan.describe()}",
-            f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
+            (f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
             f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
-            f" {self.decay_end_step}; peak LR {self.peak_lr:.6g}",
+            f" {self.decay_end_step}; peak LR {self.peak_lr:.6g}"),
             f"plan: {len(evals)} evaluations, after steps {shown}",
         ]
         lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
                   for d in self.deviations]
         return lines
-
-
-def _recipe_error(recipe: str, key: str, problem: str) -> UserError:
-    return UserError(f"recipe {recipe}: {key} {problem}")
-
-
-def check_deviations(recipe: str, deviations) -> list[dict]:
-    """Every entry a mapping with exactly technique, published, ours, why, each a non-empty string."""
-    if deviations is None:
-        return []
-    if OmegaConf.is_config(deviations):
-        deviations = OmegaConf.to_container(deviations, resolve=True)
-    if not isinstance(deviations, list):
-        raise _recipe_error(recipe, "deviations", "must be a list of {technique, published, ours, why} entries")
-    for index, entry in enumerate(deviations):
-        where = f"deviations[{index}]"
-        if not isinstance(entry, dict):
-            raise _recipe_error(recipe, where, "must be a mapping {technique, published, ours, why}")
-        for name in DEVIATION_FIELDS:
-            if name not in entry or entry[name] is None or str(entry[name]).strip() == "":
-                raise _recipe_error(recipe, f"{where}.{name}", "is missing: every deviation needs technique,"
-                                    " published, ours and why (strings)")
-        extra = sorted(set(entry) - set(DEVIATION_FIELDS))
-        if extra:
-            raise _recipe_error(recipe, f"{where}.{extra[0]}", "is not a deviation field; use only technique,"
-                                " published, ours, why")
-    return [{name: str(entry[name]) for name in DEVIATION_FIELDS} for entry in deviations]
-
-
-def _check_keys(recipe: str, node: str, given, allowed: set[str]) -> dict:
-    given = dict(given or {})
-    unknown = sorted(set(given) - allowed)
-    if unknown:
-        raise _recipe_error(recipe, f"{node}.{unknown[0]}", f"is not a key of {node} ({', '.join(sorted(allowed))})")
-    return given
-
-
-def _positive_int(recipe: str, key: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _recipe_error(recipe, key, f"must be a positive integer, got {value!r}")
-    return value
-
-
-def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: int) -> tuple[str, int, str]:
-    """(mode, steps per epoch, how they were counted) from ``epoch_length``; one-line errors naming the key."""
-    spec = _check_keys(recipe, "epoch_length", cfg.get("epoch_length"), EPOCH_LENGTH_KEYS)
-    mode = spec.get("mode", "drop_last")
-    if mode not in EPOCH_MODES:
-        raise _recipe_error(recipe, "epoch_length.mode", f"is '{mode}'; known modes: {', '.join(EPOCH_MODES)}")
-    workers, steps = spec.get("workers"), spec.get("steps")
-    if mode == "padded":
-        workers = _positive_int(recipe, "epoch_length.workers", workers)
-        if global_batch % workers:
-            raise _recipe_error(recipe, "epoch_length.workers", f"({workers}) must divide the global batch"
-                                f" {global_batch}: each worker's batch is B / workers")
-        text = (f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
-                " each worker pads its last batch")
-    elif workers is not None:
-        raise _recipe_error(recipe, "epoch_length.workers", f"is only read in mode padded (mode is {mode}); remove it")
-    if mode == "fixed":
-        steps = _positive_int(recipe, "epoch_length.steps", steps)
-        text = f"fixed: the source's {steps} steps per epoch"
-    elif steps is not None:
-        raise _recipe_error(recipe, "epoch_length.steps", f"is only read in mode fixed (mode is {mode}); remove it")
-    if mode == "drop_last":
-        text = f"drop_last: {num_images} // {global_batch}"
-    per_epoch = count_steps_per_epoch(num_images, global_batch, mode, workers, steps)
-    if per_epoch < 1:
-        raise UserError(f"recipe {recipe}: global batch {global_batch} exceeds the {num_images} training images;"
-                        " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)")
-    return mode, per_epoch, text
-
-
-def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps: int) -> list[int]:
-    """Completed-update counts after which to evaluate, the final step always among them.
-
-    ``every_n_epochs: k, offset_epochs: o``: after (1-based) epochs o+1, o+1+k, o+1+2k, ... (MLPerf's
-    ``eval_offset``: epoch e, 0-based, is evaluated when e >= o and (e - o) % k == 0).
-    ``every_n_steps: k, offset_steps: o``: after steps o+k, o+2k, ...
-    """
-    spec = _check_keys(recipe, "evaluation", cfg.get("evaluation"), EVALUATION_KEYS)
-    every_epochs, every_steps = spec.get("every_n_epochs"), spec.get("every_n_steps")
-    if (every_epochs is None) == (every_steps is None):
-        raise _recipe_error(recipe, "evaluation.every_n_epochs", "and evaluation.every_n_steps: set exactly one"
-                            " (a recipe that sets every_n_steps sets every_n_epochs: null)")
-    offset_epochs, offset_steps = spec.get("offset_epochs") or 0, spec.get("offset_steps") or 0
-    for key, value in (("offset_epochs", offset_epochs), ("offset_steps", offset_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _recipe_error(recipe, f"evaluation.{key}", f"must be an integer >= 0, got {value!r}")
-    if every_epochs is not None:
-        every = _positive_int(recipe, "evaluation.every_n_epochs", every_epochs)
-        if offset_steps:
-            raise _recipe_error(recipe, "evaluation.offset_steps", "goes with every_n_steps; use offset_epochs")
-        offset_at = epoch_ends[offset_epochs - 1] if 0 < offset_epochs <= len(epoch_ends) else (
-            0 if offset_epochs == 0 else math.inf)
-        if offset_epochs and offset_at >= total_steps:
-            raise _recipe_error(recipe, "evaluation.offset_epochs", f"({offset_epochs}) is past the run"
-                                f" ({total_steps} steps): the first evaluation would never come")
-        steps = [epoch_ends[e - 1] for e in range(offset_epochs + 1, len(epoch_ends) + 1, every)]
-    else:
-        every = _positive_int(recipe, "evaluation.every_n_steps", every_steps)
-        if offset_epochs:
-            raise _recipe_error(recipe, "evaluation.offset_epochs", "goes with every_n_epochs; use offset_steps")
-        if offset_steps >= total_steps:
-            raise _recipe_error(recipe, "evaluation.offset_steps", f"({offset_steps}) is past the run"
-                                f" ({total_steps} steps): the first evaluation would never come")
-        steps = list(range(offset_steps + every, total_steps + 1, every))
-    return sorted({s for s in steps if s <= total_steps} | {total_steps})
 
 
 def _batch_growth(cfg: DictConfig):
@@ -273,15 +148,6 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
     return ends
 
 
-def check_trainer_keys(recipe: str, cfg: DictConfig) -> None:
-    """Evaluation is scheduled by ``evaluation``; Lightning's own knobs would silently fight it."""
-    for key, fix in (("check_val_every_n_epoch", "evaluation.every_n_epochs (and offset_epochs)"),
-                     ("val_check_interval", "evaluation.every_n_steps (and offset_steps)")):
-        if cfg.trainer.get(key) is not None:
-            raise _recipe_error(recipe, f"trainer.{key}", f"is not read: evaluation is scheduled by {fix};"
-                                f" remove trainer.{key}")
-
-
 def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images."""
     from lightning_lars.callbacks.batch_size_control import GrownBatchSchedule
@@ -300,11 +166,11 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     max_steps = cfg.trainer.get("max_steps")
     epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
     if epochs == 0 and (max_steps is None or max_steps < 0):
-        raise _recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
+        raise recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
     epoch_ends = _epoch_ends(per_epoch, epochs, growth)
     total = _total_steps(cfg, epoch_ends)
     if total < 1:
-        raise _recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
+        raise recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
     if total > epoch_ends[-1]:  # max_steps beyond max_epochs: extend with whole epochs of the last length
         last = epoch_ends[-1] - (epoch_ends[-2] if len(epoch_ends) > 1 else 0)
         while epoch_ends[-1] < total:
@@ -387,7 +253,7 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
 def planned_train_images(cfg: DictConfig, recipe: str) -> int:
     """The train-set size the recipe is planned at without data: ``epoch_length.num_train_images``."""
     value = (cfg.get("epoch_length") or {}).get("num_train_images")
-    return _positive_int(recipe, "epoch_length.num_train_images", value)
+    return positive_int(recipe, "epoch_length.num_train_images", value)
 
 
 def check_recipe(cfg: DictConfig, recipe: str) -> None:

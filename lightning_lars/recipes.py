@@ -76,10 +76,13 @@ def run_rows(path: Path = RUNS_FILE) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _cell(value) -> str:
+    return str(value).replace("|", "/").replace("\n", " ")  # one markdown table cell
+
+
 def _table(columns, records) -> list[str]:
-    cell = lambda value: str(value).replace("|", "/").replace("\n", " ")  # noqa: E731 (markdown cells)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return lines + ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in records]
+    return lines + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in records]
 
 
 def markdown(runs_path: Path = RUNS_FILE) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
+from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.throughput import ThroughputCallback
 from lightning_lars.callbacks.time_to_target import TimeToTarget
@@ -37,6 +38,28 @@ def _published(cfg) -> dict:
     return dict(cfg.get("published") or {})
 
 
+def deviations(cfg) -> list[dict]:
+    """The recipe's ``deviations:`` (technique, published, ours, why), as composed and checked."""
+    return [dict(entry) for entry in cfg.get("deviations") or []]
+
+
+def hardware_of(trainer) -> str:
+    """``8 x NVIDIA H100 80GB HBM3`` or ``1 x CPU (2 cores)``: what the runs table names."""
+    import os
+
+    import torch
+
+    if trainer.strategy.root_device.type == "cuda":
+        return f"{trainer.world_size} x {torch.cuda.get_device_name(trainer.strategy.root_device)}"
+    return f"{trainer.world_size} x CPU ({os.cpu_count()} cores)"
+
+
+def epochs_done(trainer) -> float:
+    """Epochs trained in the source's count (the plan's), else Lightning's passes over the loader."""
+    epochs = planned_epochs(trainer, trainer.global_step)
+    return float(trainer.current_epoch) if epochs is None else epochs
+
+
 def summary_rows(cfg, metrics: dict[str, float], trainer) -> list[tuple[str, str, str]]:
     """(quantity, this run, published) rows: top-1, time, epochs, global batch, hardware, throughput, target."""
     throughput = _callback(trainer, ThroughputCallback)
@@ -46,7 +69,7 @@ def summary_rows(cfg, metrics: dict[str, float], trainer) -> list[tuple[str, str
         ("top-1 (val)", _percent(metrics.get("val/top1")), _published_percent(published.get("top1"))),
         ("top-5 (val)", _percent(metrics.get("val/top5")), "-"),
         ("wall time", f"{metrics['time/wall_s']:.1f} s", str(published.get("time", "-"))),
-        ("epochs", str(trainer.current_epoch), str(published.get("epochs", "-"))),
+        ("epochs", f"{epochs_done(trainer):.4g}", str(published.get("epochs", "-"))),
         ("optimizer steps", str(trainer.global_step), "-"),
         ("global batch", str(cfg.batch.global_size), str(published.get("global_batch", "-"))),
         ("hardware", f"{trainer.world_size} x {type(trainer.accelerator).__name__}",
@@ -76,6 +99,9 @@ def results_table(cfg, metrics: dict[str, float], trainer) -> str:
     ours_width = max(16, *(len(r[1]) for r in rows))
     lines = [f"\nResults: recipe {cfg.recipe_name}", f"{'':{width}}  {'this run':>{ours_width}}  published"]
     lines += [f"{name:{width}}  {ours:>{ours_width}}  {theirs}" for name, ours, theirs in rows]
+    listed = deviations(cfg)
+    lines.append(f"Deviations from the source ({len(listed)}):" if listed else "Deviations from the source: none listed")
+    lines += [f"  {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})" for d in listed]
     lines.append(f"W&B run: {wandb_dir or 'none (no W&B logger)'}")
     if wandb_dir and "offline-run" in wandb_dir:
         lines.append(f"  offline; upload it with: wandb sync {wandb_dir}")
@@ -85,8 +111,9 @@ def results_table(cfg, metrics: dict[str, float], trainer) -> str:
 def results(cfg, metrics: dict[str, float], trainer) -> dict:
     """The machine-readable record of a run (``results.json``): final metrics, time-to-target, published."""
     out = {"recipe": cfg.recipe_name, "seed": int(cfg.seed), "global_batch": int(cfg.batch.global_size),
-           "epochs": trainer.current_epoch, "steps": trainer.global_step, "world_size": trainer.world_size,
-           "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "published": _published(cfg)}
+           "epochs": epochs_done(trainer), "steps": trainer.global_step, "world_size": trainer.world_size,
+           "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "published": _published(cfg),
+           "deviations": deviations(cfg), "hardware": hardware_of(trainer)}
     throughput = _callback(trainer, ThroughputCallback)
     if throughput is not None:
         out["metrics"].update({k: v for k, v in throughput.summary(trainer.world_size).items() if math.isfinite(v)})
@@ -123,7 +150,10 @@ def log_to_wandb(cfg, metrics: dict[str, float], trainer) -> bool:
 
     run = logger.experiment
     rows = summary_rows(cfg, metrics, trainer)
-    report = {"report/summary": wandb.Table(columns=["quantity", "this run", "published"], data=rows)}
+    report = {"report/summary": wandb.Table(columns=["quantity", "this run", "published"], data=rows),
+              "report/deviations": wandb.Table(columns=["technique", "published", "ours", "why"],
+                                               data=[[d[k] for k in ("technique", "published", "ours", "why")]
+                                                     for d in deviations(cfg)])}
     lr = lr_series(trainer)
     if lr:
         table = wandb.Table(columns=["step", "lr", "kind"], data=lr)

@@ -17,9 +17,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_lars import config, preemption, preflight, report, resume
 from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from lightning_lars.callbacks.schedule import ScheduleCallback
-from lightning_lars import config, preemption, preflight, report, resume
 from lightning_lars.errors import UserError
 from lightning_lars.provenance import provenance
 from lightning_lars.recipe_plan import apply_plan, make_plan

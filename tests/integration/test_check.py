@@ -26,8 +26,9 @@ def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
                 "--val-per-class", "8", "--workers", "1"])
     assert made.returncode == 0, made.stderr[-2000:]
     out = tmp_path / "check"
+    runs = tmp_path / "runs.jsonl"
     checked = run(["-m", "lightning_lars.check", "--recipe", "demo", "--seeds", "2", "--out", str(out),
-                   "debug=toy", f"paths.data_dir={data}", "callbacks.time_to_target.target_top1=10"])
+                   "--runs-file", str(runs), "debug=toy", f"paths.data_dir={data}", "callbacks.time_to_target.target_top1=10"])
     assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
 
     # The values the check must have used: each seed's own results.json (a full validation at the end).
@@ -44,6 +45,12 @@ def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
         t = (statistics.fmean(top1) - 10.0) / (statistics.stdev(top1) / math.sqrt(2))
         assert f"t = {t:.3f}, df = 1, p = {0.5 - math.atan(t) / math.pi:.4g}" in text
     assert (out / "check.txt").read_text().strip() in text
+    # one row for recipes/README.md's "Runs of ours", from the same results
+    [row] = [json.loads(line) for line in runs.read_text().splitlines()]
+    std = f"{statistics.stdev(top1):.2f}"
+    assert row["top-1 (mean +- std, n)"] == f"{statistics.fmean(top1):.2f} +- {std} %, n=2"
+    assert row["recipe"].startswith("demo (debug=toy") and row["hardware"].startswith("1 x CPU")
+    assert row["log or W&B run"] == str(out)
 
 
 def test_a_recipe_without_a_target_is_one_line():

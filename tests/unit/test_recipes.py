@@ -123,3 +123,18 @@ def test_other_runs_report_time_to_their_published_accuracy_without_stopping(nam
 def test_fujitsu_switches_augmentation_off_for_the_last_epochs():
     cfg = recipe("fujitsu_86k")
     assert cfg.data.no_aug_from_epoch == 85 and cfg.trainer.max_epochs == 90
+
+
+def test_runs_of_ours_table_lists_the_rows_make_check_appends(tmp_path):
+    from lightning_lars.check import record_run
+
+    runs = tmp_path / "runs.jsonl"
+    row = {"recipe": "demo (debug=toy)", "hardware": "1 x CPU (2 cores)", "epochs": "8",
+           "top-1 (mean +- std, n)": "81.90 +- 0.40 %, n=3", "time": "257.0 s wall", "date": "2026-11-23",
+           "log or W&B run": "logs/demo/check/x"}
+    record_run(row, runs)
+    record_run({**row, "date": "2026-11-24"}, runs)
+    text = recipe_table.markdown(runs)
+    table = text.split("## Runs of ours", 1)[1]
+    assert "| demo (debug=toy) | 1 x CPU (2 cores) | 8 | 81.90 +- 0.40 %, n=3 | 257.0 s wall | 2026-11-23 |" in table
+    assert table.count("| demo (debug=toy) |") == 2
