@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from lightning_lars import recipes as recipe_table
 from lightning_lars.config import RECIPES_DIR
+from lightning_lars.recipe_keys import evaluation_spec
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
@@ -103,7 +104,8 @@ def test_mlperf_runs_are_judged_like_mlperf(name):
     cfg = recipe(name)
     assert cfg.callbacks.time_to_target.target_top1 == 75.9
     assert cfg.callbacks.time_to_target.stop_at_target is True
-    assert cfg.evaluation.every_n_epochs == 4 or cfg.evaluation.every_n_steps  # MLPerf: about every 4 epochs
+    spec = evaluation_spec(name, cfg)  # the evaluation key, or the legacy trainer one
+    assert spec["every_n_epochs"] == 4 or spec["every_n_steps"]  # MLPerf: every 4 epochs; the TPU code counts steps
     crop = cfg.data.pipeline.train[0].random_resized_crop
     scale, ratio = TRAIN_CROPS.get(name, ([0.05, 1.0], [0.75, 1.33]))
     assert list(crop.scale) == scale and list(crop.ratio) == ratio
