@@ -8,10 +8,14 @@ call into our code: NVIDIA's MXNet ``PolySchedule`` driven by MXNet's ``num_upda
 
 from __future__ import annotations
 
+import functools
+
+import lightning as L
 import pytest
 import torch
 from torch import nn
 
+from lightning_lars.callbacks.weight_decay_schedule import WeightDecaySchedule
 from lightning_lars.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
@@ -21,6 +25,7 @@ from lightning_lars.source_schedules import (
     mxnet_warmup_poly,
     tf_lars_poly,
 )
+from tests.unit import callback_harness as harness
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
     MXNetPolySchedule,
@@ -120,7 +125,7 @@ def test_l2_in_loss_is_tf_weight_decay_times_l2_loss_of_non_bn_variables():
     modules = {}
     for l2 in (0.0, wd):
         torch.manual_seed(0)
-        module = ImageClassifier("resnet10t", num_classes=3, optimizer=None, lr_schedule=lambda step: 0.0,
+        module = ImageClassifier("test_resnet", num_classes=3, optimizer=None, lr_schedule=lambda step: 0.0,
                                  l2_in_loss=l2)
         module.log = lambda *args, **kwargs: None  # no trainer here
         images, labels = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2)), torch.tensor([0, 1, 2, 0])
@@ -137,3 +142,23 @@ def test_l2_in_loss_is_tf_weight_decay_times_l2_loss_of_non_bn_variables():
         expected = torch.zeros_like(p) if id(p) in bn_params else wd * p.detach()
         torch.testing.assert_close(extra, expected, rtol=1e-4, atol=1e-6, msg=name)
     assert with_l2.model.get_classifier().bias.grad is not None  # the FC bias is not BN: it is in the L2 term
+
+
+def test_weight_decay_schedule_sets_fujitsus_coefficient_before_each_step_of_a_fit(tmp_path):
+    """Explorer order: the coefficient for update s is computed before update s (current_iter = s)."""
+    class Seen(L.Callback):
+        def __init__(self):
+            self.coefficients = []
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            self.coefficients.append(optimizer.param_groups[0]["wd_coefficient"])
+
+    schedule = functools.partial(fujitsu_wd_coefficient, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025,
+                                 power=2.2)
+    module = harness.classifier("lars", weight_decay=6.5e-4)
+    seen = Seen()
+    harness.trainer([WeightDecaySchedule(schedule), seen], tmp_path, max_epochs=1).fit(
+        module, harness.loader(harness.images(48), batch_size=8))
+    expected = [c for _, c in FujitsuExplorerLoop(13.0, 1, 4, 3, 0.0025, 2.2).run(6)]
+    assert seen.coefficients == pytest.approx(expected, rel=1e-12)
+    assert expected[4:6] == pytest.approx([0.75, 0.75 * ((1 - 0.0025) * (2 / 3) ** 2.2 + 0.0025)])
