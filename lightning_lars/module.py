@@ -14,6 +14,8 @@ from torchmetrics.classification import MulticlassAccuracy
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 from lightning_lars.optim.param_groups import param_groups
 
+NORM_LAYERS = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm)
+
 
 class ImageClassifier(L.LightningModule):
     """``timm.create_model(arch)`` + cross-entropy + top-1/top-5, optimized as the recipe says.
@@ -30,6 +32,9 @@ class ImageClassifier(L.LightningModule):
         zero_init_last: zero the last BN gamma of each residual block (Goyal et al. sec. 5.1).
         fc_init_std: if set, init the classifier weight ~ N(0, std) and bias 0 (Goyal: 0.01).
         label_smoothing: cross-entropy label smoothing (0.1 in the MLPerf and TPU runs).
+        l2_in_loss: if > 0, add ``l2_in_loss * sum(w^2) / 2`` over every parameter outside normalization layers
+            to the training loss: TF's ``weight_decay * add_n(tf.nn.l2_loss(v))`` over the non-BN variables
+            (tensorflow/tpu and Google MLPerf v0.6 ``resnet_main.py``), on top of the optimizer's own decay.
         channels_last: NHWC memory format (faster convolutions with tensor cores / AMP).
         model_kwargs: further ``timm.create_model`` arguments, passed unchanged.
     """
@@ -45,6 +50,7 @@ class ImageClassifier(L.LightningModule):
         fc_init_std: float | None = None,
         label_smoothing: float = 0.0,
         channels_last: bool = False,
+        l2_in_loss: float = 0.0,
         model_kwargs: dict[str, Any] | None = None,
     ):
         super().__init__()
@@ -77,10 +83,21 @@ class ImageClassifier(L.LightningModule):
         # Mean over this device's micro-batch; Lightning divides by the accumulation count and DDP averages
         # over ranks, so the gradient is the mean over the whole global batch (Goyal et al. sec. 2.1).
         loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        if self.hparams.l2_in_loss:
+            loss = loss + self.hparams.l2_in_loss * self.l2_term()
         self.train_top1(logits, labels)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=False)
         self.log("train/top1", self.train_top1, on_step=False, on_epoch=True)
         return loss
+
+    def l2_term(self) -> torch.Tensor:
+        """``sum(tf.nn.l2_loss(v)) = sum(w^2) / 2`` over the parameters outside normalization layers.
+
+        TF's ``'batch_normalization' not in v.name``: every tensor of a non-norm layer, the FC bias included.
+        Read from the modules at each call, so parameters replaced by a sharding wrapper are the ones summed."""
+        params = [p for m in self.model.modules() if not isinstance(m, NORM_LAYERS)
+                  for p in m.parameters(recurse=False)]
+        return sum(p.float().pow(2).sum() for p in params) / 2
 
     def validation_step(self, batch, batch_idx):
         images, labels = batch

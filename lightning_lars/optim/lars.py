@@ -12,7 +12,7 @@ from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.norms import global_norms
 from lightning_lars.optim.param_groups import split_unresolved
 
-FORMS = ("nvidia", "mlperf", "you2017")
+FORMS = ("nvidia", "mlperf", "you2017", "fujitsu")
 
 
 class LARS(Optimizer):
@@ -26,12 +26,16 @@ class LARS(Optimizer):
         trust = min(trust / lr, 1)                  if clip    # LARC: effective lr = min(lr, trust)
         form "nvidia":           b = mu * b + trust * d;       w -= lr * b       # 3. lr outside the buffer
         form "mlperf"/"you2017": b = mu * b + lr * trust * d;  w -= b            # 3. lr inside the buffer
+        form "fujitsu": b = mu * b + trust * (c * wd * w + lr * g);  w -= b     # decay not scaled by lr
         nesterov: the step uses (increment + mu * b) instead of b.
 
     "nvidia" (NVIDIA PyTorch/MXNet MLPerf code, timm, apex) equals MXNet with momentum correction;
     "mlperf" (TF/TPU MLPerf reference) and "you2017" (Intel Caffe) keep the lr in the buffer. They agree
     while the lr is constant and differ during warmup and decay. "mlperf" and "you2017" differ only in the
-    default exclusion.
+    default exclusion. "fujitsu" is the FJSGD kernel of Fujitsu's MLPerf v0.6 code (``MultiSGDLarsTwoStageKernel``
+    in ``src/operator/mxnet_op.h``): the decay term is ``wd * c * w`` with the group's ``wd_coefficient`` ``c``
+    (1.0 unless `callbacks.weight_decay_schedule` sets it), not multiplied by the lr, while the trust ratio keeps
+    the plain ``wd``; the trust ratio applies wherever it is > 0 (``||w|| > 0``), even where ``||g|| == 0``.
 
     Which tensors skip decay and trust ratio comes from each param group: ``trust_adaptation`` (bool) and
     ``weight_decay``, as ``param_groups.param_groups`` builds them. A group without ``trust_adaptation`` (e.g.
@@ -50,7 +54,7 @@ class LARS(Optimizer):
         trust_coefficient: eta (default 0.001).
         eps: added to the trust-ratio denominator (default 0.0; MLPerf rules fix 0).
         nesterov: Nesterov momentum (default False).
-        form: "nvidia" (default), "mlperf" or "you2017", see above.
+        form: "nvidia" (default), "mlperf", "you2017" or "fujitsu", see above.
         clip: LARC clipping (default False).
         shard_group: FSDP1 ``use_orig_params=True`` only: the process group the flat shards are spread over;
             norms of plain tensors are then summed over it. Not needed for DTensors or DDP.
@@ -75,7 +79,7 @@ class LARS(Optimizer):
             raise UserError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
         defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
                     "trust_coefficient": trust_coefficient, "eps": eps, "nesterov": nesterov, "form": form,
-                    "clip": clip, "trust_adaptation": None}
+                    "clip": clip, "trust_adaptation": None, "wd_coefficient": 1.0}
         self.shard_group = shard_group
         self.track_stats = False
         self.grad_norm_source = None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
@@ -136,14 +140,20 @@ class LARS(Optimizer):
     @staticmethod
     def _update(group: dict, tensors: mt.GroupTensors, ratio: Tensor | None) -> None:
         lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+        fujitsu = group["form"] == "fujitsu"
         lr_inside = group["form"] != "nvidia"
-        # 1. d = g + wd * w, a new list: p.grad stays untouched
-        d = torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else tensors.grads
+        # 1. d = g + wd * w (fujitsu: lr * g + c * wd * w), a new list: p.grad stays untouched
+        if fujitsu:
+            d = torch._foreach_mul(tensors.grads, lr)
+            if wd:
+                torch._foreach_add_(d, tensors.weights, alpha=wd * group.get("wd_coefficient", 1.0))
+        else:
+            d = torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else tensors.grads
         # 2. per-tensor buffer increment factor: trust (vector) or 1 (not adapted); LARC clips it
         scale: Tensor | float = 1.0
         if ratio is not None:  # with clip and lr == 0, ratio / lr is inf and clamps to 1 (apex LARC)
             scale = (ratio / lr).clamp(max=1.0) if group["clip"] else ratio
-        if lr_inside:
+        if lr_inside and not fujitsu:  # fujitsu: lr is already inside d
             scale = scale * lr
         out = -1.0 if lr_inside else -lr  # 3. factor from buffer to weight step
         if mu:
@@ -161,9 +171,11 @@ class LARS(Optimizer):
 
 
 def trust_ratio(w_norm: Tensor, g_norm: Tensor, group: dict) -> Tensor:
-    """``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` per tensor, and 1 where either norm is 0."""
+    """``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` per tensor, and 1 where either norm is 0 (form "fujitsu":
+    where ``||w|| == 0``, as the FJSGD kernel applies any ratio > 0)."""
     denominator = g_norm + group["weight_decay"] * w_norm if group["weight_decay"] else g_norm
     if group["eps"]:
         denominator = denominator + group["eps"]
     ratio = group["trust_coefficient"] * w_norm / denominator
-    return torch.where(torch.minimum(w_norm, g_norm) > 0, ratio, 1.0)
+    valid = w_norm if group["form"] == "fujitsu" else torch.minimum(w_norm, g_norm)
+    return torch.where(valid > 0, ratio, 1.0)

@@ -47,6 +47,7 @@ def build_schedule(cfg: DictConfig, global_size: int | None = None):
     """(step -> lr, peak LR, steps per epoch) at the recipe's global batch on ImageNet-1k, as train.py."""
     global_size = global_size or cfg.batch.global_size
     steps_per_epoch = IMAGENET_TRAIN_IMAGES // global_size
-    schedule, peak = build_lr_schedule(OmegaConf.to_container(cfg.scheduler), global_size, steps_per_epoch,
+    scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)  # source schedules interpolate other keys
+    schedule, peak = build_lr_schedule(scheduler, global_size, steps_per_epoch,
                                        cfg.trainer.max_epochs)
     return schedule, peak, steps_per_epoch
