@@ -17,7 +17,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% pyt
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes check test test-slow test-fast test-full \
-        test-oldest test-install wheelhouse test-gpu bench-gpu \
+        test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm format lint clean-logs clean
 
 help: ## list the targets
@@ -94,6 +94,10 @@ wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 p
 	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
+test-offline: $(STAMP) ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
+	$(PY) -m lightning_lars.wheelhouse --out .wheelhouse-ci --without torch
+	.ci/offline_install .wheelhouse-ci
+
 # GPU work runs on a node that may hold only a CUDA torch plus the small wheelhouse (README, Offline nodes):
 # there no .venv is made; the python on PATH runs it (or GPU_PY=...).
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
@@ -131,4 +135,4 @@ clean-logs: ## delete run folders under logs/
 	rm -rf logs/*
 
 clean: ## delete the venv, caches and generated demo data
-	rm -rf $(VENV) $(OLDEST_VENV) data/demo .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) .wheelhouse-ci data/demo .pytest_cache
