@@ -9,13 +9,13 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
     HydraException,
     MissingConfigException,
     OverrideParseException,
 )
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 

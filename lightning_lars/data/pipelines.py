@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
 from lightning_lars.errors import UserError
 
 # Pixel units (0-255): FFCV normalises uint8 images through a lookup table.
@@ -179,7 +180,10 @@ def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, se
     from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
     from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
 
-    from lightning_lars.data.seeded_ops import SeededRandomHorizontalFlip, SeededRandomResizedCropRGBImageDecoder
+    from lightning_lars.data.seeded_ops import (
+        SeededRandomHorizontalFlip,
+        SeededRandomResizedCropRGBImageDecoder,
+    )
 
     built: list = []
     after_tensor = False

@@ -110,7 +110,7 @@ def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
                f"paths.log_dir={tmp_path}", probe]
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "probe: backend=nccl world_size=1 device=cuda" in out, out[-3000:]

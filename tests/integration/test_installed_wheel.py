@@ -27,7 +27,7 @@ batch:
 def run(command, cwd, timeout=600, **env_extra):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WANDB_API_KEY")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="offline", **env_extra)
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,13 @@ def installed(tmp_path_factory):
 
 def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
     bin_dir, work = installed
-    probe = run([str(bin_dir / "python"), "-c",
-                 "import lightning_lars, lightning_lars.callbacks.throughput as t, importlib.util as u;"
-                 "from lightning_lars import config;"
-                 "print(lightning_lars.__file__); print(t.__file__); print(config.is_checkout());"
-                 "print(config.run_root()); print(u.find_spec('callbacks'));"
-                 "print((config.CONF_DIR / 'recipe' / 'goyal_8k.yaml').is_file());"
-                 "print((config.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())"], cwd=work)
+    code = ("import lightning_lars, lightning_lars.callbacks.throughput as t, importlib.util as u;"
+            "from lightning_lars import config;"
+            "print(lightning_lars.__file__); print(t.__file__); print(config.is_checkout());"
+            "print(config.run_root()); print(u.find_spec('callbacks'));"
+            "print((config.CONF_DIR / 'recipe' / 'goyal_8k.yaml').is_file());"
+            "print((config.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())")
+    probe = run([str(bin_dir / "python"), "-c", code], cwd=work)
     assert probe.returncode == 0, probe.stderr[-2000:]
     package, callback, checkout, root, top_level_callbacks, recipe, lock = probe.stdout.split("\n")[:7]
     venv = str(bin_dir.parent)
