@@ -7,14 +7,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOCK := requirements/lock-newest.txt
+OLDEST_VENV := .venv-oldest
 APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
+        test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm format lint clean-logs clean
 
 help: ## list the targets
@@ -29,16 +32,23 @@ system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root
 	echo "installing $$missing (for FFCV)"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# the newest tested set ($(LOCK)) as constraints: a clone reproduces the versions CI ran.
 	# torch and torchvision first, as a pair: they must be the same build (see README, Set-up)
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c $(LOCK) torch torchvision
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,ffcv]'
 	@touch $@
 
-install: $(STAMP) ## create .venv and install the project (once)
+install: $(STAMP) ## create .venv and install the project at the locked newest versions (once)
+
+$(OLDEST_VENV)/.installed: requirements/oldest.txt
+	@$(MAKE) --no-print-directory system-deps
+	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q -r requirements/oldest.txt
+	@touch $@
 
 train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
 ifneq ($(nodes)$(devices),)
@@ -77,6 +87,30 @@ test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
 	$(PY) -m pytest -q --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
 
+test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (requirements/oldest.txt, torch 2.11)
+	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
+
+test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from another folder (as a user would)
+	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
+
+wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 platform=manylinux_2_28_x86_64 without=torch out=DIR]
+	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
+	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
+
+test-offline: $(STAMP) ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
+	$(PY) -m lightning_lars.wheelhouse --out .wheelhouse-ci --without torch
+	.ci/offline_install .wheelhouse-ci
+
+# GPU work runs on a node that may hold only a CUDA torch plus the small wheelhouse (README, Offline nodes):
+# there no .venv is made; the python on PATH runs it (or GPU_PY=...).
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+test-gpu: ## the gpu-marked tests (CUDA): bf16/fp16, channels_last, LARS/LAMB vs float64, FSDP2/DDP on NCCL, a recipe
+	$(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu -rs tests
+
+bench-gpu: ## ResNet-50 images/s, ours vs a bare loop (bf16, channels_last, compile); LARS/LAMB step; loader
+	$(GPU_PY) benchmarks/bench_gpu.py
+
 test-fast: $(STAMP) ## unit tests only
 	$(PY) -m pytest -q -m "not slow" tests
 
@@ -104,4 +138,4 @@ clean-logs: ## delete run folders under logs/
 	rm -rf logs/*
 
 clean: ## delete the venv, caches and generated demo data
-	rm -rf $(VENV) data/demo .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) .wheelhouse-ci data/demo .pytest_cache

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import inspect
 import re
 from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
     HydraException,
@@ -51,8 +53,35 @@ BATCH_KEYS = {"global_size", "max_per_device", "bn_group"}
 RUN_KEYS = {"validate_at_end", "ckpt_path"}
 
 
-def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Our recipes plus those in ``extra_dirs`` (the ``recipe/`` folders of a user's ``hydra.searchpath``)."""
+    return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
+
+
+def searchpath_overrides(overrides: list[str]) -> list[str]:
+    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
+    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
+
+
+def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
+    """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
+    folders = []
+    for override in searchpath_overrides(overrides):
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except OverrideParseException:
+            raise UserError(f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]") from None
+        for entry in value if isinstance(value, list) else [value]:
+            scheme, _, where = str(entry).rpartition("://")
+            if scheme == "pkg":
+                package, _, sub = where.partition("/")
+                try:
+                    folders.append(Path(str(importlib.resources.files(package))) / sub / "recipe")
+                except ModuleNotFoundError:
+                    raise UserError(f"hydra.searchpath names the package {package}, which is not installed") from None
+            else:  # file:// or a plain path
+                folders.append(Path(where) / "recipe")
+    return tuple(folders)
 
 
 def recipe_claims() -> list[tuple[str, str]]:
@@ -67,14 +96,17 @@ def recipe_claims() -> list[tuple[str, str]]:
 
 def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
+    known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
-        if match and match.group(1) not in recipe_names():
+        if match and match.group(1) not in known:
             raise UserError(
-                f"unknown recipe '{match.group(1)}'; known recipes: {', '.join(recipe_names())}"
-                " (`make recipes` lists them with their published results)"
+                f"unknown recipe '{match.group(1)}'; known recipes: {', '.join(known)}"
+                " (`make recipes` lists them with their published results; a folder of your own recipes:"
+                " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )
-    user = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
+    user = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))] + searchpath_overrides(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=user)

@@ -105,7 +105,8 @@ def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
         cfg = config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
-        preflight.check_dataset(cfg)
+        if not preflight.prints_only(sys.argv[1:]):  # `--cfg job` prints the config: no data needed
+            preflight.check_dataset(cfg)
     except UserError as err:
         fail(err)
     sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id

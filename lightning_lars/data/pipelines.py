@@ -15,6 +15,8 @@ after that is the GPU variant (ffcv-imagenet normalises on the GPU after ``ToDev
 no tensor allocated on FFCV's side stream is reused while the training step still reads it.
 A jitted op after a torch op makes FFCV loop forever in ``Graph.group_operations``, so those orders are
 refused here with the order to use, and ``check_ffcv_op_order`` re-checks the built ops.
+Parsing and validation need no FFCV (the torchvision DataModule uses them too); FFCV is imported only by the
+functions that build FFCV operations, so the package imports where FFCV is not installed.
 """
 from __future__ import annotations
 
@@ -23,21 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from ffcv.fields.basics import IntDecoder
-from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
-from ffcv.transforms import (
-    Convert,
-    ModuleWrapper,
-    NormalizeImage,
-    RandomHorizontalFlip,
-    Squeeze,
-    ToDevice,
-    ToTensor,
-    ToTorchImage,
-    View,
-)
 
-from lightning_lars.data.seeded_ops import SeededRandomHorizontalFlip, SeededRandomResizedCropRGBImageDecoder
 from lightning_lars.errors import UserError
 
 # Pixel units (0-255): FFCV normalises uint8 images through a lookup table.
@@ -62,8 +50,12 @@ DECODERS = {"random_resized_crop", "center_crop"}
 NUMPY_ONLY_OPS = {"flip"}  # jitted by FFCV; only valid before to_tensor
 TORCH_IMAGE_OPS = {"channels_last", "to_torch_image"}
 
-# FFCV ops that run as torch code (non-jitted). Anything else is treated as jitted: conservative.
-TORCH_SIDE_FFCV_OPS = (ToTensor, ToDevice, ToTorchImage, Convert, View, Squeeze, ModuleWrapper, torch.nn.Module)
+
+def torch_side_ffcv_ops() -> tuple[type, ...]:
+    """FFCV ops that run as torch code (non-jitted). Anything else is treated as jitted: conservative."""
+    from ffcv.transforms import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, View
+
+    return (ToTensor, ToDevice, ToTorchImage, Convert, View, Squeeze, ModuleWrapper, torch.nn.Module)
 
 
 @dataclass(frozen=True)
@@ -185,6 +177,14 @@ def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, se
     ``seed``: random crop and flip draw from (seed, epoch, sample index) (``seeded_ops``; the DataModule sets the
     epoch), so runs and resumed runs repeat exactly. None: FFCV's own ops, seeded from OS entropy per process.
     A ``normalize`` after the tensor ops is left out here: see ``post_transfer_normalize``."""
+    from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
+
+    from lightning_lars.data.seeded_ops import (
+        SeededRandomHorizontalFlip,
+        SeededRandomResizedCropRGBImageDecoder,
+    )
+
     built: list = []
     after_tensor = False
     for op in ops:
@@ -229,6 +229,9 @@ def post_transfer_normalize(ops: Sequence[Op]) -> TorchNormalize | None:
 
 def build_label_ops(device: torch.device) -> list:
     """Label pipeline: int64 labels of shape (batch,), copied to ``device`` without blocking on CUDA."""
+    from ffcv.fields.basics import IntDecoder
+    from ffcv.transforms import Squeeze, ToDevice, ToTensor
+
     ops = [IntDecoder(), ToTensor(), Squeeze(1)]  # (batch, 1) -> (batch,); a batch of one stays 1-D
     if device.type == "cuda":
         ops.append(ToDevice(device, non_blocking=True))
@@ -250,11 +253,12 @@ def without_augmentation(ops: Sequence[Op], val_ops: Sequence[Op]) -> tuple[Op, 
 
 def check_ffcv_op_order(ops: Sequence) -> None:
     """Refuse any FFCV op list with a jitted op after a torch op (FFCV's ``group_operations`` never returns)."""
-    first_torch = next((i for i, op in enumerate(ops) if isinstance(op, TORCH_SIDE_FFCV_OPS)), None)
+    torch_side = torch_side_ffcv_ops()
+    first_torch = next((i for i, op in enumerate(ops) if isinstance(op, torch_side)), None)
     if first_torch is None:
         return
     for op in ops[first_torch + 1 :]:
-        if not isinstance(op, TORCH_SIDE_FFCV_OPS):
+        if not isinstance(op, torch_side):
             raise UserError(
                 f"FFCV pipeline puts {type(op).__name__} (CPU-jitted) after {type(ops[first_torch]).__name__}, an order"
                 f" on which FFCV hangs forever; move numpy ops before ToTensor: {GOOD_ORDER}"

@@ -33,6 +33,7 @@ from lightning_lars.data.imagefolder import (
     load_rgb,
 )
 from lightning_lars.errors import UserError
+from lightning_lars.extras import require_ffcv
 
 MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")
@@ -218,6 +219,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
 
     Returns the manifest dict (also written to ``out/manifest.json``).
     """
+    require_ffcv(f"converting {src} to FFCV files", "train from the image folders with data=imagefolder")
     num_workers = num_workers or len(os.sched_getaffinity(0))
     _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
                        num_workers, splits, page_size)

@@ -1,0 +1,230 @@
+"""GPU benchmark (`make bench-gpu`): ResNet-50 at 224 px, ours against the plain alternative, in one run.
+
+1. Training images/s: our LightningModule through Lightning's Trainer against a bare PyTorch loop (same timm
+   ResNet-50, same LARS, same GPU-resident batch, bf16 autocast, channels_last), each eager and under
+   ``torch.compile``. The ratio is what the module and Trainer cost.
+2. Optimizer step ms on ResNet-50's parameters: our LARS and LAMB against ``torch.optim.SGD(fused=True)`` and
+   timm's ``Lars(foreach=True)``.
+3. Images/s the loader feeds at 224 px (random resized crop + flip + normalise, batch on the GPU): the
+   torchvision DataLoader on generated JPEGs, and FFCV's where FFCV is installed.
+
+    python benchmarks/bench_gpu.py [--batch-size 256 --steps 30 --warmup 10 --skip-compile]
+
+Needs only a CUDA torch, torchvision, lightning, timm and torchmetrics plus this package (the small
+wheelhouse); no data and no internet. Without a GPU it stops with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def lars(params):
+    from lightning_lars.optim.lars import LARS
+
+    return LARS(params, lr=1.0, momentum=0.9, weight_decay=5e-5, form="mlperf")
+
+
+def pooled_batches(batch_size: int, steps: int):
+    """A few batches on the GPU, cycled: the loader is measured separately (part 3)."""
+    from lightning_lars.data.synthetic import SyntheticBatches
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    pool = [(torch.randn(batch_size, 3, 224, 224, device="cuda", generator=generator)
+             .contiguous(memory_format=torch.channels_last),
+             torch.randint(1000, (batch_size,), device="cuda", generator=generator)) for _ in range(2)]
+    return SyntheticBatches(pool, steps)
+
+
+def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool) -> float:
+    """Our ImageClassifier + LARS through Lightning's Trainer (bf16-mixed); timed over the last ``steps``."""
+    import lightning as L
+
+    from lightning_lars.module import ImageClassifier
+    from lightning_lars.optim.lars import LARS
+
+    class StepTimer(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if batch_idx == warmup:
+                torch.cuda.synchronize()
+                self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if batch_idx == warmup + steps - 1:
+                torch.cuda.synchronize()
+                self.elapsed = time.perf_counter() - self.start
+
+    optimizer = functools.partial(LARS, momentum=0.9, weight_decay=5e-5, form="mlperf")
+    module = ImageClassifier("resnet50", 1000, optimizer, lambda step: 1.0, zero_init_last=True,
+                             channels_last=True)
+    if compile_model:
+        module.model = torch.compile(module.model)
+    timer = StepTimer()
+    trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=warmup + steps,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[timer], limit_val_batches=0)
+    trainer.fit(module, train_dataloaders=pooled_batches(batch_size, warmup + steps))
+    return batch_size * steps / timer.elapsed
+
+
+def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool) -> float:
+    """The same model, optimizer, precision and batches in a plain PyTorch loop."""
+    import timm
+
+    from lightning_lars.optim.param_groups import param_groups
+
+    model = timm.create_model("resnet50", num_classes=1000, zero_init_last=True).cuda()
+    model = model.to(memory_format=torch.channels_last)
+    optimizer = lars(param_groups(model, 5e-5))
+    forward = torch.compile(model) if compile_model else model
+    batches = iter(pooled_batches(batch_size, warmup + steps))
+    for step in range(warmup + steps):
+        if step == warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        images, labels = next(batches)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(forward(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return batch_size * steps / (time.perf_counter() - start)
+
+
+def optimizer_step_ms(steps: int) -> dict[str, float | str]:
+    """Median ms per step on ResNet-50's parameters (fp32, random gradients), same param groups for all."""
+    import timm
+    from timm.optim import Lars as TimmLars
+
+    from lightning_lars.optim.lamb import LAMB
+    from lightning_lars.optim.param_groups import param_groups
+
+    model = timm.create_model("resnet50").cuda()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-2
+    groups = functools.partial(param_groups, model, 5e-5)
+    table = {
+        "ours LARS (mlperf form)": lambda: lars(groups()),
+        "ours LAMB": lambda: LAMB(groups(), lr=1e-3),
+        "torch SGD (fused=True)": lambda: torch.optim.SGD(groups(), lr=1.0, momentum=0.9, fused=True),
+        "timm Lars (foreach=True)": lambda: TimmLars(groups(), lr=1.0, momentum=0.9, foreach=True),
+    }
+    results: dict[str, float | str] = {}
+    for name, make in table.items():
+        try:
+            optimizer = make()
+        except TypeError as error:  # an older timm without foreach
+            results[name] = f"n/a ({error})"
+            continue
+        optimizer.step()  # creates the state
+        times = []
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            optimizer.step()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * 1e3)
+        results[name] = statistics.median(times)
+    return results
+
+
+def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, float | str]:
+    """Images/s into the GPU at 224 px from generated 300-500 px JPEGs, after two warm-up batches."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_data import PIPELINE, make_jpegs
+
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
+    from lightning_lars.extras import ffcv_available
+
+    make_jpegs(root / "jpeg", batch_size * (batches + 2))
+    workers = len(os.sched_getaffinity(0))
+
+    def rate(loader) -> float:
+        iterator = iter(loader)
+        for _ in range(2):
+            next(iterator)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batches):
+            images, _labels = next(iterator)
+            images = images.cuda(non_blocking=True)
+        torch.cuda.synchronize()
+        return batch_size * batches / (time.perf_counter() - start)
+
+    data = TorchvisionDataModule(str(root / "jpeg"), num_classes=10, batch_size=batch_size, num_workers=workers,
+                                 resolution=224, val_resolution=224, pipeline=PIPELINE)
+    results: dict[str, float | str] = {f"torchvision DataLoader ({workers} workers)": rate(data.train_dataloader())}
+    name = f"FFCV ({workers} workers, max side 256)"
+    if not ffcv_available():
+        results[name] = "n/a (FFCV not installed)"
+        return results
+    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
+    from lightning_lars.data.prepare import convert
+
+    convert(root / "jpeg", root / "ffcv", max_resolution=256, num_workers=workers, progress=False)
+    data = FFCVDataModule(str(root / "ffcv" / "train.beton"), str(root / "ffcv" / "val.beton"), num_classes=10,
+                          batch_size=batch_size, num_workers=workers, resolution=224, pipeline=PIPELINE)
+    data.device = torch.device("cuda")
+    results[name] = rate(data.train_dataloader())
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch-size", type=int, default=256, help="images per step (default: 256)")
+    parser.add_argument("--steps", type=int, default=30, help="timed training steps (default: 30)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default: 10)")
+    parser.add_argument("--skip-compile", action="store_true", help="eager only (compiling takes minutes)")
+    parser.add_argument("--loader-batches", type=int, default=10, help="timed loader batches (default: 10)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        fail("bench_gpu needs a CUDA GPU and a CUDA build of torch (torch.cuda.is_available() is False here);"
+             " on a CPU run make bench-optim and make bench-data")
+    torch.backends.cudnn.benchmark = True
+    import lightning
+    import timm
+
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}),"
+          f" lightning {lightning.__version__}, timm {timm.__version__}, batch {args.batch_size}, 224 px, bf16,"
+          " channels_last", flush=True)
+
+    print("\n| ResNet-50 training | eager img/s | torch.compile img/s |\n|---|---|---|")
+    rates = {}
+    for label, measure in (("bare PyTorch loop", bare_images_per_s), ("ours (Lightning + ImageClassifier)",
+                                                                      ours_images_per_s)):
+        eager = measure(args.batch_size, args.steps, args.warmup, compile_model=False)
+        compiled = None if args.skip_compile else measure(args.batch_size, args.steps, args.warmup, True)
+        rates[label] = (eager, compiled)
+        print(f"| {label} | {eager:.0f} | {'-' if compiled is None else f'{compiled:.0f}'} |", flush=True)
+    (bare_eager, bare_compiled), (ours_eager, ours_compiled) = rates.values()
+    ratio_compiled = "-" if ours_compiled is None else f"{ours_compiled / bare_compiled:.3f}"
+    print(f"| ours / bare | {ours_eager / bare_eager:.3f} | {ratio_compiled} |")
+
+    print("\n| optimizer step on ResNet-50 params (fp32) | ms/step (median of 50) |\n|---|---|")
+    for name, ms in optimizer_step_ms(50).items():
+        print(f"| {name} | {ms if isinstance(ms, str) else f'{ms:.2f}'} |", flush=True)
+
+    print("\n| loader, 224 px RandomResizedCrop + flip + normalise, to the GPU | img/s |\n|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, value in loader_images_per_s(args.batch_size, args.loader_batches, Path(tmp)).items():
+            print(f"| {name} | {value if isinstance(value, str) else f'{value:.0f}'} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

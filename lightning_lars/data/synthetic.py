@@ -1,0 +1,104 @@
+"""Generated batches of the recipe's shape, no files and no decoding: for throughput work on the model alone.
+
+``make recipe=goyal_8k data=synthetic`` times the recipe's model, optimizer, precision and strategy with the
+input pipeline taken out (what the loader can feed is measured separately: ``make bench-data``). Each rank
+draws a small pool of batches once (normalised images ~ N(0, 1), uniform labels) from (seed, rank) and cycles
+through it, so a step costs what training costs minus the loader. Accuracy on it means nothing (chance).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+
+import lightning as L
+import torch
+
+from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.errors import UserError
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 train split
+IMAGENET_VAL_IMAGES = 50_000
+
+
+class SyntheticBatches:
+    """``num_batches`` batches cycled from a pool of ``pool_size`` generated ones; re-iterable (one per epoch)."""
+
+    def __init__(self, pool: list[tuple[torch.Tensor, torch.Tensor]], num_batches: int):
+        self.pool, self.num_batches = pool, num_batches
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return (self.pool[i % len(self.pool)] for i in range(self.num_batches))
+
+
+class SyntheticDataModule(L.LightningDataModule):
+    """Random images and labels with the shapes and memory layout the recipe's real loader would give.
+
+    Args:
+        num_classes: label range.
+        batch_size: images per device per step (set by the batch plan).
+        seed: with the rank, seeds the generated pool.
+        num_train_images: the epoch length it stands for (default: ImageNet-1k's 1,281,167), which sets the
+            steps per epoch and so the LR schedule, as on the real data.
+        num_val_images: likewise for validation (default 50,000).
+        resolution: train side in px; a progressive schedule keeps its first size (with a warning).
+        val_resolution: eval side in px (default: ``resolution``).
+        pipeline: the recipe's ops, read only for the layout: ``channels_last`` in the train ops gives
+            channels-last tensors, as the FFCV and torchvision loaders do.
+        pool_size: distinct batches generated per rank (memory: pool_size x batch x 3 x res^2 x 4 bytes).
+        no_aug_from_epoch: accepted so recipes that set it compose; it has nothing to switch off here.
+    """
+
+    def __init__(self, num_classes: int = 1000, batch_size: int = 256, seed: int = 0,
+                 num_train_images: int = IMAGENET_TRAIN_IMAGES, num_val_images: int = IMAGENET_VAL_IMAGES,
+                 resolution: int | Mapping = 224, val_resolution: int | None = None,
+                 pipeline: Mapping[str, list] | None = None, pool_size: int = 4,
+                 no_aug_from_epoch: int | None = None):
+        super().__init__()
+        if min(num_classes, batch_size, num_train_images, num_val_images, pool_size) < 1:
+            raise UserError("data=synthetic needs num_classes, num_train_images, num_val_images and pool_size >= 1")
+        schedule = resolution_schedule(resolution)
+        if schedule.is_progressive:
+            warnings.warn(f"data=synthetic keeps the first resolution ({schedule.start} px) for every epoch;"
+                          " progressive resizing needs a real loader", stacklevel=2)
+        if no_aug_from_epoch is not None:
+            warnings.warn("data.no_aug_from_epoch has no effect on synthetic data (no augmentation)", stacklevel=2)
+        train_ops = (pipeline or {}).get("train") or ["channels_last"]
+        self.channels_last = "channels_last" in train_ops
+        self.num_classes, self.batch_size, self.seed = int(num_classes), int(batch_size), int(seed)
+        self._num_train, self._num_val, self.pool_size = int(num_train_images), int(num_val_images), int(pool_size)
+        self.resolution = schedule.start
+        self.val_resolution = int(val_resolution or schedule.start)
+
+    @property
+    def num_train_images(self) -> int:
+        return self._num_train
+
+    @property
+    def num_val_images(self) -> int:
+        return self._num_val
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _batches(self, split: int, resolution: int, num_images: int, drop_last: bool) -> SyntheticBatches:
+        rank, world_size = self._world()
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + rank * 2 + split)
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        pool = []
+        for _ in range(self.pool_size):
+            images = torch.randn(self.batch_size, 3, resolution, resolution, generator=generator)
+            labels = torch.randint(self.num_classes, (self.batch_size,), generator=generator)
+            pool.append((images.contiguous(memory_format=memory_format), labels))
+        per_rank = num_images // world_size
+        num_batches = per_rank // self.batch_size if drop_last else -(-per_rank // self.batch_size)
+        return SyntheticBatches(pool, max(1, num_batches))
+
+    def train_dataloader(self) -> SyntheticBatches:
+        return self._batches(0, self.resolution, self._num_train, drop_last=True)
+
+    def val_dataloader(self) -> SyntheticBatches:
+        return self._batches(1, self.val_resolution, self._num_val, drop_last=False)

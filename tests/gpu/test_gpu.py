@@ -1,0 +1,143 @@
+"""GPU checks (`make test-gpu`): skipped without CUDA. They run where only a CUDA torch, lightning, timm,
+torchmetrics and torchvision are installed plus the small wheelhouse (no FFCV: the FFCV variant then says so).
+
+Oracles from outside the code under test: the float64 references of tests/unit (written from the papers'
+equations) for the CUDA path of LARS and LAMB; autocast's own output dtype for mixed precision; the process
+group torch reports for DDP/FSDP2 on NCCL; the CPU FFCV pipeline for the GPU one.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = ROOT / "tests" / "unit"
+
+
+def _unit_module(name: str):
+    """tests/unit/<name>.py by path (its float64 reference and helpers), whatever pytest's rootdir."""
+    spec = importlib.util.spec_from_file_location(f"unit_{name}", UNIT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _classifier(channels_last: bool, num_classes: int = 10):
+    from lightning_lars.module import ImageClassifier
+    from lightning_lars.optim.lars import LARS
+
+    optimizer = functools.partial(LARS, momentum=0.9, weight_decay=5e-5, trust_coefficient=0.001)
+    return ImageClassifier("resnet18", num_classes, optimizer, lambda step: 0.5, channels_last=channels_last)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_mixed_precision_and_channels_last_train_on_cuda(precision, channels_last):
+    import lightning as L
+
+    from lightning_lars.data.synthetic import SyntheticDataModule
+
+    model = _classifier(channels_last)
+    first_conv = model.model.conv1
+    seen = {}
+    first_conv.register_forward_hook(lambda module, inputs, output: seen.update(dtype=output.dtype,
+                                                                               weight=module.weight))
+    layout = ["channels_last"] if channels_last else ["to_torch_image"]
+    data = SyntheticDataModule(num_classes=10, batch_size=32, resolution=64, num_train_images=32 * 8,
+                               num_val_images=32, pipeline={"train": layout})
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = L.Trainer(accelerator="gpu", devices=1, precision=precision, max_steps=8, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0,
+                        limit_val_batches=1)
+    trainer.fit(model, datamodule=data)
+
+    assert seen["dtype"] == (torch.bfloat16 if precision == "bf16-mixed" else torch.float16)  # autocast ran
+    assert seen["weight"].is_cuda and seen["weight"].dtype == torch.float32  # fp32 master weights
+    assert seen["weight"].is_contiguous(memory_format=torch.channels_last) == channels_last
+    losses = [v for k, v in trainer.callback_metrics.items() if k.startswith("train/loss")]
+    assert losses and all(torch.isfinite(v) for v in losses)
+    moved = sum(not torch.equal(a.cpu(), b.cpu()) for a, b in zip(before, model.parameters()))
+    assert moved >= len(before) // 2  # the optimizer stepped (fp16: GradScaler may skip only the first steps)
+
+
+@pytest.mark.parametrize("name", ["lars", "lamb"])
+def test_cuda_optimizer_path_matches_the_float64_reference(name):
+    from lightning_lars.optim.lamb import LAMB
+    from lightning_lars.optim.lars import LARS
+    from lightning_lars.optim.param_groups import param_groups
+
+    unit = _unit_module(f"test_{name}")
+    model = unit._model(torch.float32)
+    start = [p.detach().double() for p in model.parameters()]
+    grads = unit._grads(model, len(unit.LRS))
+    model = model.cuda()
+    adapted = [p.ndim > 1 for p in start]
+    if name == "lars":
+        optimizer = LARS(param_groups(model, 1e-3, "ndim<=1"), momentum=0.9, trust_coefficient=0.02, eps=1e-9,
+                         nesterov=True, form="mlperf")
+        expected = unit.reference(start, grads, unit.LRS, adapted=adapted,
+                                  decay=[1e-3 if a else 0.0 for a in adapted], form="mlperf", mu=0.9, eta=0.02,
+                                  eps=1e-9, nesterov=True, clip=False)
+    else:
+        optimizer = LAMB(param_groups(model, 0.1, "ndim<=1"), betas=(0.9, 0.99), eps=1e-6, max_grad_norm=0.5)
+        expected = unit.reference(start, grads, unit.LRS, adapted=adapted,
+                                  decay=[0.1 if a else 0.0 for a in adapted], b1=0.9, b2=0.99, eps=1e-6,
+                                  max_grad_norm=0.5, bias_correction=True)
+    cuda_grads = [[g.cuda() for g in step] for step in grads]
+    got = unit._run(model, optimizer, cuda_grads, unit.LRS)
+    assert all(p.is_cuda for p in model.parameters())
+    for value, want, before in zip(got, expected, start):
+        assert (want - before).abs().max() > 1e-4  # the step is not empty
+        torch.testing.assert_close(value.cpu(), want, rtol=1e-5, atol=1e-6)  # float32 on the GPU
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_bucketed", "fsdp2"])
+def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
+    """goyal_8k at toy scale on generated data, bf16, through the entry point, as a user starts it."""
+    probe = "+callbacks.gpu_probe._target_=gpu_probe.ProcessGroupProbe"
+    command = [sys.executable, "-m", "lightning_lars.train", "recipe=goyal_8k", "debug=toy", "data=synthetic",
+               "data.num_classes=1000", "data.resolution=64", "data.num_train_images=256", "data.num_val_images=64",
+               "trainer.accelerator=gpu", "trainer.precision=bf16-mixed", f"strategy={strategy}",
+               f"paths.log_dir={tmp_path}", probe]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "probe: backend=nccl world_size=1 device=cuda" in out, out[-3000:]
+    assert "Results: recipe goyal_8k" in out
+
+
+def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
+    """FFCV normalising on the GPU after the copy (uint8 over PCIe) gives the CPU-normalised images."""
+    pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
+    from lightning_lars.data.demo import prepare_demo
+    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
+
+    prepare_demo(tmp_path, num_classes=2, train_per_class=16, val_per_class=8, num_workers=1, progress=False)
+    common = [{"center_crop": {"ratio": 1.0}}]
+    variants = {
+        "cpu": common + [{"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
+        "gpu": common + ["to_tensor", "to_device", "channels_last", {"normalize": "imagenet"}],
+    }
+    batches = {}
+    for name, ops in variants.items():
+        data = FFCVDataModule(str(tmp_path / "train.beton"), str(tmp_path / "val.beton"), num_classes=2,
+                              batch_size=8, num_workers=1, resolution=32, val_resolution=32, order="sequential",
+                              pipeline={"train": ops, "val": ops})
+        data.device = torch.device("cuda")
+        images, labels = next(iter(data.val_dataloader()))
+        images, labels = data.on_after_batch_transfer((images.cuda(), labels.cuda()), 0)
+        batches[name] = images.float(), labels
+    assert batches["gpu"][0].is_cuda and batches["gpu"][0].is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(batches["gpu"][0], batches["cpu"][0], rtol=1e-4, atol=1e-4)
+    assert torch.equal(batches["gpu"][1], batches["cpu"][1])

@@ -1,0 +1,110 @@
+"""The project as a user installs it: the wheel `pip` builds, installed (not editable) into a fresh venv and run
+from a folder that is not the clone. The venv reuses this environment's dependencies through a .pth file (no
+download), so the test proves what the wheel holds and what it declares, not what PyPI serves."""
+
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+USER_RECIPE = """\
+# @package _global_
+# A user's own recipe, kept outside the package: the demo at a smaller batch.
+defaults:
+  - demo
+batch:
+  global_size: 96
+"""
+
+
+def run(command, cwd, timeout=600, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WANDB_API_KEY")}
+    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="offline", **env_extra)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv bin folder, a working folder outside the clone) with the wheel installed."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                 str(tmp / "dist"), str(ROOT)], cwd=tmp)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp / "dist").glob("lightning_lars-*.whl")
+
+    venv = tmp / "venv"
+    made = run([sys.executable, "-m", "venv", str(venv)], cwd=tmp)
+    assert made.returncode == 0, made.stderr[-2000:]
+    bin_dir = venv / "bin"
+    purelib = run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                  cwd=tmp).stdout.strip()
+    # this environment's packages, appended after the venv's own site-packages: the wheel's copy wins
+    Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # --ignore-installed: an editable install of the clone may be among the reused packages
+    installed_ = run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", "--ignore-installed",
+                      "--no-deps", str(wheel)], cwd=tmp)
+    assert installed_.returncode == 0, installed_.stderr[-2000:]
+    check = run([str(bin_dir / "python"), "-m", "pip", "check"], cwd=tmp)
+    assert "lightning-lars" not in check.stdout, check.stdout  # every declared dependency is satisfied
+    work = tmp / "work"
+    work.mkdir()
+    return bin_dir, work
+
+
+def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
+    bin_dir, work = installed
+    code = ("import lightning_lars, lightning_lars.callbacks.throughput as t, importlib.util as u;"
+            "from lightning_lars import config;"
+            "print(lightning_lars.__file__); print(t.__file__); print(config.is_checkout());"
+            "print(config.run_root()); print(u.find_spec('callbacks'));"
+            "print((config.CONF_DIR / 'recipe' / 'goyal_8k.yaml').is_file());"
+            "print((config.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())")
+    probe = run([str(bin_dir / "python"), "-c", code], cwd=work)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    package, callback, checkout, root, top_level_callbacks, recipe, lock = probe.stdout.split("\n")[:7]
+    venv = str(bin_dir.parent)
+    assert package.startswith(venv) and callback.startswith(venv), (package, callback)
+    assert (checkout, root, top_level_callbacks, recipe, lock) == ("False", str(work), "None", "True", "True")
+
+
+def test_print_a_recipe_config_without_its_data(installed):
+    bin_dir, work = installed
+    printed = run([str(bin_dir / "lightning-lars"), "recipe=goyal_8k", "--cfg", "job"], cwd=work)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert "global_size: 8192" in printed.stdout
+    assert "_target_: lightning_lars.data.ffcv_datamodule.FFCVDataModule" in printed.stdout
+
+
+def test_a_users_recipe_folder_on_the_search_path(installed):
+    bin_dir, work = installed
+    (work / "my_conf" / "recipe").mkdir(parents=True)
+    (work / "my_conf" / "recipe" / "my_demo.yaml").write_text(USER_RECIPE)
+    searchpath = f"hydra.searchpath=[file://{work / 'my_conf'}]"
+    printed = run([str(bin_dir / "lightning-lars"), "recipe=my_demo", searchpath, "--cfg", "job"], cwd=work)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert "global_size: 96" in printed.stdout and "arch: resnet10t" in printed.stdout  # delta on the demo
+    unknown = run([str(bin_dir / "lightning-lars"), "recipe=my_dem0", searchpath], cwd=work)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr[-2000:]
+    assert "unknown recipe 'my_dem0'" in unknown.stderr and "my_demo" in unknown.stderr
+
+
+def test_demo_trains_from_the_working_folder(installed):
+    bin_dir, work = installed
+    made = run([str(bin_dir / "python"), "-m", "lightning_lars.data.demo", "--out", "data/demo",
+                "--train-per-class", "20", "--val-per-class", "4", "--workers", "1"], cwd=work)
+    assert made.returncode == 0, made.stderr[-2000:]
+    trained = run([str(bin_dir / "lightning-lars"), "recipe=demo", "debug=toy"], cwd=work, HOME=str(work))
+    out = trained.stdout + trained.stderr
+    assert trained.returncode == 0, out[-3000:]
+    assert "Results: recipe demo" in out
+    assert re.search(r"optimizer steps +3 ", out), out[-3000:]  # debug=toy: 3 steps of 64 of the 200 images
+    # data/ and logs/ default to the working folder when installed, not to the clone
+    assert (work / "data" / "demo" / "train.beton").is_file()
+    assert list(work.glob("logs/demo/runs/*/results.json")), sorted(p.name for p in work.rglob("*"))[:20]
