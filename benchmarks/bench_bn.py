@@ -110,7 +110,7 @@ def main() -> None:
         print(json.dumps(measure(args.child[0], args.batch, int(args.child[1]))))
         return
     print(f"# {platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; ResNet-50 fp32 224 px, "
+          f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; ResNet-50 fp32 224 px, "
           f"batch {args.batch}")
     print("| BN | group (images) | saved for backward (MiB/image) | peak growth (MiB/image) | saved / torch BN"
           " | peak / torch BN | ms/image (CPU) |")

@@ -32,6 +32,9 @@ from lightning_lars.errors import UserError
 from lightning_lars.optim.param_groups import record_unsharded_shapes
 
 
+FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler
+
+
 def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
     """Shard units for FSDP2, children first: every element of an ``nn.Sequential``/``nn.ModuleList`` that
     holds parameters (timm ResNet bottlenecks, ViT blocks), then every parameter-holding child of ``root``.
@@ -55,10 +58,20 @@ class FSDP2Strategy(ModelParallelStrategy):
     Args:
         reshard_after_forward: free gathered parameters after forward (ZeRO-3); False keeps them for
             backward (ZeRO-2: more memory, one all-gather less per unit).
+        precision: the trainer's precision (the config passes ``${trainer.precision}``), checked here so
+            that an fp16 recipe stops before anything starts: ``16-mixed`` needs a loss scaler whose
+            overflow decision all ranks share, which Lightning's ``ModelParallelStrategy`` does not have
+            (it refuses ``16-mixed`` itself, with a message about Fabric, once the Trainer is built).
         **kwargs: as for ``ModelParallelStrategy`` (``save_distributed_checkpoint``, ``timeout``, ...).
     """
 
-    def __init__(self, reshard_after_forward: bool = True, **kwargs):
+    def __init__(self, reshard_after_forward: bool = True, precision: str | int | None = None, **kwargs):
+        if str(precision) in FP16_MIXED:
+            raise UserError(
+                f"trainer.precision={precision} (fp16 with loss scaling) does not run under strategy=fsdp2:"
+                " set trainer.precision=bf16-mixed (same memory, no loss scaler), or keep fp16 with"
+                " strategy=ddp_bucketed or strategy=fsdp1"
+            )
         kwargs.setdefault("tensor_parallel_size", 1)
         super().__init__(**kwargs)
         self.reshard_after_forward = reshard_after_forward

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.tensor import DTensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import FORMS, LARS
