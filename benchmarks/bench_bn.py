@@ -3,7 +3,8 @@
 ResNet-50 (timm), fp32, 224 px, training mode, one forward + backward per variant. Two numbers per image:
 
 - saved: bytes autograd keeps for backward after the forward (distinct storages seen by
-  ``torch.autograd.graph.saved_tensors_hooks``): the activation memory, deterministic.
+  ``torch.autograd.graph.saved_tensors_hooks``, parameters and the input batch left out): the activation
+  memory, deterministic and allocator-independent.
 - peak: growth of the process's peak resident memory (``VmHWM``, reset through ``/proc/self/clear_refs``)
   over one cold forward + backward, in a fresh process per variant: activations plus transients (Linux only;
   glibc may reuse freed blocks inside the pass, so this is what the allocator really needed).
@@ -64,10 +65,12 @@ def build(variant: str, group: int) -> torch.nn.Module:
 
 def saved_bytes(model: torch.nn.Module, images: torch.Tensor) -> tuple[int, torch.Tensor]:
     storages: dict[int, int] = {}
+    not_activations = {t.untyped_storage().data_ptr() for t in [images, *model.parameters()]}
 
     def pack(tensor):
         storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in not_activations:
+            storages[storage.data_ptr()] = storage.nbytes()
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
