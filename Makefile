@@ -117,7 +117,7 @@ test-fast: $(STAMP) ## unit tests only
 test-full: $(STAMP) ## everything
 	$(PY) -m pytest -q --durations=15 tests
 
-bench: bench-optim bench-data bench-comm ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
+bench: bench-optim bench-data bench-comm bench-bn ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
 bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step and dispatched ops/step
 	$(PY) benchmarks/bench_optim.py
@@ -127,6 +127,10 @@ bench-data: $(STAMP) ## FFCV vs torchvision images/s, conversion rate, decode ce
 
 bench-comm: $(STAMP) ## DDP step time with and without our comm hook; bucket planner table
 	$(PY) benchmarks/bench_comm.py
+
+.PHONY: bench-bn
+bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activation memory per image (ResNet-50)
+	$(PY) benchmarks/bench_bn.py
 
 format: $(STAMP) ## ruff format + fix
 	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks

@@ -60,6 +60,8 @@ class GroupBatchNorm(_BatchNorm):
         self._check_input_dim(x)
         if not self.training and self.track_running_stats:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        if self.process_group is None:
+            return self._ghost(x)
         grouped, mean, var, count = self._statistics(x)
         shape = (1, 1, -1) + (1,) * (x.dim() - 2)
         y = (grouped - mean) * torch.rsqrt(var + self.eps)
@@ -69,16 +71,54 @@ class GroupBatchNorm(_BatchNorm):
             self._update_running(mean, var, count)
         return y.reshape(x.shape)
 
-    def _statistics(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
-        """x viewed as (groups, samples per group, C, ...), with per-group (mean, biased var) and the count of
-        values behind each statistic."""
-        n = x.shape[0]
+    def _ghost(self, x: Tensor) -> Tensor:
+        """Ghost (or plain) BN in ONE fused ``F.batch_norm``: the G sub-batches become G x C channels.
+
+        x (G*n, C, ...) is viewed as (n, G*C, ...) (one copy, which BN saves for backward instead of x: the
+        same activation memory as torch's BN; the Python form kept ~5 full-size intermediates). gamma/beta and
+        the running statistics are repeated G times; BN moves each copy towards its sub-batch's mean and
+        unbiased variance, and their average over G is written back: the running update of the class docstring.
+        """
+        n, channels = x.shape[:2]
+        local = self._local_batch(n)
+        if local == n:  # plain BN: torch's own kernel, nothing reshaped
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
+                                self._momentum_factor(), self.eps)
+        groups, rest = n // local, x.shape[2:]
+        wide = x.reshape(groups, local, channels, *rest).transpose(0, 1).reshape(local, groups * channels, *rest)
+        tracking = self.training and self.track_running_stats
+        mean, var = (self.running_mean.repeat(groups), self.running_var.repeat(groups)) if tracking else (None, None)
+        weight = self.weight.repeat(groups) if self.affine else None
+        bias = self.bias.repeat(groups) if self.affine else None
+        y = F.batch_norm(wide, mean, var, weight, bias, True, self._momentum_factor(), self.eps)
+        if tracking:
+            with torch.no_grad():
+                self.running_mean.copy_(mean.view(groups, channels).mean(0))
+                self.running_var.copy_(var.view(groups, channels).mean(0))
+        return y.reshape(local, groups, channels, *rest).transpose(0, 1).reshape(x.shape)
+
+    def _momentum_factor(self) -> float:
+        """The running-statistics factor of this forward (and count it), as torch's ``_BatchNorm`` does."""
+        if not (self.training and self.track_running_stats):
+            return 0.0
+        self.num_batches_tracked.add_(1)
+        return 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+
+    def _local_batch(self, n: int) -> int:
+        """Samples per statistic on this device; refuses a group that does not divide the batch."""
         local = n if self.process_group is not None or self.group_size is None else self.group_size
         if n % local:
             raise UserError(
                 f"BN group of {local} samples does not divide the device batch of {n}; the batch plan should"
                 " have refused this: set batch.max_per_device to a multiple of batch.bn_group"
             )
+        return local
+
+    def _statistics(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
+        """x viewed as (groups, samples per group, C, ...), with per-group (mean, biased var) and the count of
+        values behind each statistic."""
+        n = x.shape[0]
+        local = self._local_batch(n)
         grouped = x.reshape(n // local, local, *x.shape[1:])
         dims = (1,) + tuple(range(3, grouped.dim()))
         if self.process_group is None:

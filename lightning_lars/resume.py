@@ -6,6 +6,11 @@
   of the same recipe that has one (``<log_dir>/<recipe>/runs/*``); a fresh start (with a notice) if none.
   Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
 - a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
+
+A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
+directory ``*.ckpt/`` of torch.distributed.checkpoint shards plus Lightning's ``meta.pt`` (everything but the
+weights and optimizer state: loops, callbacks, the W&B run id), which rank 0 writes after the shards: a
+directory without it is an interrupted save.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 WANDB_KEY = "wandb_run_id"
 PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
 REQUIRED_KEYS = ("state_dict", "loops", "global_step")
+SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
 
 
 class DamagedCheckpoint(Exception):
@@ -38,7 +44,11 @@ class DamagedCheckpoint(Exception):
 
 
 def load_meta(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`."""
+    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`.
+
+    For a directory checkpoint: its ``meta.pt`` (the weights stay in the shards, unread)."""
+    if Path(path).is_dir():
+        return _load_sharded_meta(Path(path))
     if not zipfile.is_zipfile(path):  # torch.save's format is a zip whose index closes the file
         raise DamagedCheckpoint(f"{path}: truncated, or not a torch checkpoint")
     try:
@@ -51,15 +61,34 @@ def load_meta(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
+def _load_sharded_meta(path: Path) -> dict[str, Any]:
+    meta = path / SHARDED_META
+    if not meta.is_file() or not (path / ".metadata").is_file():  # .metadata: the shards' index (torch DCP)
+        raise DamagedCheckpoint(f"{path}: distributed checkpoint without {SHARDED_META} or .metadata (interrupted save)")
+    try:
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False)
+    except Exception as error:  # noqa: BLE001
+        raise DamagedCheckpoint(f"{meta}: {_first_line(error)}") from None
+    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in REQUIRED_KEYS if k != "state_dict"):
+        raise DamagedCheckpoint(f"{path}: not a Lightning training checkpoint")
+    return checkpoint
+
+
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def candidates(folder: Path) -> list[Path]:
-    """``*.ckpt`` under ``folder``, newest first (temp files of an interrupted write are dot-files: skipped)."""
-    files = [p for p in folder.rglob("*.ckpt") if p.is_file() and not p.name.startswith(".")]
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    """``*.ckpt`` files and directories under ``folder``, newest first (temp files of an interrupted write are
+    dot-files: skipped). A directory's age is its ``meta.pt``'s, written last."""
+    found = [p for p in folder.rglob("*.ckpt") if (p.is_file() or p.is_dir()) and not p.name.startswith(".")]
+    return sorted(found, key=lambda p: (_written_ns(p), p.name), reverse=True)
+
+
+def _written_ns(path: Path) -> int:
+    meta = path / SHARDED_META
+    return (meta if meta.is_file() else path).stat().st_mtime_ns
 
 
 def newest_good(folders: list[Path]) -> Path | None:
@@ -106,8 +135,8 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
         log.info(f"resuming from {found}")
         return str(found)
     path = Path(str(wanted)).expanduser()
-    if not path.is_file():
-        raise UserError(f"checkpoint {path} not found: give an existing .ckpt file, or run.ckpt_path=last"
+    if not path.exists():
+        raise UserError(f"checkpoint {path} not found: give an existing .ckpt file or directory, or run.ckpt_path=last"
                         " for the newest checkpoint of this recipe")
     try:
         load_meta(path)

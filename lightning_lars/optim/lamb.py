@@ -86,24 +86,27 @@ class LAMB(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         work = mt.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
-        if not work:
+        # FSDP1: a rank holding no shard of some tensors (grad None) still joins both collectives in full.
+        every, every_adapted = mt.sharded_order(self, lambda g: True), mt.sharded_order(self, lambda g: g["trust_adaptation"])
+        if not work and not every:
             return loss
         params = [p for _, t in work for p in t.params]
-        # Collective 1: every ||w|| and ||g|| (||G|| is the norm of the g norms).
-        w_norm, g_norm = global_norms([[w for _, t in work for w in t.weights],
-                                       [g for _, t in work for g in t.grads]], params, self.shard_group)
+        # Collective 1: every ||w|| and ||g||, and ||G|| (the norm of all g norms, also those this rank lacks).
+        w_norm, g_norm, totals = global_norms([[w for _, t in work for w in t.weights],
+                                               [g for _, t in work for g in t.grads]],
+                                              params, self.shard_group, every, totals=True)
         clip = None
         if self.max_grad_norm:
-            clip = (self.max_grad_norm / torch.linalg.vector_norm(g_norm)).clamp(max=1.0)  # inf -> 1 if G = 0
+            clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
         updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
+        if adapted or every_adapted:  # Collective 2: ||u|| of every adapted tensor.
+            (u_norm,) = global_norms([[x for i in adapted for x in updates[i]]],
+                                     [p for i in adapted for p in work[i][1].params], self.shard_group, every_adapted)
         if not adapted:
             for (group, tensors), u in zip(work, updates):
                 self._apply(group, tensors, u, None)
             return loss
-        # Collective 2: ||u|| of every adapted tensor.
-        (u_norm,) = global_norms([[x for i in adapted for x in updates[i]]],
-                                 [p for i in adapted for p in work[i][1].params], self.shard_group)
         counts = [len(work[i][1].params) for i in adapted]
         # group i's entries in w_norm and g_norm: starts[i] to starts[i + 1]
         starts = list(accumulate([len(t.params) for _, t in work], initial=0))

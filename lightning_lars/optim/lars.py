@@ -121,10 +121,11 @@ class LARS(Optimizer):
         params = [p for _, t in adapted for p in t.params]
         weights, grads = [w for _, t in adapted for w in t.weights], [x for _, t in adapted for x in t.grads]
         hooked = self._hook_grad_norms(params)
+        order = mt.sharded_order(self, lambda group: group["trust_adaptation"])
         if hooked is None:
-            w_norm, g_norm = global_norms([weights, grads], params, self.shard_group)
+            w_norm, g_norm = global_norms([weights, grads], params, self.shard_group, order)
         else:  # the DDP comm hook already took ||g|| of the averaged gradients while they passed through
-            (w_norm,), g_norm = global_norms([weights], params, self.shard_group), hooked
+            (w_norm,), g_norm = global_norms([weights], params, self.shard_group, order), hooked
         counts = [len(t.params) for _, t in adapted]
         one = len(counts) == 1  # the usual case: skip the split
         w_parts, g_parts = ([w_norm], [g_norm]) if one else (w_norm.split(counts), g_norm.split(counts))

@@ -86,6 +86,15 @@ def collect_groups(opt: Optimizer, state_keys) -> list[tuple[dict, GroupTensors]
     return work
 
 
+def sharded_order(opt: Optimizer, select) -> list[Tensor] | None:
+    """Under FSDP1 (``opt.shard_group`` set): every parameter of the groups ``select(group)`` keeps, with or
+    without a gradient on this rank, in group order: the same list on every rank, for `norms.global_norms`.
+    None otherwise (DDP: no collective; FSDP2: DTensors have a gradient on every rank or on none)."""
+    if getattr(opt, "shard_group", None) is None:
+        return None
+    return [p for group in opt.param_groups if select(group) for p in group["params"]]
+
+
 def write_back(tensors: GroupTensors) -> None:
     """Round updated fp32 master weights into their bf16/fp16 parameters (one op for the whole group)."""
     if tensors.rounded[0]:

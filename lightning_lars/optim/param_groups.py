@@ -11,23 +11,64 @@ Groups carry ``param_names`` (the key ``torch.optim.Optimizer`` itself uses for 
 callback can label per-layer statistics, and ``trust_adaptation`` (bool), read by LARS and LAMB and ignored by
 SGD.
 
-Build groups before any FSDP1 wrapping: FSDP1 flattens parameters into 1-D shards, which this rule would read
-as excluded. FSDP2 (DTensor) parameters keep their global ``ndim``, so either order works there.
+The rule reads the shape a parameter had before any sharding. FSDP2 (DTensor) parameters keep their global
+shape. FSDP1 with ``use_orig_params=True`` (Lightning wraps the model *before* ``configure_optimizers``)
+turns every parameter into a 1-D slice of a flat shard, or an empty tensor on ranks that hold none of it:
+``param_groups`` reads the original shapes from FSDP1's own metadata (`record_unsharded_shapes`) and refuses
+a flattened parameter whose shape it cannot find, instead of silently excluding it.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from lightning_lars.errors import UserError
 
 RULES = ("ndim<=1", "none", "norm_layers")
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)  # BN (all dims, Sync), LN, GN
+UNSHARDED_SHAPE = "_lightning_lars_unsharded_shape"  # attribute set on FSDP1-flattened parameters
+FSDP1_PREFIX = "_fsdp_wrapped_module."  # what FSDP1 inserts into parameter names
+
+
+def shape(p: Tensor) -> torch.Size:
+    """``p``'s shape before FSDP1 flattened it (see `record_unsharded_shapes`), else its own shape."""
+    return getattr(p, UNSHARDED_SHAPE, p.shape)
 
 
 def excluded(p: Tensor) -> bool:
     """True for tensors that skip weight decay and the trust ratio: BN gamma/beta, biases (``ndim <= 1``)."""
-    return p.ndim <= 1
+    return len(shape(p)) <= 1
+
+
+def record_unsharded_shapes(model: nn.Module) -> int:
+    """Tag every parameter that an FSDP1 unit inside ``model`` (or ``model`` itself) flattened with its original
+    shape, read from the unit's flat parameter (``_params``/``_shapes``: FSDP1's own bookkeeping, private but
+    stable since torch 2.0). Needs ``use_orig_params=True``. Returns the number of parameters tagged."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    tagged = 0
+    for unit in FullyShardedDataParallel.fsdp_modules(model):
+        handle = getattr(unit, "_handle", None)
+        if handle is None:  # a unit that owns no parameters of its own
+            continue
+        flat = handle.flat_param
+        if flat._params is None:
+            raise UserError("FSDP1 with use_orig_params=False hands the optimizer flat shards, not parameters;"
+                            " LARS/LAMB need use_orig_params=True (strategy=fsdp1 sets it)")
+        for param, original in zip(flat._params, flat._shapes):
+            setattr(param, UNSHARDED_SHAPE, torch.Size(original))
+            tagged += 1
+    return tagged
+
+
+def _check_shapes_known(named: list[tuple[str, Tensor]]) -> None:
+    # FSDP1 marks the parameters it flattened (FSDP2 does not: its DTensors keep their shape)
+    unknown = [n for n, p in named if getattr(p, "_fsdp_flattened", False) and not hasattr(p, UNSHARDED_SHAPE)]
+    if unknown:
+        raise UserError(f"{len(unknown)} parameters (first: {unknown[0]}) were flattened by an FSDP1 unit outside"
+                        " this module, so the exclusion rule cannot see their shapes: use strategy=fsdp1, or call"
+                        " lightning_lars.optim.param_groups.record_unsharded_shapes(root) after wrapping")
 
 
 def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -> list[dict]:
@@ -47,7 +88,9 @@ def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -
     """
     if rule not in RULES:
         raise UserError(f"unknown param-group rule {rule!r}; set optimizer rule to one of {', '.join(RULES)}")
-    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    record_unsharded_shapes(model)
+    named = [(name.replace(FSDP1_PREFIX, ""), p) for name, p in model.named_parameters() if p.requires_grad]
+    _check_shapes_known(named)
     norm_params = {id(p) for m in model.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(False)}
     skip = [(rule == "ndim<=1" and excluded(p)) or (rule == "norm_layers" and id(p) in norm_params)
             for _, p in named]

@@ -1,10 +1,13 @@
-"""FSDP strategies for LARS/LAMB recipes: FSDP2 (CPU and GPU) and FSDP1 (GPU), with BatchNorm handled.
+"""FSDP strategies for LARS/LAMB recipes: FSDP2 and FSDP1, on CPU/gloo and GPU/NCCL, with BatchNorm handled.
 
-Layer-wise optimizers need whole-parameter norms. Under FSDP2 the parameters are DTensors and our
-LARS/LAMB (``lightning_lars.optim.norms.global_norms``) reduce the shards' sums of squares in one
-all-reduce. Under FSDP1 with ``use_orig_params=True`` each parameter is a plain tensor holding a slice (or
-nothing) of a flat shard, so the optimizer must be told the shard group: :class:`FSDP1Strategy` sets
-``optimizer.shard_group`` on every optimizer that has that attribute.
+Layer-wise optimizers need whole-parameter norms and the true shape of every parameter. Under FSDP2 the
+parameters are DTensors and our LARS/LAMB (``lightning_lars.optim.norms.global_norms``) reduce the shards'
+sums of squares in one all-reduce. Under FSDP1 with ``use_orig_params=True`` Lightning wraps the model
+*before* it calls ``configure_optimizers``, and each parameter is then a 1-D slice of a flat shard (empty,
+with ``grad=None``, on ranks that hold none of it). :class:`FSDP1Strategy` therefore tags every parameter
+with its original shape right after wrapping (``param_groups.record_unsharded_shapes``: the exclusion rule
+sees conv weights as 4-D, not 1-D) and sets ``optimizer.shard_group``, with which LARS/LAMB all-reduce one
+vector of norms over all their parameters in group order (zeros where a rank holds nothing).
 
 BatchNorm: ``fully_shard`` shards BN gamma/beta like any other parameter (whole-parameter norms keep
 LARS right), but leaves the running-statistics buffers per rank and unsynchronised (DDP would broadcast
@@ -21,11 +24,15 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
 from lightning_lars.bn import average_bn_statistics
 from lightning_lars.errors import UserError
+from lightning_lars.optim.param_groups import record_unsharded_shapes
+
+
+FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler
 
 
 def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -51,10 +58,20 @@ class FSDP2Strategy(ModelParallelStrategy):
     Args:
         reshard_after_forward: free gathered parameters after forward (ZeRO-3); False keeps them for
             backward (ZeRO-2: more memory, one all-gather less per unit).
+        precision: the trainer's precision (the config passes ``${trainer.precision}``), checked here so
+            that an fp16 recipe stops before anything starts: ``16-mixed`` needs a loss scaler whose
+            overflow decision all ranks share, which Lightning's ``ModelParallelStrategy`` does not have
+            (it refuses ``16-mixed`` itself, with a message about Fabric, once the Trainer is built).
         **kwargs: as for ``ModelParallelStrategy`` (``save_distributed_checkpoint``, ``timeout``, ...).
     """
 
-    def __init__(self, reshard_after_forward: bool = True, **kwargs):
+    def __init__(self, reshard_after_forward: bool = True, precision: str | int | None = None, **kwargs):
+        if str(precision) in FP16_MIXED:
+            raise UserError(
+                f"trainer.precision={precision} (fp16 with loss scaling) does not run under strategy=fsdp2:"
+                " set trainer.precision=bf16-mixed (same memory, no loss scaler), or keep fp16 with"
+                " strategy=ddp_bucketed or strategy=fsdp1"
+            )
         kwargs.setdefault("tensor_parallel_size", 1)
         super().__init__(**kwargs)
         self.reshard_after_forward = reshard_after_forward
@@ -87,7 +104,11 @@ class FSDP2Strategy(ModelParallelStrategy):
 
 
 class FSDP1Strategy(FSDPStrategy):
-    """FSDP1 (``FullyShardedDataParallel``) on GPUs, set up for layer-wise optimizers.
+    """FSDP1 (``FullyShardedDataParallel``) set up for layer-wise optimizers, on GPUs and on CPU/gloo.
+
+    Lightning's own ``FSDPStrategy`` refuses CPU (and hands FSDP1 ``device_id=None``, which FSDP1 refuses
+    without an accelerator); here the CPU case wraps with ``device_id=torch.device("cpu")``, so the same
+    strategy runs in CPU tests with Lightning's real order of calls (wrap, then ``configure_optimizers``).
 
     Args:
         min_params_per_unit: wrap every module with at least this many parameters (size-based policy).
@@ -103,16 +124,19 @@ class FSDP1Strategy(FSDPStrategy):
             raise UserError("strategy=fsdp1 supports sharding_strategy FULL_SHARD or SHARD_GRAD_OP (shards over all ranks)")
         super().__init__(**kwargs)
 
-    def setup_environment(self) -> None:
-        if self.root_device.type != "cuda":
-            raise UserError("strategy=fsdp1 needs GPUs (Lightning's FSDPStrategy refuses CPU): use strategy=fsdp2")
-        super().setup_environment()
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.root_device.type == "cpu" and not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            model = FullyShardedDataParallel(
+                model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **self.kwargs)
+            self.kwargs.pop("auto_wrap_policy", None)  # applied above; Lightning would warn it is ignored
+        model = super()._setup_model(model)
+        record_unsharded_shapes(model)  # before configure_optimizers builds the param groups
+        return model
 
     def setup(self, trainer: "pl.Trainer") -> None:
         super().setup(trainer)
-        for optimizer in self.optimizers:
-            if hasattr(optimizer, "shard_group"):
-                optimizer.shard_group = dist.group.WORLD  # FULL_SHARD/SHARD_GRAD_OP shard over every rank
+        use_shard_group(self.optimizers, dist.group.WORLD)  # FULL_SHARD/SHARD_GRAD_OP shard over every rank
 
     def on_validation_start(self) -> None:
         average_bn_statistics(self.lightning_module)
@@ -121,3 +145,11 @@ class FSDP1Strategy(FSDPStrategy):
     def lightning_module_state_dict(self):
         average_bn_statistics(self.lightning_module)
         return super().lightning_module_state_dict()
+
+
+def use_shard_group(optimizers: list[torch.optim.Optimizer], group: dist.ProcessGroup) -> None:
+    """Tell every optimizer that has a ``shard_group`` attribute (LARS, LAMB) that its plain-tensor parameters
+    are FSDP1 shards spread over ``group``; other optimizers need no norms and are left alone."""
+    for optimizer in optimizers:
+        if hasattr(optimizer, "shard_group"):
+            optimizer.shard_group = group

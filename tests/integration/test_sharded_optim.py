@@ -1,4 +1,4 @@
-"""FSDP2-sharded LARS and LAMB take the same steps as on the unsharded model (2 processes, gloo, CPU).
+"""FSDP2- and FSDP1-sharded LARS and LAMB take the same steps as on the unsharded model (2 processes, gloo, CPU).
 
 The sharded model gets half the batch per rank; FSDP2 averages gradients over ranks, so its gradients equal
 the full-batch gradients of the unsharded reference. Layer sizes are odd so shards are uneven and one rank
@@ -11,6 +11,7 @@ All cases run in one pair of processes: spawning costs more than the steps.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import socket
 
@@ -23,7 +24,7 @@ from torch import nn
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops
-from lightning_lars.optim.param_groups import param_groups
+from lightning_lars.optim.param_groups import FSDP1_PREFIX, param_groups
 
 WORLD = 2
 STEPS = 4
@@ -47,6 +48,7 @@ def _lr(step: int) -> float:
 
 
 def _run_case(rank: int, case: str) -> tuple[float, float, float]:
+    """FSDP2: ``fully_shard`` every layer, then the optimizer over the DTensor parameters."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -58,8 +60,40 @@ def _run_case(rank: int, case: str) -> tuple[float, float, float]:
         if any(True for _ in layer.parameters()):
             fully_shard(layer, mesh=mesh)
     fully_shard(sharded, mesh=mesh)
-    opt_ref = cls(param_groups(reference, weight_decay=0.01), **kwargs)
     opt = cls(param_groups(sharded, weight_decay=0.01), **kwargs)
+    reductions = _train_side_by_side(rank, case, reference, sharded, opt)
+    full = {n: p.full_tensor() for n, p in sharded.named_parameters()}
+    return _compare(full, reference), reductions
+
+
+def _fsdp1_case(rank: int, case: str) -> tuple[tuple[float, float], float]:
+    """Raw FSDP1 on CPU (``device_id=cpu``, ``use_orig_params=True``) in Lightning's order: wrap first, then
+    build the param groups from the wrapped model, then the optimizer with ``shard_group`` (what
+    ``FSDP1Strategy`` sets). The leftover root unit holds Linear(3, 1): rank 0 holds none of its bias, so FSDP1
+    leaves that gradient None there while rank 1 has it."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+    cls, kwargs = CASES[case]
+    reference = _model()
+    policy = functools.partial(size_based_auto_wrap_policy, min_num_params=8)
+    sharded = FullyShardedDataParallel(copy.deepcopy(reference), device_id=torch.device("cpu"),
+                                       use_orig_params=True, auto_wrap_policy=policy)
+    groups = param_groups(sharded, weight_decay=0.01)
+    expected = param_groups(reference, weight_decay=0.01)
+    assert [g["param_names"] for g in groups] == [g["param_names"] for g in expected], "rule read flat shapes"
+    opt = cls(groups, shard_group=dist.group.WORLD, **kwargs)
+    reductions = _train_side_by_side(rank, case, reference, sharded, opt)
+    with FullyShardedDataParallel.summon_full_params(sharded, writeback=False):
+        full = {n.replace(FSDP1_PREFIX, ""): p.detach().clone() for n, p in sharded.named_parameters()}
+    return _compare(full, reference), reductions
+
+
+def _train_side_by_side(rank: int, case: str, reference: nn.Module, sharded: nn.Module, opt) -> float:
+    """STEPS steps: the reference on the whole batch, ``sharded`` on this rank's half; returns the optimizer's
+    all-reduces per step."""
+    cls, kwargs = CASES[case]
+    opt_ref = cls(param_groups(reference, weight_decay=0.01), **kwargs)
     reductions = 0
     generator = torch.Generator().manual_seed(1)
     for step in range(STEPS):
@@ -75,10 +109,15 @@ def _run_case(rank: int, case: str) -> tuple[float, float, float]:
         opt.zero_grad()
         nn.functional.mse_loss(sharded(x[half]), y[half]).backward()
         reductions += _all_reduces_in(opt.step)
-    full = [p.full_tensor() for p in sharded.parameters()]
-    error = max((a - b).abs().max().item() for a, b in zip(full, reference.parameters()))
-    moved = max((a - b).abs().max().item() for a, b in zip(reference.parameters(), _model().parameters()))
-    return error, moved, reductions / STEPS
+    return reductions / STEPS
+
+
+def _compare(full: dict, reference: nn.Module) -> tuple[float, float]:
+    """(max error of the sharded weights, max distance the reference moved)."""
+    initial = dict(_model().named_parameters())
+    error = max((full[n] - p).abs().max().item() for n, p in reference.named_parameters())
+    moved = max((p - initial[n]).abs().max().item() for n, p in reference.named_parameters())
+    return error, moved
 
 
 def _all_reduces_in(fn) -> int:
@@ -96,43 +135,6 @@ def _all_reduces_in(fn) -> int:
     finally:
         dist.all_reduce = original
     return len(calls)
-
-
-def _flat_shard_case(rank: int) -> tuple[float, float, float]:
-    """FSDP1 ``use_orig_params=True`` layout (FSDP1 refuses the CPU, so built by hand): every parameter is
-    flattened and each rank holds a contiguous slice (rank 1 holds nothing of 1-element tensors); groups come
-    from the unwrapped model; ``shard_group`` makes the norms whole."""
-    reference = _model()
-    groups = param_groups(reference, weight_decay=0.01)
-    pieces = {}
-    for p in reference.parameters():
-        per_rank = -(-p.numel() // WORLD)  # ceil
-        pieces[p] = slice(rank * per_rank, (rank + 1) * per_rank)
-    shards = {p: nn.Parameter(p.detach().flatten()[pieces[p]].clone()) for p in reference.parameters()}
-    shard_groups = [{**g, "params": [shards[p] for p in g["params"]]} for g in groups]
-    kwargs = {"momentum": 0.9, "form": "mlperf", "trust_coefficient": 0.02}
-    opt_ref = LARS(groups, **kwargs)
-    opt = LARS(shard_groups, shard_group=dist.group.WORLD, **kwargs)
-    generator = torch.Generator().manual_seed(2)
-    reductions = 0
-    for step in range(STEPS):
-        for p in reference.parameters():
-            p.grad = torch.randn(p.shape, generator=generator, dtype=torch.float64)
-            shards[p].grad = p.grad.flatten()[pieces[p]].clone()
-        for o in (opt_ref, opt):
-            for group in o.param_groups:
-                group["lr"] = _lr(step)
-        opt_ref.step()
-        reductions += _all_reduces_in(opt.step)
-    error = 0.0
-    for p, shard in shards.items():
-        gathered = [torch.empty(-(-p.numel() // WORLD), dtype=p.dtype) for _ in range(WORLD)]
-        padded = torch.cat([shard.detach(), shard.new_zeros(gathered[0].numel() - shard.numel())])
-        dist.all_gather(gathered, padded)
-        whole = torch.cat(gathered)[: p.numel()].view_as(p)
-        error = max(error, (whole - p.detach()).abs().max().item())
-    moved = max((a - b).abs().max().item() for a, b in zip(reference.parameters(), _model().parameters()))
-    return error, moved, reductions / STEPS
 
 
 def _sharded_step_ops(num_layers: int) -> int:
@@ -153,8 +155,8 @@ def _worker(rank: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        results = {case: _run_case(rank, case) for case in CASES}
-        results["lars_fsdp1_flat_shards"] = _flat_shard_case(rank)
+        results = {f"fsdp2 {case}": _run_case(rank, case) for case in CASES}
+        results.update({f"fsdp1 {case}": _fsdp1_case(rank, case) for case in CASES})
         results["ops"] = (_sharded_step_ops(2), _sharded_step_ops(12))
         queue.put((rank, results))
     finally:
@@ -168,15 +170,15 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_fsdp2_sharded_steps_match_unsharded():
+def test_sharded_steps_match_unsharded():
     queue = mp.get_context("spawn").Queue()
     mp.start_processes(_worker, args=(_free_port(), queue), nprocs=WORLD, start_method="spawn")
     results = dict(queue.get(timeout=30) for _ in range(WORLD))
     for rank, cases in sorted(results.items()):
         few, many = cases.pop("ops")
         assert few == many, f"rank {rank}: a sharded step dispatches {few} ops for 2 layers, {many} for 12"
-        for case, (error, moved, reductions_per_step) in cases.items():
+        for case, ((error, moved), reductions_per_step) in cases.items():
             assert moved > 1e-3, f"{case}: the weights did not move; the comparison would be empty"
             assert error < 1e-6, f"{case}, rank {rank}: sharded weights differ from unsharded by {error:.3g}"
             # LAMB needs ||u|| after ||g|| (u depends on the clipped g): two collectives; LARS one.
-            assert reductions_per_step == (2 if case == "lamb" else 1), case
+            assert reductions_per_step == (2 if case.endswith("lamb") else 1), case

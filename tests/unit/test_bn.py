@@ -107,3 +107,49 @@ def test_consecutive_rank_groups_tile_the_world():
     assert consecutive_rank_groups(8, 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(UserError):
         consecutive_rank_groups(6, 4)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_running_statistics_equal_torch_bn_per_sub_batch_averaged(momentum):
+    """Oracle: torch's BatchNorm2d run on each sub-batch from the same running statistics, then averaged."""
+    torch.manual_seed(2)
+    ours = GroupBatchNorm(3, momentum=momentum, group_size=4)
+    state = nn.BatchNorm2d(3, momentum=momentum).state_dict()
+    for _ in range(3):
+        x = torch.randn(12, 3, 5, 4) * 2 + 1
+        ours(x)
+        copies = [nn.BatchNorm2d(3, momentum=momentum) for _ in range(3)]
+        for copy, chunk in zip(copies, x.split(4)):
+            copy.load_state_dict(state)
+            copy(chunk)
+        state = {**copies[0].state_dict(),
+                 "running_mean": torch.stack([c.running_mean for c in copies]).mean(0),
+                 "running_var": torch.stack([c.running_var for c in copies]).mean(0)}
+    torch.testing.assert_close(ours.running_mean, state["running_mean"])
+    torch.testing.assert_close(ours.running_var, state["running_var"])
+    assert int(ours.num_batches_tracked) == int(state["num_batches_tracked"]) == 3
+
+
+def saved_for_backward_bytes(module: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct storages autograd keeps for backward after ``module(x)``: the activation memory."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x)
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("group", [2, 4, 16])
+def test_ghost_bn_keeps_as_much_for_backward_as_torch_bn(group):
+    """Ghost BN is one fused batch_norm: one activation-sized tensor saved, like torch's BN (the Python form
+    saved the input and four full-size intermediates)."""
+    x = torch.randn(16, 8, 14, 14, requires_grad=True)
+    torch_bn = saved_for_backward_bytes(nn.BatchNorm2d(8), x)
+    ghost = saved_for_backward_bytes(GroupBatchNorm(8, group_size=group), x)
+    assert torch_bn >= x.numel() * x.element_size()  # the oracle saves its input
+    assert ghost <= 1.05 * torch_bn, f"ghost BN keeps {ghost / torch_bn:.2f}x torch BN's activations"
