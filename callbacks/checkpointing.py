@@ -8,14 +8,15 @@
 - `Checkpoint`: Lightning's ``ModelCheckpoint`` that never deletes an older checkpoint after a failed write.
 - `ResumeState`: adds to every checkpoint what Lightning leaves out: the RNG states of every rank and the
   W&B run id (read back by `lightning_lars.resume` so the resumed run continues the same W&B run).
-- `SignalCheckpoint`: on SIGUSR1 (SLURM's warning before preemption, ``--signal=SIGUSR1@90``) it saves at
-  the next optimizer-step boundary, agreed by all ranks, then stops the run with `Preempted`. Under SLURM the
-  save and the ``scontrol requeue`` are Lightning's own (``SLURMEnvironment(auto_requeue=True)``, whose
-  handler we run at that boundary instead of inside the signal, where it would catch the step half done).
+- `SignalCheckpoint`: on SIGUSR1 (our sbatch's warning before preemption, ``--signal=SIGUSR1@90``) or
+  submitit's SIGUSR2, it saves at an optimizer-step boundary agreed by all ranks, then stops the run with
+  `Preempted`. The requeue is Lightning's (``SLURMEnvironment(auto_requeue=True)``) or submitit's own handler,
+  run at that boundary or after fit instead of inside the signal, where it would catch the step half done.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lightning_lars import resume
-from lightning_lars.preemption import Preempted, requeue_job_id
+from lightning_lars.preemption import Preempted, is_submitit_handler, preemption_signals, requeue_job_id
 
 log = logging.getLogger(__name__)
 
@@ -192,31 +193,54 @@ def wandb_run_id(trainer: L.Trainer) -> str | None:
 
 
 class SignalCheckpoint(L.Callback):
-    """On ``signal_name`` (default SIGUSR1): checkpoint at the next optimizer-step boundary, then raise `Preempted`.
+    """On a preemption signal: checkpoint at an optimizer-step boundary all ranks agree on, then raise `Preempted`.
 
-    The signal handler only records the signal. At the end of the next training batch that stepped the
-    optimizer, all ranks agree (one boolean all-reduce per step, only when distributed), then:
-    under SLURM auto-requeue, Lightning's handler saves ``hpc_ckpt_<n>.ckpt`` in the run dir and runs
-    ``scontrol requeue``; otherwise we save ``signal-step<n>.ckpt`` in the checkpoint folder. A checkpoint
-    taken there is one Lightning resumes exactly (the same point as ``ModelCheckpoint(every_n_train_steps)``).
+    Signals (`lightning_lars.preemption.preemption_signals`): SIGUSR1, what our sbatch asks for
+    (``--signal=SIGUSR1@90``, Lightning's requeue signal), and submitit's (``SUBMITIT_PREEMPT_SIGNAL``, default
+    USR2: hydra-submitit-launcher's jobs get ``--signal=USR2@<signal_delay_s>``). The handler only records the
+    signal. Then, at the end of a batch that stepped the optimizer:
+
+    - one process: checked at every step (a Python flag, no synchronisation);
+    - distributed: every ``check_every_n_steps`` optimizer steps all ranks agree (one boolean all-reduce, the
+      only host-device sync this callback makes), so a rank that got no signal stops at the same step.
+
+    What follows the agreed stop, on every rank:
+
+    - submitit's handler was in place (a hydra-submitit-launcher job): save ``signal-step<n>.ckpt`` in the
+      checkpoint folder, then, after fit has unwound, submitit's own handler runs (`Preempted.then`): rank 0
+      re-pickles the job and runs ``scontrol requeue``; the requeued job resumes from that checkpoint;
+    - under SLURM with Lightning's requeue handler: that handler saves ``hpc_ckpt_<n>.ckpt`` in the run dir and
+      runs ``scontrol requeue`` (we run it at the boundary instead of inside the signal, mid-step);
+    - otherwise: save ``signal-step<n>.ckpt``; resume with ``run.ckpt_path=last``.
+
+    Args:
+        check_every_n_steps: optimizer steps between agreements when distributed (None: the trainer's
+            ``log_every_n_steps``). The save starts within this many steps of the signal: keep N x step time
+            well inside the warning (90 s).
+        signal_names: the signals to catch (None: SIGUSR1 and submitit's).
     """
 
-    def __init__(self, signal_name: str = "SIGUSR1"):
-        if not hasattr(signal, signal_name):
-            raise ValueError(f"unknown signal {signal_name!r}")
-        self.signum = getattr(signal, signal_name)
+    def __init__(self, check_every_n_steps: int | None = None, signal_names: list[str] | None = None):
+        if check_every_n_steps is not None and check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps={check_every_n_steps} must be >= 1")
+        self.check_every_n_steps = check_every_n_steps
+        self.signums = preemption_signals(signal_names)
         self.received: int | None = None
-        self._lightning_handler: Any = None
+        self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
         self._step_seen = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning registers its handlers right before training starts, so they are in place here.
+        # Lightning registers its handlers right before training starts (submitit before the job runs), so
+        # they are in place here.
         self._step_seen = trainer.global_step
+        if self.check_every_n_steps is None:
+            self.check_every_n_steps = max(1, trainer.log_every_n_steps)
         if threading.current_thread() is not threading.main_thread():
             return
-        current = signal.getsignal(self.signum)
-        self._lightning_handler = current if callable(current) else None
-        signal.signal(self.signum, self._record)
+        for signum in self.signums:
+            current = signal.getsignal(signum)
+            self._displaced[signum] = current if callable(current) else None
+            signal.signal(signum, self._record)
 
     def _record(self, signum: int, frame: Any) -> None:
         self.received = signum
@@ -227,24 +251,51 @@ class SignalCheckpoint(L.Callback):
         self._step_seen = trainer.global_step
         received = self.received is not None
         if _distributed(trainer):
+            if trainer.global_step % self.check_every_n_steps:
+                return
             received = trainer.strategy.reduce_boolean_decision(received, all=False)
-        if not received:
-            return
+        if received:
+            self._stop(trainer)
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        submitit_signum, submitit = next(((s, h) for s, h in self._displaced.items() if is_submitit_handler(h)),
+                                         (None, None))
+        signum = self.received or submitit_signum or self.signums[0]  # a rank without the signal acts alike
+        name = signal.Signals(signum).name
+        lightning = self._displaced.get(signum) if not is_submitit_handler(self._displaced.get(signum)) else None
         job_id = requeue_job_id()
         io = checkpoint_io(trainer)
         failed_before = io.num_failed_writes if io else 0
-        name = signal.Signals(self.signum).name
-        if self._lightning_handler is not None and job_id is not None:
-            self._lightning_handler(self.signum, None)  # Lightning: save hpc checkpoint + scontrol requeue
-            where, then = f"checkpoint in {trainer.default_root_dir}", f"SLURM job {job_id} requeued"
+        then = None
+        if submitit is None and lightning is not None and job_id is not None:
+            lightning(signum, None)  # Lightning: save hpc checkpoint + scontrol requeue
+            where, next_step = f"checkpoint in {trainer.default_root_dir}", f"SLURM job {job_id} requeued"
         else:
             folder = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir
             path = Path(folder) / f"signal-step{trainer.global_step}.ckpt"
             trainer.save_checkpoint(path)
-            where, then = f"checkpoint {path}", "resume with run.ckpt_path=last"
+            where = f"checkpoint {path}"
+            if submitit is not None:
+                next_step = "submitit requeues the job (rank 0), which resumes from it"
+                then = functools.partial(submitit, signum, None)  # runs once fit has unwound
+            else:
+                next_step = "resume with run.ckpt_path=last"
         if io and io.num_failed_writes > failed_before:  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
-        raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {then}")
+        raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {next_step}", then=then)
+
+    def _restore_handlers(self) -> None:
+        """Put back what we replaced, where ours is still in place (Lightning restores its own at teardown)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, handler in self._displaced.items():
+            if signal.getsignal(signum) == self._record:
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._displaced = {}
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_handlers()
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_handlers()
         self.received = None

@@ -71,7 +71,9 @@ class DivergenceGuard(L.Callback):
         self._sum = loss if self._sum is None else self._sum + loss  # NaN/inf propagate into the sum
         # Device-side record of the first step with a non-finite loss: the message names it exactly even
         # when the check comes later, and recording it needs no host sync.
-        first = self._first_bad_step.to(loss.device)
+        if self._first_bad_step.device != loss.device:  # once: a per-batch copy from host memory would sync
+            self._first_bad_step = self._first_bad_step.to(loss.device)
+        first = self._first_bad_step
         self._first_bad_step = torch.where(~torch.isfinite(loss) & (first < 0), step, first)
         self._count += 1
         step = trainer.global_step  # steps done: check once every check_every_n_steps of them

@@ -16,12 +16,44 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
+from lightning_lars.errors import UserError
+
 
 class Preempted(Exception):
-    """The run stopped on purpose after a signal checkpoint; the message says where it is and how it resumes."""
+    """The run stopped on purpose after a signal checkpoint; the message says where it is and how it resumes.
+
+    ``then``: what the entry point runs once fit has unwound (submitit's requeue handler), or None.
+    """
+
+    def __init__(self, message: str, then: Callable[[], None] | None = None):
+        super().__init__(message)
+        self.then = then
+
+
+SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit/core/job_environment.py: USR2 unless this names another
+
+
+def preemption_signals(names: list[str] | None = None) -> list[int]:
+    """SIGUSR1 (our sbatch, Lightning's requeue signal) and the one submitit sends, or the named ones."""
+    if names is None:
+        names = ["SIGUSR1", "SIG" + os.environ.get(SUBMITIT_SIGNAL_ENV, "USR2").removeprefix("SIG")]
+    signums = []
+    for name in names:
+        signum = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
+        if not isinstance(signum, signal.Signals):
+            raise UserError(f"unknown signal {name!r} (from {SUBMITIT_SIGNAL_ENV} or signal_names): use e.g. USR2")
+        if signum not in signums:
+            signums.append(signum)
+    return signums
+
+
+def is_submitit_handler(handler) -> bool:
+    """True for the handler submitit installs in its jobs (``SignalHandler.checkpoint_and_try_requeue``)."""
+    return getattr(handler, "__module__", "").startswith("submitit.")
 
 
 def requeue_job_id() -> str | None:

@@ -99,6 +99,8 @@ def hydra_main(cfg: DictConfig) -> None:
         fail(UserError(config.explain_instantiation_error(err)))
     except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
+        if stop.then is not None:  # submitit's handler: rank 0 requeues the job, then exits
+            stop.then()
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, HeaderType
 
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
+from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
 
 ORDERS = ("random", "quasi_random", "sequential")
@@ -163,7 +164,7 @@ class FFCVDataModule(L.LightningDataModule):
         batch_size: images per device per step (train.py passes the per-device batch).
         seed: order and augmentation seed; epoch ``e`` is shuffled by (seed, e), the same on every rank, and a
             sample's random crop and flip come from (seed, e, sample index) (``seeded_ops``).
-        num_workers: FFCV threads per process; None = this machine's cores / devices per node.
+        num_workers: FFCV threads per process; None = this process's CPU share (`workers.default_num_workers`).
         resolution: train px, or a progressive-resize mapping (start, end, start_ramp_epoch, end_ramp_epoch).
         val_resolution: eval px (may exceed the train resolution: FixRes' train-test gap).
         order: "random", "quasi_random" (page-local shuffling for data larger than RAM; one process only:
@@ -235,8 +236,7 @@ class FFCVDataModule(L.LightningDataModule):
     def _workers(self) -> int:
         if self.num_workers is not None:
             return int(self.num_workers)
-        devices_per_node = self.trainer.num_devices if self.trainer is not None else 1
-        return max(1, len(os.sched_getaffinity(0)) // devices_per_node)
+        return default_num_workers(self.trainer)
 
     def _build_loader(self, path: str, ops: tuple, resolution: int, order: str) -> Loader:
         read_num_samples(path, self.prepare_command)

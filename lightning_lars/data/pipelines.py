@@ -67,15 +67,22 @@ class Op:
 
 
 class TorchNormalize(torch.nn.Module):
-    """uint8 NCHW -> float32 ``(x - mean) / std`` on the tensor's device; keeps channels-last layout."""
+    """uint8 NCHW -> float32 ``(x - mean) / std`` on the tensor's device; keeps channels-last layout.
+
+    The statistics are copied to a device once and kept there: a copy from pageable host memory at every
+    batch would make the host wait for the GPU at every step.
+    """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        mean, std = self.mean.to(images.device), self.std.to(images.device)
+        if images.device not in self._on_device:
+            self._on_device[images.device] = (self.mean.to(images.device), self.std.to(images.device))
+        mean, std = self._on_device[images.device]
         return (images.float() - mean) / std
 
 

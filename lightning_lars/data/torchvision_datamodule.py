@@ -8,7 +8,6 @@ and reseeds it per epoch; mid-epoch resume is not supported (Lightning warns on 
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from torchvision import datasets, transforms
 
 from lightning_lars.data import pipelines
 from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
 
 DEFAULT_PIPELINE = {
@@ -59,7 +59,7 @@ class TorchvisionDataModule(L.LightningDataModule):
         num_classes: classes expected; checked against the train folder's classes.
         batch_size: images per device per step.
         seed: shuffling seed when not distributed (Lightning's sampler seeds itself under DDP).
-        num_workers: loader processes; None = this machine's cores / devices per node.
+        num_workers: loader processes; None = this process's CPU share (`workers.default_num_workers`).
         resolution: train px (an int: progressive resizing needs the FFCV DataModule).
         val_resolution: eval px.
         pipeline: the same ``{"train": [...], "val": [...]}`` ops as ``FFCVDataModule``.
@@ -105,8 +105,7 @@ class TorchvisionDataModule(L.LightningDataModule):
     def _workers(self) -> int:
         if self.num_workers is not None:
             return int(self.num_workers)
-        devices_per_node = self.trainer.num_devices if self.trainer is not None else 1
-        return max(1, len(os.sched_getaffinity(0)) // devices_per_node)
+        return default_num_workers(self.trainer)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         workers = self._workers()

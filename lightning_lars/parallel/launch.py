@@ -39,12 +39,20 @@ def train_args(recipe: str, nodes: int, devices: int, overrides: list[str]) -> l
 
 
 def sbatch_script(recipe: str, nodes: int, devices: int, overrides: list[str], python: str = "python",
-                  time_limit: str = "24:00:00", partition: str | None = None, account: str | None = None) -> str:
-    """A batch script: one srun task per GPU, SIGUSR1 90 s before the limit, requeue on preemption."""
+                  time_limit: str = "24:00:00", partition: str | None = None, account: str | None = None,
+                  cpus_per_node: int = 1, mem: str = "0") -> str:
+    """A batch script: one srun task per GPU with its share of the node's cores, SIGUSR1 90 s before the
+    limit, requeue on preemption.
+
+    ``--cpus-per-task`` = cores per node / GPUs per node (SLURM's default is 1 core per task: one decode
+    thread per GPU); ``--mem=0`` asks for all of each node's memory (``mem``: another SLURM size, e.g. 480G);
+    ``--open-mode=append``: a requeued job appends to its log instead of truncating the first attempt's.
+    """
+    cpus_per_task = max(1, cpus_per_node // devices)
     directives = [
         f"--job-name=lars-{recipe}", f"--nodes={nodes}", f"--ntasks-per-node={devices}",
-        f"--gpus-per-node={devices}", f"--time={time_limit}", "--signal=SIGUSR1@90", "--requeue",
-        "--output=%x-%j.out",
+        f"--gpus-per-node={devices}", f"--cpus-per-task={cpus_per_task}", f"--mem={mem}", f"--time={time_limit}",
+        "--signal=SIGUSR1@90", "--requeue", "--output=%x-%j.out", "--open-mode=append",
     ]
     directives += [f"--partition={partition}"] * bool(partition) + [f"--account={account}"] * bool(account)
     run_dir = shlex.quote(f"hydra.run.dir={RUN_DIR}slurm-") + '"${SLURM_JOB_ID}"'
@@ -56,6 +64,8 @@ def sbatch_script(recipe: str, nodes: int, devices: int, overrides: list[str], p
         "set -euo pipefail",
         "# W&B: online with credentials (wandb login / WANDB_API_KEY), else offline with a one-line notice",
         "# srun starts one task per GPU; Lightning's SLURMEnvironment reads SLURM_PROCID/LOCAL_ID/NTASKS.",
+        "# Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: pass it on, or every task gets 1 core.",
+        'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK}"',
         f"srun --kill-on-bad-exit=1 {command} {run_dir}",
         "",
     ])
@@ -72,6 +82,19 @@ def torchrun_command(recipe: str, nodes: int, devices: int, overrides: list[str]
         f"--master-addr={master_addr}", f"--master-port={master_port}",
         *train_args(recipe, nodes, devices, overrides), f"hydra.run.dir={RUN_DIR}torchrun-{run_id}",
     ]
+
+
+def partition_cpus(partition: str | None, which=shutil.which) -> int | None:
+    """Cores per node of ``partition`` (the smallest node), from ``sinfo``; None where sinfo is missing."""
+    if not which("sinfo"):
+        return None
+    command = ["sinfo", "--noheader", "--format=%c"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    counts = [int(n.rstrip("+")) for n in output.split() if n.rstrip("+").isdigit()]
+    return min(counts) if counts else None
 
 
 def choose_launcher(nodes: int, env=os.environ, which=shutil.which) -> str:
@@ -98,6 +121,9 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
     parser.add_argument("--time", default="24:00:00", help="SLURM time limit")
     parser.add_argument("--partition")
     parser.add_argument("--account")
+    parser.add_argument("--cpus-per-node", type=int, help="cores per node, shared by its GPUs' tasks"
+                        " (default: sinfo's count for the partition, else this machine's)")
+    parser.add_argument("--mem", default="0", help="SLURM --mem per node (0: all of it)")
     parser.add_argument("--dry-run", action="store_true", help="print the command or script, run nothing")
     parser.add_argument("overrides", nargs="*", help="recipe=NAME and Hydra key=value overrides")
     args = parser.parse_args(argv)
@@ -106,12 +132,14 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
     recipe, overrides = split_recipe(args.overrides)
     launcher = choose_launcher(args.nodes, env, which) if args.launcher == "auto" else args.launcher
     if launcher == "slurm" and env.get("SLURM_JOB_ID"):  # already allocated (salloc): run the tasks now
+        cpus = env.get("SLURM_CPUS_PER_TASK") or str(max(1, int(env.get("SLURM_CPUS_ON_NODE", 1)) // args.devices))
         return launcher, ["srun", f"--nodes={args.nodes}", f"--ntasks-per-node={args.devices}",
-                          "--kill-on-bad-exit=1", sys.executable, *train_args(recipe, args.nodes, args.devices,
+                          f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1", sys.executable, *train_args(recipe, args.nodes, args.devices,
                           overrides), f"hydra.run.dir={RUN_DIR}slurm-{env['SLURM_JOB_ID']}"]
     if launcher == "slurm":
+        cpus_per_node = args.cpus_per_node or partition_cpus(args.partition, which) or os.cpu_count() or 1
         return launcher, sbatch_script(recipe, args.nodes, args.devices, overrides, sys.executable, args.time,
-                                       args.partition, args.account)
+                                       args.partition, args.account, cpus_per_node, args.mem)
     if launcher == "torchrun":
         if args.nodes > 1 and not env.get("MASTER_ADDR"):
             raise UserError("torchrun over several nodes: set MASTER_ADDR=<node 0's host> and NODE_RANK=<0..N-1>"

@@ -78,7 +78,8 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
 
 
 class SignalOneRank(L.Callback):
-    """Only rank 1 gets SIGUSR1, in the middle of step 2: both ranks must still checkpoint at the same step."""
+    """Only rank 1 gets SIGUSR1, in the middle of step 2: both ranks must still checkpoint at the same step, the
+    next agreement step (every 4 optimizer steps: the all-reduce is a host sync, not made at every step)."""
 
     def on_before_backward(self, trainer, pl_module, loss):
         if trainer.global_rank == 1 and trainer.global_step == 2:
@@ -92,10 +93,10 @@ def test_ranks_agree_on_the_signal_step_and_save_every_ranks_rng(tmp_path, monke
     trainer = L.Trainer(default_root_dir=tmp_path, max_steps=20, accelerator="cpu", devices=2,
                         strategy="ddp_spawn", logger=False, enable_progress_bar=False, enable_model_summary=False,
                         plugins=[AtomicCheckpointIO()],
-                        callbacks=[SignalOneRank(), ResumeState(), SignalCheckpoint(),
+                        callbacks=[SignalOneRank(), ResumeState(), SignalCheckpoint(check_every_n_steps=4),
                                    Checkpoint(dirpath=tmp_path / "ckpt")])
-    with pytest.raises(Exception, match="Preempted: signal SIGUSR1 at step 3"):
+    with pytest.raises(Exception, match="Preempted: signal SIGUSR1 at step 4"):
         trainer.fit(BoringModel())
-    saved = resume.load_meta(tmp_path / "ckpt" / "signal-step3.ckpt")
-    assert saved["global_step"] == 3 and len(saved[resume.PER_RANK_KEY]) == 2
+    saved = resume.load_meta(tmp_path / "ckpt" / "signal-step4.ckpt")
+    assert saved["global_step"] == 4 and len(saved[resume.PER_RANK_KEY]) == 2
     assert all("torch" in rank["rng"] for rank in saved[resume.PER_RANK_KEY])

@@ -150,3 +150,15 @@ def test_torchvision_baseline_refusals(tmp_path):
     write_image_folder(tmp_path / "tree")
     with pytest.raises(UserError, match="has 2 classes, data.num_classes is 5"):
         _ = TorchvisionDataModule(tmp_path / "tree", 5).num_train_images
+
+
+def test_torch_normalize_copies_its_statistics_to_a_device_once():
+    """A copy of mean/std from pageable host memory at every batch makes the host wait for the GPU (issue 12.6).
+    The meta device stands in for a GPU: a copy to it is a real ``aten::_to_copy``, seen by the profiler."""
+    normalize = pipelines.TorchNormalize(pipelines.IMAGENET_MEAN, pipelines.IMAGENET_STD)
+    images = torch.zeros((2, 3, 4, 4), dtype=torch.uint8, device="meta")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(3):
+            assert normalize(images).device.type == "meta"
+    copies = sum(event.name == "aten::_to_copy" and event.input_shapes[0] == [1, 3, 1, 1] for event in prof.events())
+    assert copies == 2  # mean and std, for the first batch only

@@ -1,0 +1,45 @@
+"""Issue 12.3: SLURM as it behaves. The sbatch text asks for each task's share of the node, all its memory and
+an appending log (the loader's thread count under srun: tests/integration/test_slurm_affinity.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORES = len(os.sched_getaffinity(0))
+
+
+def dry_run(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "lightning_lars.parallel.launch", "--launcher", "slurm",
+                             "--dry-run", *args, "recipe=demo"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=False, env={**os.environ, "PATH": "/usr/bin:/bin"})  # no sinfo, no sbatch
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def directives(script: str) -> list[str]:
+    return [line.split(None, 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+@pytest.mark.parametrize("cpus_per_node, devices, mem, want_cpus", [(64, 8, None, 8), (96, 4, "480G", 24),
+                                                                     (6, 4, None, 1)])
+def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(cpus_per_node, devices, mem, want_cpus):
+    script = dry_run("--nodes", "2", "--devices", str(devices), "--cpus-per-node", str(cpus_per_node),
+                     *(["--mem", mem] if mem else []))
+    asked = directives(script)
+    assert f"--cpus-per-task={want_cpus}" in asked
+    assert f"--mem={mem or 0}" in asked
+    assert "--open-mode=append" in asked and "--requeue" in asked and "--signal=SIGUSR1@90" in asked
+    # srun (Slurm >= 22.05) does not inherit --cpus-per-task from sbatch: the script must hand it on
+    lines = script.splitlines()
+    export = lines.index('export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK}"')
+    assert export < next(i for i, line in enumerate(lines) if line.startswith("srun "))
+
+
+def test_sbatch_without_sinfo_uses_this_machines_cores():
+    assert f"--cpus-per-task={max(1, os.cpu_count() // 2)}" in directives(dry_run("--devices", "2"))
