@@ -59,6 +59,8 @@ class BucketedDDPStrategy(DDPStrategy):
             return
         assert isinstance(self.model, DistributedDataParallel)
         hook = self._ddp_comm_hook
+        if hasattr(self._ddp_comm_state, "set_launch_grid"):  # 2D-torus / hierarchical: nodes x devices
+            self._ddp_comm_state.set_launch_grid(self.num_nodes, self.num_processes)
         if self._ddp_comm_wrapper is not None:
             hook = self._ddp_comm_wrapper(hook)
         register(self.model, self._ddp_comm_state, hook)
