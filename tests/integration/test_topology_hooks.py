@@ -39,8 +39,9 @@ class TinyClassifier(L.LightningModule):
     def training_step(self, batch, batch_idx):
         images, labels = batch
         state = getattr(self.trainer.strategy, "_ddp_comm_state", None)
-        if state is not None:
+        if getattr(state, "grid", None) is not None:
             self.log("hook/grid_devices", float(state.grid[1]), reduce_fx="max")
+        if state is not None:
             self.log("hook/num_allreduces", float(state.num_allreduces), reduce_fx="max")
         return torch.nn.functional.cross_entropy(self.net(images), labels)
 
@@ -48,8 +49,8 @@ class TinyClassifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
 
 
-def fit(strategy) -> tuple[dict, dict]:
-    """4 steps on 2 spawned CPU processes; rank 0's final weights and metrics."""
+def fit(strategy, checkpoint=None) -> tuple[dict, dict]:
+    """4 steps on 2 spawned CPU processes; rank 0's final weights and metrics; saves ``checkpoint`` if given."""
     generator = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 3, 12, 12, generator=generator), torch.randint(0, 10, (64,), generator=generator))
     module = TinyClassifier()
@@ -57,6 +58,8 @@ def fit(strategy) -> tuple[dict, dict]:
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     os.environ["MASTER_PORT"] = str(free_port())
     trainer.fit(module, DataLoader(data, batch_size=8))
+    if checkpoint is not None:
+        trainer.save_checkpoint(checkpoint)  # every rank takes part (the sharded state is gathered)
     return {k: v.clone() for k, v in module.state_dict().items()}, dict(trainer.callback_metrics)
 
 
@@ -75,3 +78,15 @@ def test_shipped_config_trains_like_plain_ddp_with_grid_from_the_launch(config, 
     assert metrics["hook/num_allreduces"] >= 4  # registered on CPU, where stock Lightning ignores hooks
     for name in plain_weights:
         assert torch.equal(plain_weights[name], weights[name]), name
+
+
+def test_optimizer_sharding_option_trains_like_plain_ddp_and_saves_the_full_state(plain_weights, tmp_path):
+    cfg = OmegaConf.load(REPO / "conf/strategy/ddp_bucketed.yaml")
+    cfg.bucket_cap_mb = 0.001
+    cfg.ddp_comm_state.group_caps_mb = [0.001, 0.016]
+    cfg.optimizer_sharding = True
+    weights, _ = fit(instantiate(cfg, start_method="spawn"), tmp_path / "sharded.ckpt")
+    for name in plain_weights:  # SGD steps each tensor on its own: sharding changes nothing
+        assert torch.equal(plain_weights[name], weights[name]), name
+    (saved,) = torch.load(tmp_path / "sharded.ckpt", weights_only=False)["optimizer_states"]
+    assert len(saved["state"]) == len(plain_weights) - 3 * 3  # a momentum buffer for every parameter
