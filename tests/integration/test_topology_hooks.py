@@ -49,17 +49,26 @@ class TinyClassifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
 
 
+class SaveAtEnd(L.Callback):
+    """Save a checkpoint in the spawned processes (the parent's trainer holds no optimizer after spawn)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_end(self, trainer, pl_module):
+        trainer.save_checkpoint(self.path)  # every rank takes part: the sharded state is gathered
+
+
 def fit(strategy, checkpoint=None) -> tuple[dict, dict]:
     """4 steps on 2 spawned CPU processes; rank 0's final weights and metrics; saves ``checkpoint`` if given."""
     generator = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 3, 12, 12, generator=generator), torch.randint(0, 10, (64,), generator=generator))
     module = TinyClassifier()
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_steps=4, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[SaveAtEnd(checkpoint)] if checkpoint else None)
     os.environ["MASTER_PORT"] = str(free_port())
     trainer.fit(module, DataLoader(data, batch_size=8))
-    if checkpoint is not None:
-        trainer.save_checkpoint(checkpoint)  # every rank takes part (the sharded state is gathered)
     return {k: v.clone() for k, v in module.state_dict().items()}, dict(trainer.callback_metrics)
 
 
