@@ -178,6 +178,27 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Exposed communication (ms) vs GPUs for every scheme; needs matplotlib (``pip install '.[plot]'``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise UserError("--plot needs matplotlib: pip install 'lightning-lars[plot]'") from error
+    gpus = [r["gpus"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("default", "DDP default [1, 25] MiB"), ("list", "bucket_cap_mb_list"),
+                       ("grouped", "grouped hook"), ("torus2d", "2D-torus hook"), ("hierarchical", "hierarchical hook")):
+        ax.plot(gpus, [1e3 * r[key].exposed_s for r in rows], "o-", label=label)
+    ax.set(xscale="log", xlabel="GPUs", ylabel="exposed communication per step (ms)", title=title)
+    ax.set_xticks(gpus, [str(g) for g in gpus])
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="resnet50", help="timm model (FLOPs counted on the meta device)")
@@ -194,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nvlink-gbps", type=float, default=ABCI.intra_bandwidth * 8e-9, help="per GPU, Gbit/s")
     parser.add_argument("--inter-latency-us", type=float, default=ABCI.inter_latency * 1e6)
     parser.add_argument("--compression", choices=("bf16", "fp16"), help="gradients on the wire in 16 bits")
+    parser.add_argument("--plot", help="draw exposed time vs GPUs to this PNG (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
         costs = count_costs(args.arch, args.batch_size, args.image_size)
@@ -217,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
               f" {args.nic_gbps:g} Gbit/s per node, NVLink {args.nvlink_gbps:g} Gbit/s per GPU; wire"
               f" {args.compression or 'fp32'}. Exposed communication per step, ms [proposed caps, MiB]:\n")
         print(format_table(rows))
+        if args.plot:
+            plot(rows, args.plot, f"{profile.arch}, {profile.batch_size} images per GPU")
+            print(f"plot: {args.plot}")
     except UserError as error:
         print(f"error: {error}")
         raise SystemExit(2) from None
