@@ -119,13 +119,13 @@ test-full: $(STAMP) ## everything
 
 bench: bench-optim bench-data bench-comm bench-bn ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
-bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step and dispatched ops/step
+bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step, ops/step; sharded vs unsharded update
 	$(PY) benchmarks/bench_optim.py
 
 bench-data: $(STAMP) ## FFCV vs torchvision images/s, conversion rate, decode ceiling
 	$(PY) benchmarks/bench_data.py
 
-bench-comm: $(STAMP) ## DDP step time with and without our comm hook; bucket planner table
+bench-comm: $(STAMP) ## 4 gloo processes: DDP default vs bucket_cap_mb_list vs our hooks; planner tables
 	$(PY) benchmarks/bench_comm.py
 
 .PHONY: bench-bn

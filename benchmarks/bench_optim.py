@@ -8,12 +8,17 @@ which falls back to per-tensor loops on the CPU). The last column is ops relativ
     python benchmarks/bench_optim.py                  # CPU: ResNet-50 timed, ResNet-18 op counts (~1 min)
     python benchmarks/bench_optim.py --with-lamb      # also our LAMB vs timm's Lamb (slow on CPU)
     python benchmarks/bench_optim.py --device cuda    # GPU: adds torch.optim.SGD(fused=True)
+
+Then weight-update sharding (``strategy.optimizer_sharding``): on ``--shard-world`` gloo processes, one LARS
+step of the unsharded optimizer vs ``ShardedUpdate`` (own tensors + the weights' all-gather), and the
+optimizer state each rank holds. ``--shard-world 0`` skips it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import time
 
@@ -28,6 +33,7 @@ from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
+from lightning_lars.parallel.sharded_update import ShardedUpdate
 
 WEIGHT_DECAY = 5e-5  # NVIDIA MLPerf ResNet-50 value; on adapted tensors only
 
@@ -77,6 +83,8 @@ def main() -> None:
                         help="further architectures whose op counts only are measured (tensor-count scaling)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per optimizer (median reported)")
     parser.add_argument("--with-lamb", action="store_true", help="also compare LAMB implementations")
+    parser.add_argument("--shard-world", type=int, default=2, help="processes for the sharding table (0: skip)")
+    parser.add_argument("--shard-arch", default="resnet50")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, timm {timm.__version__}, device {args.device}, "
@@ -103,6 +111,59 @@ def main() -> None:
             ratio = ops / reference_ops
             row = f"| {arch} | {tensors} | {numel:.1f} | {name} | {timing} | {ops} | {ratio:.2f} |"
             print(row, flush=True)
+
+
+    if args.shard_world:
+        sharding_table(args.shard_arch, args.shard_world, max(args.steps, 1), args.with_lamb)
+
+
+def sharded_steps(rank: int, world_size: int, port: int, arch: str, steps: int, with_lamb: bool, results) -> None:
+    """Per optimizer: median step ms, unsharded and sharded, and state bytes on this rank (rank 0 reports)."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch.set_num_threads(1)
+    makers = {"LARS (mlperf form)": lambda groups: LARS(groups, lr=1.0, momentum=0.9, form="mlperf")}
+    if with_lamb:
+        makers["LAMB"] = lambda groups: LAMB(groups, lr=1e-3)
+    for name, make in makers.items():
+        for sharded in (False, True):
+            torch.manual_seed(0)  # same weights and gradients on every rank, as after DDP's all-reduce
+            model = timm.create_model(arch, pretrained=False)
+            for p in model.parameters():
+                p.grad = torch.randn_like(p) * 1e-2
+            optimizer = make(param_groups(model, WEIGHT_DECAY))
+            optimizer = ShardedUpdate(optimizer) if sharded else optimizer
+            times = []
+            for _ in range(steps + 1):  # the first step creates the state
+                dist.barrier()
+                start = time.perf_counter()
+                optimizer.step()
+                times.append((time.perf_counter() - start) * 1e3)
+            state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
+                        if isinstance(t, torch.Tensor))
+            if rank == 0:
+                results[(name, sharded)] = (statistics.median(times[1:]), state)
+    dist.destroy_process_group()
+
+
+def sharding_table(arch: str, world_size: int, steps: int, with_lamb: bool) -> None:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(sharded_steps, args=(world_size, port, arch, steps, with_lamb, results), nprocs=world_size)
+        results = dict(results)
+    print(f"\nWeight-update sharding, {arch}, {world_size} gloo processes (1 thread each), rank 0:")
+    print("| optimizer | sharded | ms/step (median) | state MiB on rank 0 | state vs unsharded |")
+    print("|---|---|---|---|---|")
+    for (name, sharded), (ms, state) in sorted(results.items()):
+        full = results[(name, False)][1]
+        print(f"| {name} | {'yes' if sharded else 'no'} | {ms:.1f} | {state / 2**20:.1f} | {state / full:.2f} |")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ class GroupedAllReduceState:
         group_caps_mb: byte cap of each group in MiB, in bucket order (DDP's first bucket holds the
             gradients that are ready first, i.e. the last layers). The last cap repeats. A group closes as
             soon as it reaches its cap, so a bucket larger than the cap forms a group by itself.
+            ``None``: no grouping, every DDP bucket is reduced on its own (e.g. with ``bucket_cap_mb_list``).
             ``python -m lightning_lars.parallel.planner`` proposes these.
         compression: ``None`` (communicate in the gradient dtype), ``"bf16"`` or ``"fp16"``.
         compute_grad_norms: fill :attr:`grad_norms` with each parameter's averaged-gradient L2 norm.
@@ -80,7 +81,7 @@ class GroupedAllReduceState:
         last_backward_groups: buckets per group in the latest complete backward, e.g. ``[1, 2, 4]``.
     """
 
-    group_caps_mb: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, 25.0])
+    group_caps_mb: list[float] | None = field(default_factory=lambda: [1.0, 4.0, 16.0, 25.0])
     compression: str | None = None
     compute_grad_norms: bool = False
     process_group: dist.ProcessGroup | None = None
@@ -95,9 +96,12 @@ class GroupedAllReduceState:
     _total_numel: int | None = None
 
     def __post_init__(self):
-        self.group_caps_mb = [float(cap) for cap in self.group_caps_mb]  # OmegaConf ListConfig -> list
-        if not self.group_caps_mb or min(self.group_caps_mb) <= 0:
-            raise UserError(f"group_caps_mb must be a non-empty list of positive MiB, got {self.group_caps_mb}")
+        if self.group_caps_mb is not None:  # None: one group per DDP bucket
+            self.group_caps_mb = [float(cap) for cap in self.group_caps_mb]  # OmegaConf ListConfig -> list
+            if not self.group_caps_mb or min(self.group_caps_mb) <= 0:
+                raise UserError(
+                    f"group_caps_mb must be null or a non-empty list of positive MiB, got {self.group_caps_mb}"
+                )
         if self.compression not in (None, *COMPRESSION_DTYPES):
             raise UserError(
                 f"compression={self.compression!r} is not one of null, bf16, fp16: set strategy.ddp_comm_state.compression"
@@ -116,9 +120,20 @@ class GroupedAllReduceState:
         """The hook's norm of ``param.grad`` from the latest backward, removed so it is used once."""
         return self.grad_norms.pop(param, None)
 
+    def allreduce_sum(self, flat: torch.Tensor) -> torch.futures.Future:
+        """Start summing ``flat`` over the ranks; the Future's value is ``[summed tensor]``.
+
+        One NCCL/gloo all-reduce here; :mod:`lightning_lars.parallel.topology_hooks` overrides this with
+        the 2D-torus and hierarchical algorithms, which keep the grouping above unchanged.
+        """
+        process_group = self.process_group or dist.group.WORLD
+        return dist.all_reduce(flat, group=process_group, async_op=True).get_future()
+
     def group_cap_bytes(self) -> int:
-        """Byte cap of the group being filled now."""
+        """Byte cap of the group being filled now (0 without grouping: every bucket closes its group)."""
         caps = self.group_caps_mb
+        if caps is None:
+            return 0
         return int(caps[min(self._group_index, len(caps) - 1)] * MIB)
 
 
@@ -190,7 +205,7 @@ def _flush_group(state: GroupedAllReduceState) -> None:
         flat = flat.clone()  # the buffer is DDP's; only write it back when the average is ready
     # Average before the sum, as DDP's default hook does: keeps fp16 sums of many ranks in range.
     flat.div_(world_size)
-    work = dist.all_reduce(flat, group=process_group, async_op=True)
+    summed = state.allreduce_sum(flat)
 
     def complete(reduced: torch.futures.Future) -> None:
         try:
@@ -210,7 +225,7 @@ def _flush_group(state: GroupedAllReduceState) -> None:
                     pending.future.set_exception(error)
             raise
 
-    work.get_future().then(complete)
+    summed.then(complete)
 
 
 def register(

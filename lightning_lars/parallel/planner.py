@@ -1,113 +1,74 @@
-"""Bucket planner: exposed gradient communication of fixed buckets vs growing groups, 8 to 4096 GPUs.
+"""Bucket planner: exposed gradient communication of DDP's real buckets, ``bucket_cap_mb_list`` and our hooks.
 
-``python -m lightning_lars.parallel.planner --arch resnet50 --backward-ms 23 --compression fp16 --plot out.png``
+``python -m lightning_lars.parallel.planner --arch resnet50 --batch-size 42 --compression fp16``
 
-The per-GPU workload is fixed (weak scaling): every row assumes the profile's backward time per step.
+Weak scaling: every GPU keeps the same batch; one row per GPU count.
 
-1. Profile: each parameter's gradient size and the time after backward starts at which it is ready,
-   measured here with ``register_post_accumulate_grad_hook`` (CPU) or read from a JSON file recorded on a
-   GPU with the same function (``--save-profile`` / ``--profile``). ``--backward-ms`` rescales the times
-   to the backward time of the target machine.
-2. Buckets as DDP builds them after its first step: consecutive gradients in ready order until a cap is
-   reached. A bucket or group is ready when its last gradient is.
-3. One communication channel: an all-reduce starts when its group is ready and the previous one ended;
-   its time comes from the alpha-beta models in :mod:`lightning_lars.parallel.network`. Exposed time = how
-   long communication runs past the end of backward.
-4. Fixed: DDP buckets of 25 MiB, one all-reduce each. Grouped: DDP buckets of ``--ddp-bucket-mb`` coalesced
-   by the hook's own rule (:func:`~lightning_lars.parallel.bucket_hook.plan_groups`) with geometric caps
-   ``first, first*growth, ... , largest``; the caps with the least exposed time are proposed, in the form
-   ``strategy.ddp_comm_state.group_caps_mb`` takes.
+1. Profile (:mod:`~lightning_lars.parallel.backward_profile`): when each gradient is ready, from per-layer
+   FLOPs and activation bytes on a :class:`Device` (deterministic), or a stored measured profile (``--profile``).
+2. Calibration: the device's FLOP rate is solved so that the modelled step of the seed run (Fujitsu, MLPerf
+   v0.6: ResNet-50, 2,048 V100 on ABCI, 42 images per GPU, fp16, grouped all-reduce) equals its logged step
+   time, :data:`SEED_STEP_S`; the network is ABCI's (:data:`~lightning_lars.parallel.network.ABCI`).
+3. Schedules, one communication channel (an all-reduce starts when its data is ready and the previous one
+   ended; exposed = how long communication runs past the end of backward):
+   * DDP default: buckets in gradient-ready order, the first capped at 1 MiB, the rest at 25 MiB (torch's
+     ``_DEFAULT_FIRST_BUCKET_BYTES`` and ``bucket_cap_mb``; the rule DDP applies when it rebuilds its
+     buckets after the first step), one NCCL all-reduce each.
+   * ``bucket_cap_mb_list`` (torch >= 2.13): DDP's buckets with per-bucket caps, no hook.
+   * grouped hook: 1 MiB DDP buckets coalesced by :func:`~lightning_lars.parallel.bucket_hook.plan_groups`;
+     each group also pays the hook's copies (concatenate, write back: 4 bytes moved per byte, on the GPU).
+   * the 2D-torus and hierarchical hooks: the grouped hook with those algorithms (network.py).
+   For the last three, the caps ``[first, first*growth, ..., largest]`` with the least exposed time are
+   proposed.
 """
 
 import argparse
-import json
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+import math
+from dataclasses import dataclass
 
-from lightning_lars.parallel.bucket_hook import MIB, plan_groups
-from lightning_lars.parallel.network import ALGORITHMS, Network
 from lightning_lars.errors import UserError
+from lightning_lars.parallel.backward_profile import (
+    Device, Profile, count_costs, load_profile, measure_profile, save_profile, timed_profile,
+)
+from lightning_lars.parallel.bucket_hook import MIB, plan_groups
+from lightning_lars.parallel.network import ABCI, Cluster
 
 GPU_COUNTS = [2**k for k in range(3, 13)]  # 8 .. 4096
-FIXED_BUCKET_MB = 25.0  # DDP's default bucket cap
+DDP_DEFAULT_CAPS_MB = [1.0, 25.0]  # torch: 1 MiB first bucket, then bucket_cap_mb = 25
 SEARCH_FIRST_MB = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 SEARCH_GROWTH = (1.0, 1.5, 2.0, 3.0, 4.0)
 SEARCH_LARGEST_MB = (8.0, 16.0, 25.0, 50.0, 100.0)
 
-
-@dataclass
-class Profile:
-    """Gradients in the order they become ready: bytes and seconds after backward starts."""
-
-    arch: str
-    batch_size: int
-    device: str
-    backward_s: float
-    names: list
-    num_bytes: list
-    ready_s: list
-
-    def scaled(self, backward_s: float) -> "Profile":
-        """The same profile with ready times stretched so backward takes ``backward_s`` seconds."""
-        factor = backward_s / self.backward_s
-        return Profile(self.arch, self.batch_size, self.device, backward_s, self.names, self.num_bytes,
-                       [t * factor for t in self.ready_s])
-
-
-def measure_profile(arch: str = "resnet50", batch_size: int = 8, image_size: int = 224, repeats: int = 2) -> Profile:
-    """Time each parameter's gradient in a real backward of ``timm.create_model(arch)`` (no weights), CPU."""
-    import timm
-    import torch
-
-    model = timm.create_model(arch, pretrained=False, num_classes=1000)
-    images, labels = torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, 1000, (batch_size,))
-    ready, start = {}, [0.0]
-    for name, param in model.named_parameters():
-        param.register_post_accumulate_grad_hook(lambda p, name=name: ready.__setitem__(name, time.perf_counter()))
-    for _ in range(repeats):  # the first backward warms allocators up; keep the last
-        model.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
-        start[0] = time.perf_counter()
-        loss.backward()
-        backward_s = time.perf_counter() - start[0]
-    sizes = {name: p.numel() * p.element_size() for name, p in model.named_parameters()}
-    order = sorted(ready, key=ready.get)
-    return Profile(arch, batch_size, "cpu", backward_s, order, [sizes[n] for n in order],
-                   [ready[n] - start[0] for n in order])
-
-
-def load_profile(path: Path) -> Profile:
-    try:
-        return Profile(**json.loads(Path(path).read_text()))
-    except (OSError, ValueError, TypeError) as error:
-        raise UserError(f"cannot read profile {path}: {error}; write one with --save-profile") from error
-
-
-def make_buckets(profile: Profile, caps_mb: list[float]) -> list[list[int]]:
-    """DDP-style buckets (lists of gradient indices): consecutive in ready order, closed at each cap."""
-    return plan_groups(profile.num_bytes, caps_mb)
+# Calibration target: the seed's own run. mlcommons/training_results_v0.6, Fujitsu/results/
+# abci_2048xV100_mxnet/resnet/result_0.txt: epochs 61-90 (epoch_start -> epoch_stop, evals excluded) took
+# 0.680-0.817 s, median 0.733 s, for 15 steps each (ceil(625 / 42) images per GPU and epoch): 48.9 ms a step.
+# The whole run (run_start -> run_stop) took 70.4 s with initialisation and evaluations.
+SEED_STEP_S = 0.733 / 15
+SEED_GPUS, SEED_BATCH_PER_GPU = 2048, 42  # 86,016 images per step
+V100_MEMORY_BANDWIDTH = 900e9  # bytes/s, HBM2 (NVIDIA V100 datasheet)
+OPTIMIZER_BYTES_PER_PARAM = 24  # LARS in fp32: read w, g, m; write w, m; write the fp16 copy (our count)
 
 
 @dataclass
 class Schedule:
-    """One backward's all-reduces: the DDP buckets each carries, start and end (s); summary times (s)."""
+    """All-reduces of one backward: the units (DDP buckets) each carries, start/end (s), totals (s)."""
 
-    groups: list  # lists of DDP bucket indices
+    groups: list
     start_s: list
     end_s: list
     comm_s: float
     exposed_s: float
 
 
-def simulate(profile: Profile, buckets: list[list[int]], groups: list[list[int]], network: Network,
-             algorithm: str, num_gpus: int, wire_bytes_factor: float = 1.0) -> Schedule:
-    """Serial all-reduces of ``groups`` (lists of indices into ``buckets``) after their data is ready."""
+def simulate(profile: Profile, buckets: list, groups: list, cluster: Cluster, algorithm: str, num_gpus: int,
+             wire_bytes_factor: float = 1.0, copy_s_per_byte: float = 0.0) -> Schedule:
+    """Serial all-reduces of ``groups`` (lists of indices into ``buckets``) once their last gradient is ready."""
     bucket_bytes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
     bucket_ready = [profile.ready_s[bucket[-1]] for bucket in buckets]
     clock, starts, ends, comm = 0.0, [], [], 0.0
     for group in groups:
-        duration = network.allreduce(algorithm, wire_bytes_factor * sum(bucket_bytes[b] for b in group), num_gpus)
+        wire = wire_bytes_factor * sum(bucket_bytes[b] for b in group)
+        duration = cluster.allreduce(algorithm, wire, num_gpus) + copy_s_per_byte * wire
         clock = max(clock, bucket_ready[group[-1]])
         starts.append(clock)
         clock += duration
@@ -116,11 +77,20 @@ def simulate(profile: Profile, buckets: list[list[int]], groups: list[list[int]]
     return Schedule(groups, starts, ends, comm, max(0.0, clock - profile.backward_s))
 
 
-def fixed_schedule(profile, network, algorithm, num_gpus, wire_bytes_factor=1.0) -> Schedule:
-    """DDP's buckets of 25 MiB, each all-reduced as it becomes ready."""
-    buckets = make_buckets(profile, [FIXED_BUCKET_MB])
-    return simulate(profile, buckets, [[b] for b in range(len(buckets))], network, algorithm, num_gpus,
+def bucket_schedule(profile, caps_mb, cluster, algorithm, num_gpus, wire_bytes_factor=1.0) -> Schedule:
+    """DDP's own buckets with these caps (``[1, 25]``: DDP's default), one all-reduce each, no hook."""
+    buckets = plan_groups(profile.num_bytes, caps_mb)
+    return simulate(profile, buckets, [[b] for b in range(len(buckets))], cluster, algorithm, num_gpus,
                     wire_bytes_factor)
+
+
+def grouped_schedule(profile, caps_mb, cluster, algorithm, num_gpus, wire_bytes_factor=1.0,
+                     copy_s_per_byte=0.0, ddp_bucket_mb=1.0) -> Schedule:
+    """DDP buckets of ``ddp_bucket_mb`` coalesced by the hook's rule with ``caps_mb``; the hook's copies cost."""
+    buckets = plan_groups(profile.num_bytes, [ddp_bucket_mb])
+    sizes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
+    return simulate(profile, buckets, plan_groups(sizes, caps_mb), cluster, algorithm, num_gpus,
+                    wire_bytes_factor, copy_s_per_byte)
 
 
 def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[float]:
@@ -131,77 +101,97 @@ def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[floa
     return caps if growth > 1 else [first_mb]
 
 
-def grouped_schedule(profile, caps_mb, network, algorithm, num_gpus, ddp_bucket_mb=1.0, wire_bytes_factor=1.0):
-    """DDP buckets of ``ddp_bucket_mb`` coalesced into groups by the hook's rule with ``caps_mb``."""
-    buckets = make_buckets(profile, [ddp_bucket_mb])
-    sizes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
-    return simulate(profile, buckets, plan_groups(sizes, caps_mb), network, algorithm, num_gpus,
-                    wire_bytes_factor)
-
-
-def propose_caps(profile, network, algorithm, num_gpus, ddp_bucket_mb=1.0, wire_bytes_factor=1.0):
-    """Search geometric caps; returns (caps_mb, schedule) with least exposed time, then fewest groups."""
-    candidates = {
-        tuple(growing_caps(first, growth, largest))
-        for first in SEARCH_FIRST_MB for growth in SEARCH_GROWTH for largest in SEARCH_LARGEST_MB
-        if first <= largest
-    }
+def propose_caps(make_schedule) -> tuple[list[float], Schedule]:
+    """Least exposed time over geometric caps (ties: fewer all-reduces, then smaller caps)."""
+    candidates = {tuple(growing_caps(first, growth, largest)) for first in SEARCH_FIRST_MB
+                  for growth in SEARCH_GROWTH for largest in SEARCH_LARGEST_MB if first <= largest}
     scored = []
     for caps in sorted(candidates):
-        schedule = grouped_schedule(profile, list(caps), network, algorithm, num_gpus, ddp_bucket_mb,
-                                    wire_bytes_factor)
-        # Round to 1 us so ties (common when everything overlaps) go to fewer, then smaller-first groups.
-        scored.append((round(schedule.exposed_s, 6), len(schedule.groups), caps, schedule))
+        schedule = make_schedule(list(caps))
+        scored.append((round(schedule.exposed_s, 6), len(schedule.groups), caps, schedule))  # 1 us ties
     _, _, caps, schedule = min(scored, key=lambda item: item[:3])
     return list(caps), schedule
 
 
-def plan_table(profile, network, algorithm, gpu_counts=GPU_COUNTS, ddp_bucket_mb=1.0, wire_bytes_factor=1.0):
-    """Rows of dicts: per GPU count, fixed-bucket and proposed-group communication (ms) and caps (MiB)."""
+def optimizer_s(profile: Profile, device: Device) -> float:
+    return OPTIMIZER_BYTES_PER_PARAM * sum(profile.num_bytes) / 4 / device.memory_bandwidth
+
+
+def step_s(profile: Profile, schedule: Schedule, device: Device) -> float:
+    """Forward + backward + exposed communication + optimizer step, seconds."""
+    return profile.forward_s + profile.backward_s + schedule.exposed_s + optimizer_s(profile, device)
+
+
+def calibrate(costs: tuple, cluster: Cluster = ABCI, num_gpus: int = SEED_GPUS, target_s: float = SEED_STEP_S,
+              memory_bandwidth: float = V100_MEMORY_BANDWIDTH, wire_bytes_factor: float = 0.5) -> Device:
+    """The FLOP rate at which the seed's modelled step (grouped hook, proposed caps, NCCL) takes ``target_s``."""
+    def modelled(rate):
+        device = Device(rate, memory_bandwidth)
+        profile = timed_profile(costs, device)
+        copy = 4 / memory_bandwidth
+        _, schedule = propose_caps(lambda caps: grouped_schedule(profile, caps, cluster, "nccl", num_gpus,
+                                                                 wire_bytes_factor, copy))
+        return step_s(profile, schedule, device)
+
+    low, high = 1e12, 1e15  # FLOP/s; the step time falls as the rate rises
+    if modelled(high) > target_s:
+        raise UserError(f"no FLOP rate reaches a {1e3 * target_s:.1f} ms step: the network model alone is slower")
+    for _ in range(40):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if modelled(middle) > target_s else (low, middle)
+    return Device(high, memory_bandwidth)
+
+
+def plan_table(profile: Profile, device: Device, cluster: Cluster, gpu_counts=GPU_COUNTS,
+               wire_bytes_factor: float = 1.0) -> list[dict]:
+    """Per GPU count: exposed ms of each scheme, the proposed caps and the step time (ms)."""
+    copy = 4 / device.memory_bandwidth
     rows = []
     for gpus in gpu_counts:
-        fixed = fixed_schedule(profile, network, algorithm, gpus, wire_bytes_factor)
-        caps, grouped = propose_caps(profile, network, algorithm, gpus, ddp_bucket_mb, wire_bytes_factor)
-        rows.append({
-            "gpus": gpus, "fixed_allreduces": len(fixed.groups), "fixed_comm_ms": 1e3 * fixed.comm_s,
-            "fixed_exposed_ms": 1e3 * fixed.exposed_s, "grouped_allreduces": len(grouped.groups),
-            "grouped_comm_ms": 1e3 * grouped.comm_s, "grouped_exposed_ms": 1e3 * grouped.exposed_s,
-            "caps_mb": caps,
-        })
+        default = bucket_schedule(profile, DDP_DEFAULT_CAPS_MB, cluster, "nccl", gpus, wire_bytes_factor)
+        row = {"gpus": gpus, "nodes": cluster.shape(gpus)[0], "default": default,
+               "default_step_ms": 1e3 * step_s(profile, default, device)}
+        row["list_caps"], row["list"] = propose_caps(
+            lambda caps: bucket_schedule(profile, caps, cluster, "nccl", gpus, wire_bytes_factor))
+        for name, algorithm in (("grouped", "nccl"), ("torus2d", "torus2d"), ("hierarchical", "hierarchical")):
+            row[f"{name}_caps"], row[name] = propose_caps(
+                lambda caps: grouped_schedule(profile, caps, cluster, algorithm, gpus, wire_bytes_factor, copy))
+        best = min((row[k] for k in ("default", "list", "grouped", "torus2d", "hierarchical")),
+                   key=lambda s: s.exposed_s)
+        row["best_step_ms"] = 1e3 * step_s(profile, best, device)
+        rows.append(row)
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
-    """Markdown table; ratio = fixed exposed / grouped exposed (higher: grouping hides more)."""
-    lines = [
-        "| GPUs | fixed 25 MiB: all-reduces | comm ms | exposed ms | grouped: all-reduces | comm ms | exposed ms"
-        " | exposed ratio fixed/grouped | proposed group_caps_mb |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    """Markdown: exposed communication (ms) per scheme, caps (MiB), step time (ms) of the default and the best."""
+    caps = lambda c: "[" + ", ".join(f"{x:g}" for x in c) + "]"  # noqa: E731
+    lines = ["| GPUs (nodes) | DDP default [1, 25] | bucket_cap_mb_list | grouped hook | torus2d hook"
+             " | hierarchical hook | step: default / best |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = r["fixed_exposed_ms"] / r["grouped_exposed_ms"] if r["grouped_exposed_ms"] > 1e-6 else float("inf")
-        caps = "[" + ", ".join(f"{c:g}" for c in r["caps_mb"]) + "]"
-        lines.append(
-            f"| {r['gpus']} | {r['fixed_allreduces']} | {r['fixed_comm_ms']:.2f} | {r['fixed_exposed_ms']:.2f}"
-            f" | {r['grouped_allreduces']} | {r['grouped_comm_ms']:.2f} | {r['grouped_exposed_ms']:.2f}"
-            f" | {ratio:.2f} | {caps} |"
-        )
+        cells = [f"{1e3 * r['default'].exposed_s:.2f}"]
+        cells += [f"{1e3 * r[k].exposed_s:.2f} {caps(r[k + '_caps'])}"
+                  for k in ("list", "grouped", "torus2d", "hierarchical")]
+        lines.append(f"| {r['gpus']} ({r['nodes']}) | " + " | ".join(cells)
+                     + f" | {r['default_step_ms']:.1f} / {r['best_step_ms']:.1f} |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
-    """Exposed communication (ms) vs GPUs, fixed vs grouped; needs matplotlib (optional dependency)."""
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Exposed communication (ms) vs GPUs for every scheme; needs matplotlib (``pip install '.[plot]'``)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as error:
-        raise UserError("--plot needs matplotlib: pip install matplotlib") from error
+        raise UserError("--plot needs matplotlib: pip install 'lightning-lars[plot]'") from error
     gpus = [r["gpus"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(gpus, [r["fixed_exposed_ms"] for r in rows], "o-", label="fixed 25 MiB buckets")
-    ax.plot(gpus, [r["grouped_exposed_ms"] for r in rows], "s-", label="proposed growing groups")
+    for key, label in (("default", "DDP default [1, 25] MiB"), ("list", "bucket_cap_mb_list"),
+                       ("grouped", "grouped hook"), ("torus2d", "2D-torus hook"), ("hierarchical", "hierarchical hook")):
+        ax.plot(gpus, [1e3 * r[key].exposed_s for r in rows], "o-", label=label)
     ax.set(xscale="log", xlabel="GPUs", ylabel="exposed communication per step (ms)", title=title)
     ax.set_xticks(gpus, [str(g) for g in gpus])
     ax.legend()
@@ -211,35 +201,46 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default="resnet50", help="timm model to profile (no weights are loaded)")
-    parser.add_argument("--profile", type=Path, help="JSON profile recorded elsewhere (e.g. on a GPU)")
-    parser.add_argument("--save-profile", type=Path, help="write the measured profile here")
-    parser.add_argument("--measure-batch", type=int, default=8, help="images per backward when measuring")
-    parser.add_argument("--backward-ms", type=float, help="target backward time per step (ms); default: as measured")
-    parser.add_argument("--gpus", type=int, nargs="*", default=GPU_COUNTS, help="GPU counts for the table")
-    parser.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
-    parser.add_argument("--latency-us", type=float, default=10.0, help="per message, network + library (us)")
-    parser.add_argument("--bandwidth-gbps", type=float, default=50.0, help="per GPU (Gbit/s)")
-    parser.add_argument("--compression", choices=("bf16", "fp16"), help="halve the bytes on the wire")
-    parser.add_argument("--ddp-bucket-mb", type=float, default=1.0, help="DDP's buckets under the hook (MiB)")
-    parser.add_argument("--plot", type=Path, help="draw exposed time vs GPUs to this PNG (needs matplotlib)")
+    parser.add_argument("--arch", default="resnet50", help="timm model (FLOPs counted on the meta device)")
+    parser.add_argument("--batch-size", type=int, default=SEED_BATCH_PER_GPU, help="images per GPU")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--profile", help="stored measured profile (JSON) instead of the FLOPs profile")
+    parser.add_argument("--measure", metavar="DEVICE", help="measure a profile on DEVICE (e.g. cuda) and use it")
+    parser.add_argument("--save-profile", help="write the profile used to this JSON file")
+    parser.add_argument("--tflops", type=float, help="sustained TFLOP/s; default: calibrated to the seed run")
+    parser.add_argument("--memory-gbs", type=float, default=V100_MEMORY_BANDWIDTH / 1e9, help="GPU memory, GB/s")
+    parser.add_argument("--gpus", type=int, nargs="*", default=GPU_COUNTS)
+    parser.add_argument("--gpus-per-node", type=int, default=ABCI.gpus_per_node)
+    parser.add_argument("--nic-gbps", type=float, default=ABCI.nic_bandwidth * 8e-9, help="per node, Gbit/s")
+    parser.add_argument("--nvlink-gbps", type=float, default=ABCI.intra_bandwidth * 8e-9, help="per GPU, Gbit/s")
+    parser.add_argument("--inter-latency-us", type=float, default=ABCI.inter_latency * 1e6)
+    parser.add_argument("--compression", choices=("bf16", "fp16"), help="gradients on the wire in 16 bits")
+    parser.add_argument("--plot", help="draw exposed time vs GPUs to this PNG (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
-        profile = load_profile(args.profile) if args.profile else measure_profile(args.arch, args.measure_batch)
+        costs = count_costs(args.arch, args.batch_size, args.image_size)
+        device = (Device(args.tflops * 1e12, args.memory_gbs * 1e9) if args.tflops
+                  else calibrate(count_costs("resnet50", SEED_BATCH_PER_GPU)))
+        if args.profile:
+            profile = load_profile(args.profile)
+        elif args.measure:
+            profile = measure_profile(args.arch, args.batch_size, args.image_size, args.measure)
+        else:
+            profile = timed_profile(costs, device, args.arch, args.batch_size)
         if args.save_profile:
-            args.save_profile.write_text(json.dumps(asdict(profile)))
-        if args.backward_ms:
-            profile = profile.scaled(args.backward_ms / 1e3)
-        network = Network(latency=args.latency_us * 1e-6, bandwidth=args.bandwidth_gbps * 1e9 / 8)
-        rows = plan_table(profile, network, args.algorithm, args.gpus, args.ddp_bucket_mb,
-                          0.5 if args.compression else 1.0)
-        header = (f"{profile.arch}: {sum(profile.num_bytes) / MIB:.1f} MiB of gradients in {len(profile.names)}"
-                  f" tensors; backward {1e3 * profile.backward_s:.1f} ms (profile: {profile.device}, batch"
-                  f" {profile.batch_size}); {args.algorithm} all-reduce, {args.latency_us:g} us,"
-                  f" {args.bandwidth_gbps:g} Gbit/s per GPU; wire {args.compression or 'fp32'}")
-        print(header + "\n\n" + format_table(rows))
+            save_profile(profile, args.save_profile)
+        cluster = Cluster(args.gpus_per_node, args.nic_gbps * 1e9 / 8, args.nvlink_gbps * 1e9 / 8,
+                          args.inter_latency_us * 1e-6, ABCI.intra_latency, ABCI.nics_per_node)
+        rows = plan_table(profile, device, cluster, args.gpus, 0.5 if args.compression else 1.0)
+        print(f"{profile.arch}, {profile.batch_size} images per GPU: {sum(profile.num_bytes) / MIB:.1f} MiB of"
+              f" fp32 gradients in {len(profile.names)} tensors; forward {1e3 * profile.forward_s:.1f} ms,"
+              f" backward {1e3 * profile.backward_s:.1f} ms (profile: {profile.source},"
+              f" {device.flop_rate / 1e12:.1f} TFLOP/s); {args.gpus_per_node} GPUs per node, NICs"
+              f" {args.nic_gbps:g} Gbit/s per node, NVLink {args.nvlink_gbps:g} Gbit/s per GPU; wire"
+              f" {args.compression or 'fp32'}. Exposed communication per step, ms [proposed caps, MiB]:\n")
+        print(format_table(rows))
         if args.plot:
-            plot(rows, args.plot, f"{profile.arch}, {args.algorithm} all-reduce")
+            plot(rows, args.plot, f"{profile.arch}, {profile.batch_size} images per GPU")
             print(f"plot: {args.plot}")
     except UserError as error:
         print(f"error: {error}")

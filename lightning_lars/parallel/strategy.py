@@ -14,6 +14,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.parallel.bucket_hook import grouped_allreduce_hook, register
+from lightning_lars.parallel.sharded_update import ShardedUpdate
 from lightning_lars.errors import UserError
 
 
@@ -32,11 +33,16 @@ class BucketedDDPStrategy(DDPStrategy):
             If it has ``compute_grad_norms=True``, the state is handed to every optimizer that has a
             ``grad_norm_source`` attribute (our LARS/LAMB), which then pops per-parameter gradient norms
             from it instead of recomputing them.
+        optimizer_sharding: each rank updates only its share of the tensors and the weights are
+            all-gathered (:class:`~lightning_lars.parallel.sharded_update.ShardedUpdate`); optimizer state
+            per rank shrinks to about 1/world size. Checkpoints hold the full state.
         **kwargs: as for Lightning's ``DDPStrategy``; unknown ones go to ``DistributedDataParallel``
             (``bucket_cap_mb``, ``bucket_cap_mb_list``, ``gradient_as_bucket_view``, ``static_graph``).
     """
 
-    def __init__(self, ddp_comm_hook: Callable | None = grouped_allreduce_hook, ddp_comm_state=None, **kwargs):
+    def __init__(self, ddp_comm_hook: Callable | None = grouped_allreduce_hook, ddp_comm_state=None,
+                 optimizer_sharding: bool = False, **kwargs):
+        self.optimizer_sharding = optimizer_sharding
         if kwargs.get("bucket_cap_mb_list") is not None:
             if not supports_bucket_cap_mb_list():
                 raise UserError(
@@ -59,6 +65,8 @@ class BucketedDDPStrategy(DDPStrategy):
             return
         assert isinstance(self.model, DistributedDataParallel)
         hook = self._ddp_comm_hook
+        if hasattr(self._ddp_comm_state, "set_launch_grid"):  # 2D-torus / hierarchical: nodes x devices
+            self._ddp_comm_state.set_launch_grid(self.num_nodes, self.num_processes)
         if self._ddp_comm_wrapper is not None:
             hook = self._ddp_comm_wrapper(hook)
         register(self.model, self._ddp_comm_state, hook)
@@ -67,6 +75,8 @@ class BucketedDDPStrategy(DDPStrategy):
         super().setup(trainer)
         if getattr(self._ddp_comm_state, "compute_grad_norms", False):
             self._share_grad_norms(trainer)
+        if self.optimizer_sharding and self.optimizers:  # after sharing: the inner optimizer takes the norms
+            self.optimizers = [ShardedUpdate(opt) for opt in self.optimizers]
 
     def _share_grad_norms(self, trainer: "pl.Trainer") -> None:
         """Let optimizers read the hook's gradient norms; refuse where the gradients change after backward."""
