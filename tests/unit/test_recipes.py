@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from lightning_lars import recipes as recipe_table
 from lightning_lars.config import RECIPES_DIR
-from lightning_lars.recipe_plan import evaluation_spec
+from lightning_lars.recipe_keys import evaluation_spec
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
