@@ -9,6 +9,7 @@ the deviations and the published claim. The plan lines are the ones train.py pri
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from lightning_lars.errors import UserError
@@ -64,6 +65,9 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
+    evals = ", ".join(f"{step} ({plan.epoch_at(step):.4g})" for step in plan.eval_steps)
+    lines += ["", "Evaluations after step (epoch):"]
+    lines += textwrap.wrap(evals, width=110, initial_indent="  ", subsequent_indent="  ")
     rows = [(name, step, plan.epoch_at(step), plan.values(step)) for name, step in named_steps(plan)]
     keys = ["lr", "weight_decay", "momentum", "global_batch"]
     keys += sorted({k for *_, values in rows for k in values} - set(keys))

@@ -45,7 +45,8 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
     trained = run(["-m", "lightning_lars.train", "recipe=demo", "debug=toy", f"paths.data_dir={data_dir}",
                    f"hydra.run.dir={out}", "trainer.max_steps=4", "trainer.max_epochs=2",
                    "trainer.log_every_n_steps=1", "callbacks.trust_ratio.every_n_steps=1",
-                   "callbacks.time_to_target.target_top1=99.9"])
+                   "callbacks.time_to_target.target_top1=99.9",
+                   "deviations=[{technique: 'BN span', published: '32', ours: '16', why: 'toy'}]"])
     log = trained.stdout + trained.stderr
     assert trained.returncode == 0, log[-3000:]
     assert "Results: recipe demo" in log and "time to 99.9 % top-1" in log
@@ -63,6 +64,11 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
     assert summary["top-1 (val)"][0] == f"{100 * final_top1:.2f} %"
     published_batch = str(yaml.safe_load((RECIPES_DIR / "demo.yaml").read_text())["published"]["global_batch"])
     assert summary["global batch"] == ["64", published_batch]  # this run beside the recipe's published value
+
+    deviations = _table(out, "deviations")  # the recipe's deviations, beside the summary
+    assert deviations["columns"] == ["technique", "published", "ours", "why"]
+    assert deviations["data"] == [["BN span", "32", "16", "toy"]]
+    assert "BN span: published 32; ours 16 (toy)" in log and record["deviations"][0]["why"] == "toy"
 
     lr = _table(out, "lr_schedule_table")
     planned = {step: value for step, value, kind in lr["data"] if kind == "planned"}
