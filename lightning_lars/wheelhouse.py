@@ -145,7 +145,8 @@ def compatible_platforms(platform_tag: str | None) -> list[str]:
 
 def find_interpreter(python: str) -> str | None:
     """A working ``python3.X`` on PATH or under pyenv (whose shims fail for a version not selected), or None."""
-    candidates = [shutil.which(f"python{python}"), *map(str, Path.home().glob(f".pyenv/versions/{python}.*/bin/python{python}"))]
+    pyenv = Path.home().glob(f".pyenv/versions/{python}.*/bin/python{python}")
+    candidates = [shutil.which(f"python{python}"), *map(str, pyenv)]
     for candidate in filter(None, candidates):
         if subprocess.run([candidate, "-c", "import pip"], capture_output=True, check=False).returncode == 0:
             return candidate
