@@ -71,6 +71,44 @@ def project_requirements(without: set[str]) -> list[str]:
     return kept + list(TEST_TOOLS)
 
 
+def installed_closure(names: tuple[str, ...]) -> set[str]:
+    """``names`` and everything they need, as installed in this environment (the locked set under make)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[tuple[str, str]] = set()  # (name, extra): torch needs cuda-toolkit[cublas,cudart,...]
+    todo = [(canonicalize_name(n), "") for n in names]
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for line in requires:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                name_needed = canonicalize_name(requirement.name)
+                todo += [(name_needed, "")] + [(name_needed, e) for e in requirement.extras]
+    return {name for name, _extra in seen}
+
+
+def left_out_by(without: set[str], requirements: list[str]) -> set[str]:
+    """Names the target already has: each group left out with all it needs (a GPU image with torch has the
+    nvidia-* wheels, triton, sympy, ...), except the project's own direct requirements (numpy, pyyaml, ...),
+    kept so that an older copy on the node can be upgraded offline."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    direct = {canonicalize_name(Requirement(r).name) for r in requirements}
+    closure = installed_closure(tuple(name for group in without for name in GROUPS[group]))
+    return closure - direct | {canonicalize_name(n) for group in without for n in GROUPS[group]}
+
+
 def this_machine() -> tuple[str, str]:
     """(Python version "3.11", platform tag "linux_x86_64") of the interpreter running this."""
     return f"{sys.version_info.major}.{sys.version_info.minor}", sysconfig.get_platform().replace("-", "_")
@@ -107,7 +145,8 @@ def compatible_platforms(platform_tag: str | None) -> list[str]:
 
 def find_interpreter(python: str) -> str | None:
     """A working ``python3.X`` on PATH or under pyenv (whose shims fail for a version not selected), or None."""
-    candidates = [shutil.which(f"python{python}"), *map(str, Path.home().glob(f".pyenv/versions/{python}.*/bin/python{python}"))]
+    pyenv = Path.home().glob(f".pyenv/versions/{python}.*/bin/python{python}")
+    candidates = [shutil.which(f"python{python}"), *map(str, pyenv)]
     for candidate in filter(None, candidates):
         if subprocess.run([candidate, "-c", "import pip"], capture_output=True, check=False).returncode == 0:
             return candidate
@@ -131,11 +170,18 @@ def resolve(requirements: list[str], python: str) -> list[tuple[str, bool]]:
              item["download_info"]["url"].split("#")[0].endswith(".whl")) for item in resolved]
 
 
-def download(requirements: list[str], out: Path, python: str, platform_tag: str | None) -> list[str]:
+def canonicalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def download(requirements: list[str], out: Path, python: str, platform_tag: str | None,
+             without: set[str]) -> list[str]:
     """Fill ``out`` with the target's wheels; build those PyPI has only as source. Returns what was built."""
     here_python, here_platform = this_machine()
     same_as_here = python == here_python and platform_tag in (here_platform, None)
     resolved = resolve(requirements, python)
+    present = left_out_by(without, requirements)
+    resolved = [(r, has_wheel) for r, has_wheel in resolved if canonicalize(r.split("==")[0]) not in present]
     built = []
     for requirement, has_wheel in resolved:
         if not has_wheel:
@@ -187,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             without.add("ffcv")  # FFCV compiles and links this machine's libturbojpeg/OpenCV: no wheel for others
             print(f"note: FFCV left out. {CannotBuild('ffcv', 'C extension')}. Without it the project runs with"
                   " data=imagefolder or data=synthetic, and FFCV recipes say how to install it.", flush=True)
-        built = download(project_requirements(without), out, python, args.platform)
+        built = download(project_requirements(without), out, python, args.platform, without)
         wheel = project_wheel(out)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
