@@ -16,7 +16,9 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightning_lars.errors import UserError
 from lightning_lars.optim.norms import LOW_PRECISION, local
+from lightning_lars.optim.param_groups import shape
 
 MASTER = "master_weight"  # fp32 copy of a bf16/fp16 parameter; the optimizer updates this, then rounds once
 
@@ -91,6 +93,12 @@ def sharded_order(opt: Optimizer, select) -> list[Tensor] | None:
     without a gradient on this rank, in group order: the same list on every rank, for `norms.global_norms`.
     None otherwise (DDP: no collective; FSDP2: DTensors have a gradient on every rank or on none)."""
     if getattr(opt, "shard_group", None) is None:
+        if not opt.__dict__.setdefault("_checked_not_sharded", False):  # once: a per-step scan costs
+            opt._checked_not_sharded = True
+            if any(shape(p) != p.shape for group in opt.param_groups for p in group["params"]):
+                raise UserError(f"{type(opt).__name__}'s parameters are FSDP1 shards but it has no shard_group, so"
+                                " its norms would be per shard: use strategy=fsdp1 (Lightning's FSDPStrategy"
+                                " does not set it)")
         return None
     return [p for group in opt.param_groups if select(group) for p in group["params"]]
 

@@ -31,7 +31,6 @@ from lightning_lars.bn import average_bn_statistics
 from lightning_lars.errors import UserError
 from lightning_lars.optim.param_groups import record_unsharded_shapes
 
-
 FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler
 
 

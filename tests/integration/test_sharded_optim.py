@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from lightning_lars.errors import UserError
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops
@@ -82,6 +83,10 @@ def _fsdp1_case(rank: int, case: str) -> tuple[tuple[float, float], float]:
     groups = param_groups(sharded, weight_decay=0.01)
     expected = param_groups(reference, weight_decay=0.01)
     assert [g["param_names"] for g in groups] == [g["param_names"] for g in expected], "rule read flat shapes"
+    unsharded = cls(groups, **kwargs)  # what Lightning's own FSDPStrategy would hand over: no shard group
+    sharded(torch.zeros(2, 5, dtype=torch.float64)).sum().backward()
+    with pytest.raises(UserError, match="strategy=fsdp1"):
+        unsharded.step()  # refused, not silently per-shard norms
     opt = cls(groups, shard_group=dist.group.WORLD, **kwargs)
     reductions = _train_side_by_side(rank, case, reference, sharded, opt)
     with FullyShardedDataParallel.summon_full_params(sharded, writeback=False):
