@@ -3,9 +3,12 @@
 How a preempted SLURM run comes back (submit with ``#SBATCH --signal=SIGUSR1@90`` so every rank is warned
 90 s before the end, and ``#SBATCH --requeue``):
 
-1. SIGUSR1 -> `lightning_lars.callbacks.checkpointing.SignalCheckpoint` waits for the next optimizer-step boundary, then runs
-   Lightning's ``SLURMEnvironment(auto_requeue=True)`` handler: it saves ``hpc_ckpt_<n>.ckpt`` in the run
-   folder and calls ``scontrol requeue $SLURM_JOB_ID``; the run then stops with `Preempted` (exit code 0).
+1. SIGUSR1 -> `lightning_lars.callbacks.checkpointing.SignalCheckpoint` waits for an optimizer-step boundary all
+   ranks agree on, then runs Lightning's ``SLURMEnvironment(auto_requeue=True)`` handler: it saves
+   ``hpc_ckpt_<n>.ckpt`` in the run folder and calls ``scontrol requeue $SLURM_JOB_ID``; the run then stops
+   with `Preempted` (exit code 0). Under Hydra's submitit launcher the signal is submitit's (SIGUSR2 unless
+   ``SUBMITIT_PREEMPT_SIGNAL`` names another): we save ``signal-step<n>.ckpt`` there, and submitit's own
+   handler requeues once fit has unwound (`Preempted.then`).
 2. SLURM starts the same batch script again with the same job id. `run_dir_overrides` gives both attempts
    the same run folder (``.../runs/slurm-<job id>``), so `lightning_lars.resume` finds the checkpoint there
    and the run continues exactly where it stopped, in the same W&B run.
