@@ -151,11 +151,11 @@ class ShardedUpdate(Optimizer):
             if padded == 0:
                 continue
             mine = per_rank[self.rank]
-            send = torch.cat([p.detach().reshape(-1) for p in mine]) if mine else None
-            if send is None or send.numel() < padded:
-                like = next(p for ps in per_rank for p in ps)
-                pad = like.new_zeros(padded - (0 if send is None else send.numel()))
-                send = pad if send is None else torch.cat([send, pad])
+            numel = sum(p.numel() for p in mine)
+            send = next(p for ps in per_rank for p in ps).new_empty(padded)  # one copy of the owned weights
+            if mine:
+                torch.cat([p.detach().reshape(-1) for p in mine], out=send[:numel])
+            send[numel:].zero_()
             received = send.new_empty(padded * self.world_size)
             _all_gather(received, send, group=self.process_group)
             targets, sources = [], []
