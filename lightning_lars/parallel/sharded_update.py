@@ -22,6 +22,10 @@ tensors it owns; optimizer state (momentum, Adam moments, fp32 masters) then liv
 
 Cost: the weights' all-gather adds ``n`` bytes of traffic per step on top of DDP's all-reduce (Kumar et al.
 split the all-reduce into reduce-scatter + all-gather instead, which a reduce-scatter hook would need).
+
+Limits: ``track_stats``/``last_stats`` of the inner optimizer cover the owned tensors only. For bf16/fp16
+parameters under LAMB's clip, the stand-in gradients are rounded to the parameter dtype (unsharded LAMB
+scales an fp32 copy), so the two agree to that rounding instead of bitwise.
 """
 
 from __future__ import annotations
