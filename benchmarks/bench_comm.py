@@ -24,15 +24,23 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lightning_lars.parallel.backward_profile import Device, count_costs, timed_profile  # noqa: E402
-from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, register  # noqa: E402
-from lightning_lars.parallel.network import ABCI, Cluster  # noqa: E402
-from lightning_lars.parallel.planner import (  # noqa: E402
-    SEED_BATCH_PER_GPU, SEED_GPUS, SEED_STEP_S, calibrate, format_table, plan_table,
+from lightning_lars.parallel.backward_profile import Device, count_costs, timed_profile
+from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, register
+from lightning_lars.parallel.network import ABCI, Cluster
+from lightning_lars.parallel.planner import (
+    SEED_BATCH_PER_GPU,
+    SEED_GPUS,
+    SEED_STEP_S,
+    calibrate,
+    format_table,
+    plan_table,
 )
-from lightning_lars.parallel.strategy import supports_bucket_cap_mb_list  # noqa: E402
-from lightning_lars.parallel.topology_hooks import (  # noqa: E402
-    HierarchicalAllReduceState, Torus2DAllReduceState, hierarchical_allreduce_hook, torus_2d_allreduce_hook,
+from lightning_lars.parallel.strategy import supports_bucket_cap_mb_list
+from lightning_lars.parallel.topology_hooks import (
+    HierarchicalAllReduceState,
+    Torus2DAllReduceState,
+    hierarchical_allreduce_hook,
+    torus_2d_allreduce_hook,
 )
 
 WORLD_SIZE, GRID = 4, [2, 2]
@@ -108,13 +116,13 @@ def planner_section() -> str:
          faster, ABCI),
         ("C. V100, 8 GPUs per node on one 100 Gbit/s Ethernet NIC (30 us per message)", profile, v100, ethernet),
     ]
-    parts = [
+    parts = [(
         f"Calibration: the seed's logged step, {1e3 * SEED_STEP_S:.1f} ms (median epoch of 15 steps in"
         " mlcommons/training_results_v0.6 Fujitsu/results/abci_2048xV100_mxnet/resnet/result_0.txt, epochs"
         f" 61-90), is met at {v100.flop_rate / 1e12:.1f} TFLOP/s sustained with 900 GB/s memory: forward"
         f" {1e3 * profile.forward_s:.1f} ms, backward {1e3 * profile.backward_s:.1f} ms for 42 images"
         " (FLOPs counted by torch on the meta device), grouped all-reduce with the proposed caps, NCCL"
-        " ring/tree, fp16 gradients on the wire."
+        " ring/tree, fp16 gradients on the wire.")
     ]
     for title, prof, device, cluster in scenarios:
         rows = plan_table(prof, device, cluster, wire_bytes_factor=0.5)
@@ -128,7 +136,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown to FILE")
     args = parser.parse_args()
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     with mp.Manager() as manager:
         results = manager.dict()
         with socket.socket() as sock:

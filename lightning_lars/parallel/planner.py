@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 from lightning_lars.errors import UserError
 from lightning_lars.parallel.backward_profile import (
-    Device, Profile, count_costs, load_profile, measure_profile, save_profile, timed_profile,
+    Device,
+    Profile,
+    count_costs,
+    load_profile,
+    measure_profile,
+    save_profile,
+    timed_profile,
 )
 from lightning_lars.parallel.bucket_hook import MIB, plan_groups
 from lightning_lars.parallel.network import ABCI, Cluster
@@ -152,10 +158,11 @@ def plan_table(profile: Profile, device: Device, cluster: Cluster, gpu_counts=GP
         row = {"gpus": gpus, "nodes": cluster.shape(gpus)[0], "default": default,
                "default_step_ms": 1e3 * step_s(profile, default, device)}
         row["list_caps"], row["list"] = propose_caps(
-            lambda caps: bucket_schedule(profile, caps, cluster, "nccl", gpus, wire_bytes_factor))
+            lambda caps, gpus=gpus: bucket_schedule(profile, caps, cluster, "nccl", gpus, wire_bytes_factor))
         for name, algorithm in (("grouped", "nccl"), ("torus2d", "torus2d"), ("hierarchical", "hierarchical")):
             row[f"{name}_caps"], row[name] = propose_caps(
-                lambda caps: grouped_schedule(profile, caps, cluster, algorithm, gpus, wire_bytes_factor, copy))
+                lambda caps, algorithm=algorithm, gpus=gpus: grouped_schedule(
+                    profile, caps, cluster, algorithm, gpus, wire_bytes_factor, copy))
         best = min((row[k] for k in ("default", "list", "grouped", "torus2d", "hierarchical")),
                    key=lambda s: s.exposed_s)
         row["best_step_ms"] = 1e3 * step_s(profile, best, device)
@@ -165,9 +172,9 @@ def plan_table(profile: Profile, device: Device, cluster: Cluster, gpu_counts=GP
 
 def format_table(rows: list[dict]) -> str:
     """Markdown: exposed communication (ms) per scheme, caps (MiB), step time (ms) of the default and the best."""
-    caps = lambda c: "[" + ", ".join(f"{x:g}" for x in c) + "]"  # noqa: E731
-    lines = ["| GPUs (nodes) | DDP default [1, 25] | bucket_cap_mb_list | grouped hook | torus2d hook"
-             " | hierarchical hook | step: default / best |",
+    caps = lambda c: "[" + ", ".join(f"{x:g}" for x in c) + "]"
+    lines = [("| GPUs (nodes) | DDP default [1, 25] | bucket_cap_mb_list | grouped hook | torus2d hook"
+              " | hierarchical hook | step: default / best |"),
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cells = [f"{1e3 * r['default'].exposed_s:.2f}"]

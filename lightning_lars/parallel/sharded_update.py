@@ -22,6 +22,10 @@ tensors it owns; optimizer state (momentum, Adam moments, fp32 masters) then liv
 
 Cost: the weights' all-gather adds ``n`` bytes of traffic per step on top of DDP's all-reduce (Kumar et al.
 split the all-reduce into reduce-scatter + all-gather instead, which a reduce-scatter hook would need).
+
+Limits: ``track_stats``/``last_stats`` of the inner optimizer cover the owned tensors only. For bf16/fp16
+parameters under LAMB's clip, the stand-in gradients are rounded to the parameter dtype (unsharded LAMB
+scales an fp32 copy), so the two agree to that rounding instead of bitwise.
 """
 
 from __future__ import annotations
@@ -151,11 +155,11 @@ class ShardedUpdate(Optimizer):
             if padded == 0:
                 continue
             mine = per_rank[self.rank]
-            send = torch.cat([p.detach().reshape(-1) for p in mine]) if mine else None
-            if send is None or send.numel() < padded:
-                like = next(p for ps in per_rank for p in ps)
-                pad = like.new_zeros(padded - (0 if send is None else send.numel()))
-                send = pad if send is None else torch.cat([send, pad])
+            numel = sum(p.numel() for p in mine)
+            send = next(p for ps in per_rank for p in ps).new_empty(padded)  # one copy of the owned weights
+            if mine:
+                torch.cat([p.detach().reshape(-1) for p in mine], out=send[:numel])
+            send[numel:].zero_()
             received = send.new_empty(padded * self.world_size)
             _all_gather(received, send, group=self.process_group)
             targets, sources = [], []

@@ -13,9 +13,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
+from lightning_lars.errors import UserError
 from lightning_lars.parallel.bucket_hook import grouped_allreduce_hook, register
 from lightning_lars.parallel.sharded_update import ShardedUpdate
-from lightning_lars.errors import UserError
 
 
 def supports_bucket_cap_mb_list() -> bool:

@@ -44,7 +44,7 @@ def state_equal(a: dict, b: dict) -> bool:
             return False
         if not all(torch.equal(torch.as_tensor(v), torch.as_tensor(b["state"][index][k])) for k, v in entry.items()):
             return False
-    strip = lambda groups: [{k: v for k, v in g.items()} for g in groups]  # noqa: E731
+    strip = lambda groups: [{k: v for k, v in g.items()} for g in groups]
     return strip(a["param_groups"]) == strip(b["param_groups"])
 
 
@@ -53,7 +53,7 @@ def compare(rank: int, world_size: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     torch.set_num_threads(1)
-    for name in OPTIMIZERS:
+    for name, make in OPTIMIZERS.items():
         where = f"{name} world {world_size} rank {rank}"
         (plain, reference), (model, sharded) = build(name, False), build(name, True)
         generator = torch.Generator().manual_seed(rank)
@@ -77,7 +77,7 @@ def compare(rank: int, world_size: int, port: int) -> None:
                 everything = sum(t.numel() * t.element_size() for s in reference.state.values() for t in s.values()
                                  if isinstance(t, torch.Tensor))
                 assert total.item() == everything and mine < everything, f"{where}: state is not sharded"
-                sharded = ShardedUpdate(OPTIMIZERS[name](param_groups(model.module, WEIGHT_DECAY), lr=0.5))
+                sharded = ShardedUpdate(make(param_groups(model.module, WEIGHT_DECAY), lr=0.5))
                 sharded.load_state_dict(full)
                 assert sharded.owned_state_bytes() == mine, f"{where}: load kept other ranks' state"
     dist.destroy_process_group()

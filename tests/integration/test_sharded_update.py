@@ -4,7 +4,6 @@ optimizer's state, and a fresh sharded optimizer resumes from it."""
 
 import pytest
 import torch.multiprocessing as mp
-
 from sharded_update_workers import compare
 from topology_workers import free_port
 

@@ -17,9 +17,8 @@ import torch.multiprocessing as mp
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
-from torch.utils.data import DataLoader, TensorDataset
-
 from topology_workers import DEVICES, NODES, compare, free_port, small_net
+from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_lars.parallel.backward_profile import Device, Profile, count_costs, flops_profile, timed_profile
+from lightning_lars.parallel.backward_profile import (
+    Device,
+    Profile,
+    count_costs,
+    flops_profile,
+    timed_profile,
+)
 from lightning_lars.parallel.bucket_hook import MIB, plan_groups
 from lightning_lars.parallel.network import ABCI, Cluster
 from lightning_lars.parallel.planner import (
