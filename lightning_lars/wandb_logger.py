@@ -33,5 +33,8 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str
             f"W&B: offline ({reason}); run written under {save_dir}/wandb,"
             f" upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
         )
-    return WandbLogger(project=project, save_dir=save_dir, name=name, offline=mode != "online",
-                       settings={"silent": True}, **kwargs)
+    logger = WandbLogger(project=project, save_dir=save_dir, name=name, offline=mode != "online",
+                         settings={"silent": True}, **kwargs)
+    if logger._wandb_init.get("anonymous") is None:  # Lightning passes anonymous=None: W&B warns at every start
+        logger._wandb_init.pop("anonymous", None)
+    return logger
