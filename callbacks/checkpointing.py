@@ -8,7 +8,8 @@
 - `Checkpoint`: Lightning's ``ModelCheckpoint`` that never deletes an older checkpoint after a failed write.
 - `ResumeState`: adds to every checkpoint what Lightning leaves out: the RNG states of every rank and the
   W&B run id (read back by `lightning_lars.resume` so the resumed run continues the same W&B run).
-- `SignalCheckpoint`: on SIGUSR1 (SLURM's warning before preemption, ``--signal=SIGUSR1@90``) it saves at
+- `SignalCheckpoint`: on SIGUSR1 (SLURM's warning before preemption, ``--signal=SIGUSR1@90``), or on Ctrl-C
+  (a second instance on SIGINT; pressing it twice stops without a save), it saves at
   the next optimizer-step boundary, agreed by all ranks, then stops the run with `Preempted`. Under SLURM the
   save and the ``scontrol requeue`` are Lightning's own (``SLURMEnvironment(auto_requeue=True)``, whose
   handler we run at that boundary instead of inside the signal, where it would catch the step half done).
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -110,18 +113,29 @@ def checkpoint_io(trainer: L.Trainer) -> AtomicCheckpointIO | None:
 
 
 class Checkpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` (same arguments) that keeps the older checkpoints when the newest write failed.
+    """``ModelCheckpoint`` (same arguments) that keeps the older checkpoints when the newest write failed,
+    takes ``every_n_train_steps`` and ``every_n_epochs`` together, and always saves the final state.
 
-    ``ModelCheckpoint`` deletes the previous top-k or ``last`` file right after saving a new one; after a failed
-    write that deletion would leave no checkpoint at all. With `AtomicCheckpointIO` a failed write is counted,
-    and here the deletion is skipped until a write succeeds again.
+    - ``ModelCheckpoint`` deletes the previous top-k or ``last`` file right after saving a new one; after a
+      failed write that deletion would leave no checkpoint at all. With `AtomicCheckpointIO` a failed write is
+      counted, and here the deletion is skipped until a write succeeds again ("keeping <file>" names only a
+      file that exists).
+    - Lightning refuses both triggers at once; here each runs Lightning's own code path: the step trigger in
+      ``on_train_batch_end``, the epoch trigger at epoch end (steps already saved are not saved twice).
+    - The steps after the last save (``max_steps`` not a multiple of the interval, epochs off) are saved at the
+      end of training, as top-k file and ``last``: a finished run's checkpoint is its final state.
     """
 
     def __init__(self, *args, filename: str | None = "epoch{epoch}-step{step}", auto_insert_metric_name: bool = False,
-                 **kwargs):
+                 every_n_train_steps: int | None = None, every_n_epochs: int | None = None, **kwargs):
         # No "=" in our file names (Lightning's default is "epoch=0-step=4"): Hydra's override grammar rejects
         # an unquoted "=" in a value, so `run.ckpt_path=.../epoch=0-step=4.ckpt` would not even parse.
-        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name, **kwargs)
+        both = bool(every_n_train_steps) and bool(every_n_epochs)
+        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name,
+                         every_n_train_steps=every_n_train_steps, every_n_epochs=None if both else every_n_epochs,
+                         **kwargs)
+        if both:  # Lightning validates one trigger in __init__; its epoch-end hooks read this attribute
+            self._every_n_epochs = every_n_epochs
         self._last_write_failed = False
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
@@ -131,10 +145,20 @@ class Checkpoint(ModelCheckpoint):
         self._last_write_failed = bool(io) and io.num_failed_writes > failed_before
 
     def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if not os.path.exists(filepath):  # its own write failed earlier: nothing to keep or remove
+            return
         if self._last_write_failed:
             log.warning(f"keeping {filepath}: the newer checkpoint could not be written")
             return
         super()._remove_checkpoint(trainer, filepath)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):  # steps trained since the last save
+            candidates = self._monitor_candidates(trainer)
+            if self.monitor is None or self.monitor in candidates:
+                self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+        super().on_train_end(trainer, pl_module)
 
 
 class ResumeState(L.Callback):
@@ -219,6 +243,8 @@ class SignalCheckpoint(L.Callback):
         signal.signal(self.signum, self._record)
 
     def _record(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:  # Ctrl-C twice: stop now, without a save
+            raise KeyboardInterrupt
         self.received = signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -241,10 +267,16 @@ class SignalCheckpoint(L.Callback):
             folder = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir
             path = Path(folder) / f"signal-step{trainer.global_step}.ckpt"
             trainer.save_checkpoint(path)
-            where, then = f"checkpoint {path}", "resume with run.ckpt_path=last"
+            where, then = f"checkpoint {path}", f"resume with: {resume_command(path)}"
         if io and io.num_failed_writes > failed_before:  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
         raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {then}")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.received = None
+
+
+def resume_command(path: Path) -> str:
+    """This run's command line with ``run.ckpt_path`` pointing at ``path`` (quoted for the shell)."""
+    args = [a for a in sys.argv[1:] if not a.lstrip("+").startswith("run.ckpt_path=")]
+    return shlex.join(["python", "-m", "lightning_lars.train", *args, f"run.ckpt_path={path}"])

@@ -71,9 +71,17 @@ class TerminalProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate)
         self.clock = RunClock(window)
 
+    def init_train_tqdm(self):
+        bar = super().init_train_tqdm()
+        # one ETA: the run's (in the postfix), not also tqdm's remaining time of this epoch
+        bar.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+        return bar
+
     def on_train_epoch_start(self, trainer, *args):
         self.clock.restart()
         super().on_train_epoch_start(trainer, *args)
+        # numbered as the plain lines are: "epoch 1/8", not Lightning's 0-based "Epoch 0"
+        self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.clock.mark(_batch_size(batch), trainer.global_step)
