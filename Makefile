@@ -11,7 +11,7 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes check test test-slow test-fast test-full \
@@ -47,8 +47,8 @@ else
 	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
 endif
 
-demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV (data/demo/)
-	$(PY) -m lightning_lars.data.demo --out data/demo
+demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV: data/demo/ [out=DIR] [args=--force]
+	$(PY) -m lightning_lars.data.demo --out "$(or $(out),data/demo)" $(args)
 
 demo: demo-data ## the embedded default, end to end on CPU in minutes
 	$(PY) -m lightning_lars.train recipe=demo $(OVERRIDES)
