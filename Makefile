@@ -15,7 +15,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% PY=
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes check test test-slow test-fast test-full \
-        bench bench-optim bench-data bench-comm format lint clean-logs clean
+        bench bench-optim bench-data bench-comm bench-startup format lint clean-logs clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -80,7 +80,7 @@ test-fast: $(STAMP) ## unit tests only
 test-full: $(STAMP) ## everything
 	$(PY) -m pytest -q --durations=15 tests
 
-bench: bench-optim bench-data bench-comm ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
+bench: bench-optim bench-data bench-comm bench-startup ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
 bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step and dispatched ops/step
 	$(PY) benchmarks/bench_optim.py
@@ -90,6 +90,9 @@ bench-data: $(STAMP) ## FFCV vs torchvision images/s, conversion rate, decode ce
 
 bench-comm: $(STAMP) ## DDP step time with and without our comm hook; bucket planner table
 	$(PY) benchmarks/bench_comm.py
+
+bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
+	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
 format: $(STAMP) ## ruff format + fix
 	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks

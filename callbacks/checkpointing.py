@@ -231,6 +231,7 @@ class SignalCheckpoint(L.Callback):
         self.signum = getattr(signal, signal_name)
         self.received: int | None = None
         self._lightning_handler: Any = None
+        self._previous_handler: Any = None  # put back after fit (Ctrl-C must work again in validate)
         self._step_seen = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -240,7 +241,18 @@ class SignalCheckpoint(L.Callback):
             return
         current = signal.getsignal(self.signum)
         self._lightning_handler = current if callable(current) else None
+        self._previous_handler = current
         signal.signal(self.signum, self._record)
+
+    def _restore_handler(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(self.signum) == self._record:
+            signal.signal(self.signum, self._previous_handler if self._previous_handler is not None else signal.SIG_DFL)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_handler()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_handler()
 
     def _record(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == signal.SIGINT:  # Ctrl-C twice: stop now, without a save

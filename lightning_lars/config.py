@@ -152,12 +152,25 @@ def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
     parent_key, _, name = dotted_key.rpartition(".")
     try:
         parent = OmegaConf.select(_compose([o for o in overrides if _is_group_choice(o)]), parent_key)
-        target = get_object(parent["_target_"])
-        parameters = inspect.signature(target).parameters
+        return name in accepted_arguments(get_object(parent["_target_"]))
     except (UserError, HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
         return False  # no better hint than "unknown key"
-    return name in parameters and parameters[name].kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                                                inspect.Parameter.VAR_KEYWORD)
+
+
+def accepted_arguments(target) -> set[str]:
+    """Keyword names ``target`` takes; for a class whose ``__init__`` passes ``**kwargs`` on, its bases' too
+    (our ``Checkpoint`` takes every ``ModelCheckpoint`` argument)."""
+    names: set[str] = set()
+    for owner in (target.__mro__ if inspect.isclass(target) else [target]):
+        init = owner.__init__ if inspect.isclass(target) else owner
+        if inspect.isclass(target) and "__init__" not in owner.__dict__:
+            continue
+        parameters = inspect.signature(init).parameters
+        names |= {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
+    names.discard("self")
+    return names
 
 
 def check_unread_keys(cfg: DictConfig) -> None:
