@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections import deque
@@ -75,13 +76,21 @@ class TerminalProgressBar(TQDMProgressBar):
         bar = super().init_train_tqdm()
         # one ETA: the run's (in the postfix), not also tqdm's remaining time of this epoch
         bar.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+        lightning_set_description = bar.set_description
+
+        def set_description(desc=None, refresh=True):
+            # numbered as the plain lines are ("epoch 1/8"), not Lightning's 0-based "Epoch 0"
+            epoch = re.fullmatch(r"Epoch (\d+)", desc or "")
+            if epoch and self._trainer is not None:
+                desc = f"Epoch {int(epoch.group(1)) + 1}/{self._trainer.max_epochs}"
+            lightning_set_description(desc, refresh)
+
+        bar.set_description = set_description
         return bar
 
     def on_train_epoch_start(self, trainer, *args):
         self.clock.restart()
         super().on_train_epoch_start(trainer, *args)
-        # numbered as the plain lines are: "epoch 1/8", not Lightning's 0-based "Epoch 0"
-        self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.clock.mark(_batch_size(batch), trainer.global_step)
