@@ -13,12 +13,12 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
-        bench bench-optim bench-data bench-comm format lint clean-logs clean
+        bench bench-optim bench-data bench-comm bench-startup format lint clean-logs clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -57,8 +57,8 @@ else
 	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
 endif
 
-demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV (data/demo/)
-	$(PY) -m lightning_lars.data.demo --out data/demo
+demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV: data/demo/ [out=DIR] [args=--force]
+	$(PY) -m lightning_lars.data.demo --out "$(or $(out),data/demo)" $(args)
 
 demo: demo-data ## the embedded default, end to end on CPU in minutes
 	$(PY) -m lightning_lars.train recipe=demo $(OVERRIDES)
@@ -117,7 +117,7 @@ test-fast: $(STAMP) ## unit tests only
 test-full: $(STAMP) ## everything
 	$(PY) -m pytest -q --durations=15 tests
 
-bench: bench-optim bench-data bench-comm bench-bn ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
+bench: bench-optim bench-data bench-comm bench-bn bench-startup ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
 bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step, ops/step; sharded vs unsharded update
 	$(PY) benchmarks/bench_optim.py
@@ -131,6 +131,9 @@ bench-comm: $(STAMP) ## 4 gloo processes: DDP default vs bucket_cap_mb_list vs o
 .PHONY: bench-bn
 bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activation memory per image (ResNet-50)
 	$(PY) benchmarks/bench_bn.py
+
+bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
+	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
 format: $(STAMP) ## ruff format + fix
 	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks

@@ -12,6 +12,7 @@
   submitit's SIGUSR2, it saves at an optimizer-step boundary agreed by all ranks, then stops the run with
   `Preempted`. The requeue is Lightning's (``SLURMEnvironment(auto_requeue=True)``) or submitit's own handler,
   run at that boundary or after fit instead of inside the signal, where it would catch the step half done.
+  A second instance on SIGINT makes Ctrl-C save the same way and print the resume command (twice: stop now).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -111,18 +114,29 @@ def checkpoint_io(trainer: L.Trainer) -> AtomicCheckpointIO | None:
 
 
 class Checkpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` (same arguments) that keeps the older checkpoints when the newest write failed.
+    """``ModelCheckpoint`` (same arguments) that keeps the older checkpoints when the newest write failed,
+    takes ``every_n_train_steps`` and ``every_n_epochs`` together, and always saves the final state.
 
-    ``ModelCheckpoint`` deletes the previous top-k or ``last`` file right after saving a new one; after a failed
-    write that deletion would leave no checkpoint at all. With `AtomicCheckpointIO` a failed write is counted,
-    and here the deletion is skipped until a write succeeds again.
+    - ``ModelCheckpoint`` deletes the previous top-k or ``last`` file right after saving a new one; after a
+      failed write that deletion would leave no checkpoint at all. With `AtomicCheckpointIO` a failed write is
+      counted, and here the deletion is skipped until a write succeeds again ("keeping <file>" names only a
+      file that exists).
+    - Lightning refuses both triggers at once; here each runs Lightning's own code path: the step trigger in
+      ``on_train_batch_end``, the epoch trigger at epoch end (steps already saved are not saved twice).
+    - The steps after the last save (``max_steps`` not a multiple of the interval, epochs off) are saved at the
+      end of training, as top-k file and ``last``: a finished run's checkpoint is its final state.
     """
 
     def __init__(self, *args, filename: str | None = "epoch{epoch}-step{step}", auto_insert_metric_name: bool = False,
-                 **kwargs):
+                 every_n_train_steps: int | None = None, every_n_epochs: int | None = None, **kwargs):
         # No "=" in our file names (Lightning's default is "epoch=0-step=4"): Hydra's override grammar rejects
         # an unquoted "=" in a value, so `run.ckpt_path=.../epoch=0-step=4.ckpt` would not even parse.
-        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name, **kwargs)
+        both = bool(every_n_train_steps) and bool(every_n_epochs)
+        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name,
+                         every_n_train_steps=every_n_train_steps, every_n_epochs=None if both else every_n_epochs,
+                         **kwargs)
+        if both:  # Lightning validates one trigger in __init__; its epoch-end hooks read this attribute
+            self._every_n_epochs = every_n_epochs
         self._last_write_failed = False
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
@@ -132,10 +146,20 @@ class Checkpoint(ModelCheckpoint):
         self._last_write_failed = bool(io) and io.num_failed_writes > failed_before
 
     def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if not os.path.exists(filepath):  # its own write failed earlier: nothing to keep or remove
+            return
         if self._last_write_failed:
             log.warning(f"keeping {filepath}: the newer checkpoint could not be written")
             return
         super()._remove_checkpoint(trainer, filepath)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):  # steps trained since the last save
+            candidates = self._monitor_candidates(trainer)
+            if self.monitor is None or self.monitor in candidates:
+                self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+        super().on_train_end(trainer, pl_module)
 
 
 class ResumeState(L.Callback):
@@ -242,7 +266,10 @@ class SignalCheckpoint(L.Callback):
             self._displaced[signum] = current if callable(current) else None
             signal.signal(signum, self._record)
 
+
     def _record(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:  # Ctrl-C twice: stop now, without a save
+            raise KeyboardInterrupt
         self.received = signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -262,7 +289,8 @@ class SignalCheckpoint(L.Callback):
                                          (None, None))
         signum = self.received or submitit_signum or self.signums[0]  # a rank without the signal acts alike
         name = signal.Signals(signum).name
-        lightning = self._displaced.get(signum) if not is_submitit_handler(self._displaced.get(signum)) else None
+        lightning = (self._displaced.get(signum) if signum != signal.SIGINT  # Ctrl-C: never a requeue
+                     and not is_submitit_handler(self._displaced.get(signum)) else None)
         job_id = requeue_job_id()
         io = checkpoint_io(trainer)
         failed_before = io.num_failed_writes if io else 0
@@ -279,7 +307,7 @@ class SignalCheckpoint(L.Callback):
                 next_step = "submitit requeues the job (rank 0), which resumes from it"
                 then = functools.partial(submitit, signum, None)  # runs once fit has unwound
             else:
-                next_step = "resume with run.ckpt_path=last"
+                next_step = f"resume with: {resume_command(path)}"
         if io and io.num_failed_writes > failed_before:  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
         raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {next_step}", then=then)
@@ -299,3 +327,9 @@ class SignalCheckpoint(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_handlers()
         self.received = None
+
+
+def resume_command(path: Path) -> str:
+    """This run's command line with ``run.ckpt_path`` pointing at ``path`` (quoted for the shell)."""
+    args = [a for a in sys.argv[1:] if not a.lstrip("+").startswith("run.ckpt_path=")]
+    return shlex.join(["python", "-m", "lightning_lars.train", *args, f"run.ckpt_path={path}"])

@@ -30,7 +30,7 @@ class HParamMonitor(L.Callback):
 
     Read in ``on_before_optimizer_step``: after the schedule callback has set this step's LR (it runs at batch
     start) and once per optimizer step whatever the gradient accumulation. Keeps ``history``, a list of
-    ``(step, epoch, lr of group 0)`` for the run report's LR plot; it is saved in checkpoints so that a
+    ``(step, epoch, lr, weight_decay, momentum)`` of group 0 for the run report's plots; it is saved in checkpoints so that a
     resumed run plots the whole schedule. Beyond ``max_history`` points every other point is dropped and the
     sampling interval doubles, so memory stays bounded on any run length.
 
@@ -44,7 +44,7 @@ class HParamMonitor(L.Callback):
             raise ValueError(f"every_n_steps={every_n_steps} must be >= 1")
         self.every_n_steps = every_n_steps
         self.max_history = max_history
-        self.history: list[tuple[int, float, float]] = []
+        self.history: list[tuple] = []  # (step, epoch, lr, weight_decay, momentum) of group 0
         self.total_steps: int | None = None  # optimizer steps planned for the run (for the report's LR plot)
         self._history_stride = 1  # multiples of every_n_steps kept in history (doubles when full)
 
@@ -74,12 +74,15 @@ class HParamMonitor(L.Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
         if step % (self.every_n_steps * self._history_stride) == 0:
-            self._record(step, epoch_of(trainer), float(optimizer.param_groups[0]["lr"]))
+            first = optimizer.param_groups[0]
+            self._record(step, epoch_of(trainer), float(first["lr"]), float(first.get("weight_decay", 0.0)),
+                         group_momentum(first))
 
-    def _record(self, step: int, epoch: float, lr: float) -> None:
+    def _record(self, step: int, epoch: float, lr: float, weight_decay: float | None = None,
+                momentum: float | None = None) -> None:
         if self.history and self.history[-1][0] >= step:
             return  # a resumed run replays no step twice
-        self.history.append((step, epoch, lr))
+        self.history.append((step, epoch, lr, weight_decay, momentum))
         if len(self.history) > self.max_history:
             self._history_stride *= 2
             stride = self.every_n_steps * self._history_stride

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections import deque
@@ -72,6 +73,22 @@ class TerminalProgressBar(TQDMProgressBar):
     def __init__(self, refresh_rate: int = 1, window: int = 50):
         super().__init__(refresh_rate=refresh_rate)
         self.clock = RunClock(window)
+
+    def init_train_tqdm(self):
+        bar = super().init_train_tqdm()
+        # one ETA: the run's (in the postfix), not also tqdm's remaining time of this epoch
+        bar.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+        lightning_set_description = bar.set_description
+
+        def set_description(desc=None, refresh=True):
+            # numbered as the plain lines are ("epoch 1/8"), not Lightning's 0-based "Epoch 0"
+            epoch = re.fullmatch(r"Epoch (\d+)", desc or "")
+            if epoch and self._trainer is not None:
+                desc = f"Epoch {int(epoch.group(1)) + 1}/{self._trainer.max_epochs}"
+            lightning_set_description(desc, refresh)
+
+        bar.set_description = set_description
+        return bar
 
     def on_train_epoch_start(self, trainer, *args):
         self.clock.restart()

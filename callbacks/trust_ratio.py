@@ -20,7 +20,8 @@ class TrustRatioMonitor(L.Callback):
 
     Logged (rank 0): ``trust/ratio/<name>``, ``trust/w_norm/<name>``, ``trust/g_norm/<name>`` when
     ``per_layer`` and, always, ``trust/ratio_<q>`` for q in min, p25, median, p75, max over the layers.
-    ``history`` keeps ``(step, {q: value})`` and ``last`` the last per-layer snapshot, for the run report.
+    ``history`` keeps ``(step, {q: value})``, ``layer_history`` ``(step, [ratio per layer])`` (names in
+    ``last``) and ``last`` the last per-layer snapshot, for the run report.
 
     An optimizer without ``track_stats`` (SGD) gets a one-line notice and nothing is logged.
 
@@ -37,6 +38,7 @@ class TrustRatioMonitor(L.Callback):
         self.per_layer = per_layer
         self.max_history = max_history
         self.history: list[tuple[int, dict[str, float]]] = []
+        self.layer_history: list[tuple[int, list[float]]] = []  # per-layer trust ratios over training
         self.last: dict | None = None  # {"step", "names", "w_norm", "g_norm", "trust_ratio"} as Python lists
         self._tracked: list = []
 
@@ -84,11 +86,18 @@ class TrustRatioMonitor(L.Callback):
         if self.history and self.history[-1][0] >= step:
             return
         self.history.append((step, summary))
+        self.layer_history.append((step, ratio))
         if len(self.history) > self.max_history:
             self.history = self.history[::2]
+        if len(self.layer_history) > self.max_history // 10:  # 161 floats each for ResNet-50: keep fewer
+            self.layer_history = self.layer_history[::2]
 
     def state_dict(self):
-        return {"history": list(self.history)}
+        return {"history": list(self.history), "layer_history": list(self.layer_history),
+                "names": list(self.last["names"]) if self.last else None}
 
     def load_state_dict(self, state_dict):
         self.history = [(step, dict(summary)) for step, summary in state_dict["history"]]
+        self.layer_history = [(step, list(r)) for step, r in state_dict.get("layer_history", [])]
+        if state_dict.get("names") and self.last is None:
+            self.last = {"step": -1, "names": list(state_dict["names"]), "w_norm": [], "g_norm": [], "trust_ratio": []}

@@ -19,6 +19,7 @@ from hydra.errors import (
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_lars import config_values
 from lightning_lars.errors import UserError
 from lightning_lars.recipe_plan import check_recipe
 
@@ -43,6 +44,24 @@ def run_root() -> Path:
 # `${project_root:}` in conf/paths: data and logs default to folders of the checkout (or of the working
 # directory when the package is installed) wherever the command runs.
 OmegaConf.register_new_resolver("project_root", lambda: str(run_root()), replace=True)
+
+
+def at_least_model_min(pixels: int, arch: str) -> int:
+    """``pixels``, or the smallest input the timm model takes if that is larger (its pretrained config's
+    ``min_input_size``; AlexNet-BN pools 32 px images to nothing and needs 63)."""
+    import timm
+
+    import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
+
+    try:
+        minimum = timm.models.get_pretrained_cfg(arch).min_input_size
+    except (AttributeError, RuntimeError, KeyError):  # an unknown name: target_checks names the fix
+        minimum = None
+    return max(int(pixels), int(minimum[-1]) if minimum else 0)
+
+
+# `${at_least_model_min:32,${model.arch}}` in conf/debug/toy.yaml: every recipe's model runs on the demo data
+OmegaConf.register_new_resolver("at_least_model_min", at_least_model_min, replace=True)
 
 # Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
 TOP_LEVEL_KEYS = {
@@ -96,6 +115,14 @@ def recipe_claims() -> list[tuple[str, str]]:
 
 def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
+    return check_command_line(overrides)[0]
+
+
+def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """The composed config and the overrides as Hydra must get them: a ``key=value`` that the node's
+    ``_target_`` takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works
+    as a Trainer user expects). Every mistake is a one-line `UserError`; values are checked for type and range.
+    """
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
@@ -105,34 +132,51 @@ def check_overrides(overrides: list[str]) -> DictConfig:
                 " (`make recipes` lists them with their published results; a folder of your own recipes:"
                 " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )
+    given = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
     # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
-    user = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))] + searchpath_overrides(overrides)
+    user = given + searchpath_overrides(overrides)
+    while True:
+        try:
+            cfg = _compose(user)
+            break
+        except ConfigCompositionException as err:
+            message = " ".join(str(err).split())
+            key = re.search(r"Could not override '([^']+)'", message)
+            plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
+            if key and plussed != user and _target_accepts(user, key.group(1)):  # not set by the config yet
+                user = plussed
+                continue
+            if key:
+                raise UserError(
+                    f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
+                    " `python -m lightning_lars.train --cfg job`"
+                ) from None
+            raise UserError(message) from None
+    check_unread_keys(cfg)
+    config_values.check_override_types(user, _compose([o for o in user if _is_group_choice(o) or o.lstrip("+").startswith("hydra.searchpath=")]), cfg)
+    config_values.check_sizes(cfg)
+    check_recipe(cfg, _recipe_of(overrides))  # epoch_length, evaluation, deviations: one-line errors
+    rewritten = dict(zip(given, user))
+    return cfg, [rewritten.get(o, o) for o in overrides]
+
+
+def _is_group_choice(override: str) -> bool:
+    """``recipe=goyal_8k``, ``debug=toy``, ``optimizer=sgd``: a choice of config file, not a value."""
+    key = override.lstrip("+~").partition("=")[0]
+    return "." not in key and "/" not in key and (CONF_DIR / key).is_dir()
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    """Hydra's compose, with its parse and missing-group errors as one line (composition errors pass)."""
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=user)
+            return compose(config_name="train", overrides=overrides)
     except OverrideParseException:
         raise UserError("cannot parse the command line: quote a value that holds '=' or spaces, e.g."
                         " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'") from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
-    except ConfigCompositionException as err:
-        message = " ".join(str(err).split())
-        key = re.search(r"Could not override '([^']+)'", message)
-        if key and _target_accepts(user, key.group(1)):
-            raise UserError(
-                f"'{key.group(1)}' is an argument the config does not set yet: add it with a plus,"
-                f" +{key.group(1)}=..."
-            ) from None
-        if key:
-            raise UserError(
-                f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
-                " `python -m lightning_lars.train --cfg job`"
-            ) from None
-        raise UserError(message) from None
-    check_unread_keys(cfg)
-    check_recipe(cfg, _recipe_of(overrides))  # epoch_length, evaluation, deviations: one-line errors
-    return cfg
 
 
 def _recipe_of(overrides: list[str]) -> str:
@@ -142,16 +186,32 @@ def _recipe_of(overrides: list[str]) -> str:
 
 
 def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
-    """Whether `dotted_key`'s parent node has a `_target_` whose signature takes the last name."""
+    """Whether `dotted_key`'s parent node has a `_target_` whose signature takes the last name.
+
+    The parent's target comes from the config files chosen (recipe, groups); other value overrides may be
+    the next ones Hydra refuses, so they are left out here."""
     parent_key, _, name = dotted_key.rpartition(".")
-    rest = [o for o in overrides if not o.lstrip("+~").startswith(f"{dotted_key}=")]
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            parent = OmegaConf.select(compose(config_name="train", overrides=rest), parent_key)
-        target = get_object(parent["_target_"])
-        return name in inspect.signature(target).parameters
-    except (HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
+        parent = OmegaConf.select(_compose([o for o in overrides if _is_group_choice(o)]), parent_key)
+        return name in accepted_arguments(get_object(parent["_target_"]))
+    except (UserError, HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
         return False  # no better hint than "unknown key"
+
+
+def accepted_arguments(target) -> set[str]:
+    """Keyword names ``target`` takes; for a class whose ``__init__`` passes ``**kwargs`` on, its bases' too
+    (our ``Checkpoint`` takes every ``ModelCheckpoint`` argument)."""
+    names: set[str] = set()
+    for owner in (target.__mro__ if inspect.isclass(target) else [target]):
+        init = owner.__init__ if inspect.isclass(target) else owner
+        if inspect.isclass(target) and "__init__" not in owner.__dict__:
+            continue
+        parameters = inspect.signature(init).parameters
+        names |= {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
+    names.discard("self")
+    return names
 
 
 def check_unread_keys(cfg: DictConfig) -> None:

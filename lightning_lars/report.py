@@ -13,6 +13,7 @@ from pathlib import Path
 from lightning.pytorch.loggers import WandbLogger
 
 from lightning_lars.callbacks.evaluation import planned_epochs
+from lightning_lars import report_plot
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.throughput import ThroughputCallback
 from lightning_lars.callbacks.time_to_target import TimeToTarget
@@ -137,7 +138,7 @@ def lr_series(trainer) -> list[tuple[int, float, str]]:
     if schedule is not None and monitor.total_steps:
         stride = max(1, monitor.total_steps // PLANNED_LR_POINTS)
         rows += [(step, float(schedule(step)), "planned") for step in range(0, monitor.total_steps, stride)]
-    rows += [(step, lr, "applied") for step, _, lr in monitor.history]
+    rows += [(step, lr, "applied") for step, _, lr, *_ in monitor.history]
     return rows
 
 
@@ -187,5 +188,7 @@ def finish(cfg, metrics: dict[str, float], trainer) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
     log_to_wandb(cfg, metrics, trainer)
+    png = report_plot.write_report_png(cfg, trainer, out_dir)  # the curves, viewable without W&B
     print(results_table(cfg, metrics, trainer), flush=True)
+    print(f"Report: {png if png else 'no report.png'}; numbers: {out_dir / RESULTS_FILE}", flush=True)
     return record

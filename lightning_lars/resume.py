@@ -3,7 +3,10 @@
 ``run.ckpt_path``:
 - ``null``: start fresh; except in a requeued SLURM job, which resumes from its own run folder (as ``last``).
 - ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
-  of the same recipe that has one (``<log_dir>/<recipe>/runs/*``); a fresh start (with a notice) if none.
+  of the same recipe that has one (``<log_dir>/<recipe>/runs/*``) and whose config (``.hydra/config.yaml``)
+  matches this one but for `IGNORED_KEYS`; a fresh start (with a notice) if none. A newer run with another
+  config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
+  writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
   Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
 - a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
 
@@ -24,7 +27,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from omegaconf import DictConfig
+import yaml
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torchmetrics import Metric
 
 from lightning_lars.errors import UserError
@@ -37,6 +41,9 @@ WANDB_KEY = "wandb_run_id"
 PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
 REQUIRED_KEYS = ("state_dict", "loops", "global_step")
 SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
+# Config keys that may change between a run and its resume: how to resume, log and show progress, and the
+# loader's worker count. Everything else (model, data, schedule, batch, ...) must match for `last`.
+IGNORED_KEYS = ("run.", "logger.", "callbacks.progress.", "data.num_workers")
 
 
 class DamagedCheckpoint(Exception):
@@ -116,6 +123,50 @@ def search_folders(run_dir: Path, runs_dir: Path) -> list[Path]:
     return [run_dir, *earlier]
 
 
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def config_differences(current: dict, saved: dict) -> list[str]:
+    """``key (saved -> current)`` for every key that differs, leaving out `IGNORED_KEYS`."""
+    now, then = _flat(current), _flat(saved)
+    keys = sorted(k for k in set(now) | set(then) if not k.startswith(IGNORED_KEYS) and now.get(k) != then.get(k))
+    return [f"{k} ({then.get(k, 'unset')} -> {now.get(k, 'unset')})" for k in keys]
+
+
+def saved_config(run_folder: Path) -> dict | None:
+    """The config a run folder was made with (Hydra's ``.hydra/config.yaml``), or None if it has none."""
+    try:
+        return yaml.safe_load((run_folder / ".hydra" / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
+    a one-line error naming the keys that differ and how to resume anyway."""
+    current = OmegaConf.to_container(cfg, resolve=False)
+    matching, other = [], []
+    for folder in search_folders(run_dir, Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"):
+        saved = saved_config(folder) if folder.resolve() != run_dir.resolve() else None
+        differs = config_differences(current, saved) if saved is not None else []
+        (other if differs else matching).append((folder, differs))
+    found = newest_good([folder for folder, _ in matching])
+    if found is not None:
+        return found
+    for folder, differs in other:  # newest first: the run the user most likely meant
+        path = newest_good([folder])
+        if path is None:
+            continue
+        shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
+        raise UserError(f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
+                        f" {path}, is from a run whose config differs: {shown}; resume it anyway with"
+                        f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh")
+    return None
+
+
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     """The checkpoint ``trainer.fit(ckpt_path=...)`` gets for this config (see the module docstring)."""
     wanted = cfg.run.ckpt_path
@@ -128,9 +179,9 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
             log.info(f"resuming SLURM job from {found}")
         return str(found) if found else None
     if str(wanted) == "last":
-        found = newest_good(search_folders(run_dir, Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"))
+        found = _newest_of_this_config(cfg, run_dir)
         if found is None:
-            log.warning("run.ckpt_path=last: no checkpoint of this recipe yet; starting from scratch")
+            log.warning("run.ckpt_path=last: no checkpoint of this recipe and config yet; starting from scratch")
             return None
         log.info(f"resuming from {found}")
         return str(found)
@@ -144,6 +195,22 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
         raise UserError(f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the"
                         " newest good one") from None
     return str(path)
+
+
+def keep_checkpoints_together(cfg: DictConfig, ckpt_path: str | None) -> None:
+    """A run resumed from an earlier run folder of its recipe saves its checkpoints in that run's checkpoint
+    folder, so one run's checkpoints stay in one place however often it is resumed."""
+    checkpoint = cfg.get("callbacks", {}).get("checkpoint") if ckpt_path else None
+    if checkpoint is None:
+        return
+    runs = (Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs").resolve()
+    source = Path(ckpt_path).resolve()
+    if runs not in source.parents or Path(cfg.paths.output_dir).resolve() in source.parents:
+        return
+    folder = source.parent if source.parent.name == "checkpoints" else source.parent / "checkpoints"
+    with open_dict(cfg):
+        checkpoint.dirpath = str(folder)
+    log.info(f"checkpoints of this resumed run go to {folder}, beside the ones it resumed from")
 
 
 def wandb_run_id(ckpt_path: str | None) -> str | None:

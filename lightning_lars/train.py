@@ -9,33 +9,46 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
+
+STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
 
 import hydra
-import lightning as L
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_lars import config, preemption, preflight, report, resume
-from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
-from lightning_lars.callbacks.schedule import ScheduleCallback
+from lightning_lars import config, preflight
 from lightning_lars.errors import UserError
-from lightning_lars.provenance import provenance
-from lightning_lars.recipe_plan import apply_plan, make_plan
-from lightning_lars.scaling import plan_batch
+
+# torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: `main` checks the command line first, and
+# the stack is imported by the functions that use it, so a mistake is reported in about a second.
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
+# Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 def build(cfg: DictConfig, ckpt_path: str | None = None):
     """Instantiate every part; returns (trainer, module, datamodule, plan). ``ckpt_path``: the run being resumed."""
+    from lightning.pytorch.utilities import rank_zero_info
+
+    from lightning_lars import preemption, resume, target_checks
+    from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+    from lightning_lars.callbacks.run_history import RunHistory
+    from lightning_lars.callbacks.schedule import ScheduleCallback
+    from lightning_lars.provenance import provenance
+    from lightning_lars.recipe_plan import apply_plan, make_plan
+    from lightning_lars.scaling import plan_batch
+
+    target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
     rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
-    callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint()]
+    # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
+    callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint(), SignalCheckpoint(signal_names=["SIGINT"]), RunHistory()]
     logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
               if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
@@ -58,6 +71,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
                        f" at {planned_images} (epoch_length.num_train_images): steps follow the data")
     for line in plan.describe():
         rank_zero_info(f"[lightning-lars] {line}")
+    rank_zero_info(f"[lightning-lars] start-up {time.perf_counter() - STARTED:.1f} s (command line to first build)")
     if trainer.logger is not None:
         trainer.logger.log_hyperparams({
             "config": OmegaConf.to_container(cfg, resolve=True),
@@ -68,9 +82,14 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
+    import lightning as L
+
+    from lightning_lars import report, resume
+
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
+    resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
     trainer, module, datamodule, _plan = build(cfg, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.run.validate_at_end and not trainer.interrupted:
@@ -91,6 +110,8 @@ def fail(err: UserError) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
+    from lightning_lars import preemption
+
     try:
         run(cfg)
     except UserError as err:
@@ -106,11 +127,16 @@ def hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
-        cfg = config.check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
+        overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+        cfg, accepted = config.check_command_line(overrides)
         if not preflight.prints_only(sys.argv[1:]):  # `--cfg job` prints the config: no data needed
             preflight.check_dataset(cfg)
     except UserError as err:
         fail(err)
+    as_given = dict(zip(overrides, accepted))  # `trainer.max_steps=1` -> `+trainer.max_steps=1` for Hydra
+    sys.argv = [sys.argv[0], *(as_given.get(a, a) for a in sys.argv[1:])]
+    from lightning_lars import preemption
+
     sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
     hydra_main()
 

@@ -90,5 +90,8 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str
     if mode in ("offline", "dryrun"):
         _notice(reason, save_dir)
     settings = {"silent": True, "init_timeout": init_timeout_s, **kwargs.pop("settings", {})}
-    return FallbackWandbLogger(project=project, save_dir=save_dir, name=name, offline=mode != "online",
-                               settings=settings, **kwargs)
+    logger = FallbackWandbLogger(project=project, save_dir=save_dir, name=name, offline=mode != "online",
+                                 settings=settings, **kwargs)
+    if logger._wandb_init.get("anonymous") is None:  # Lightning passes anonymous=None: W&B warns at every start
+        logger._wandb_init.pop("anonymous", None)
+    return logger

@@ -187,6 +187,22 @@ def _write_json_atomic(path, payload):
     os.replace(tmp, path)
 
 
+def _damaged_files(out, manifest):
+    """The .beton files in ``out`` whose header, size or sample count disagree with ``manifest``."""
+    from lightning_lars.data.beton_header import read_num_samples
+
+    damaged = []
+    for split in SPLIT_IDS:
+        path = out / f"{split}.beton"
+        try:
+            intact = read_num_samples(str(path), "") == manifest["splits"][split]["num_images"]
+        except (UserError, KeyError, TypeError):
+            intact = False
+        if not intact:
+            damaged.append(str(path))
+    return damaged
+
+
 def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0,
                  force=False, num_workers=None, progress=True):
     """Generate the demo JPEGs under ``out/jpeg`` and convert them to ``out/{train,val}.beton``.
@@ -203,9 +219,13 @@ def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100,
     manifest = _read_json(out / MANIFEST_NAME)
     complete = (manifest is not None and manifest.get("demo") == params
                 and all((out / f"{split}.beton").is_file() for split in SPLIT_IDS))
-    if complete and not force:
-        print(f"demo data already complete in {out} (use --force to redo)")
+    damaged = _damaged_files(out, manifest) if complete else []
+    if complete and not damaged and not force:
+        print(f"demo data already complete in {out} (to redo it: make demo-data args=--force)")
         return None
+    if damaged:
+        print(f"{', '.join(damaged)} damaged (truncated or changed since it was written): converting again",
+              file=sys.stderr)
     if force or _read_json(jpeg_root / PARAMS_FILE) != params:
         shutil.rmtree(jpeg_root, ignore_errors=True)  # stale classes or extra files would leak into the betons
         make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed, num_workers)

@@ -23,9 +23,9 @@ import torch
 from ffcv.loader import Loader, OrderOption
 from ffcv.loader.epoch_iterator import EpochIterator
 from ffcv.pipeline.compiler import Compiler
-from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, HeaderType
 
 from lightning_lars.data import pipelines, seeded_ops
+from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
 from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
@@ -37,21 +37,6 @@ DEFAULT_PIPELINE = {
     "val": [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "to_device",
             "channels_last"],
 }
-
-
-def read_num_samples(path: str, prepare_command: str) -> int:
-    """Number of samples in a .beton, from its 24-byte header; a missing or damaged file is a ``UserError``."""
-    if not os.path.isfile(path):
-        raise UserError(f"dataset file {path} not found: prepare it with {prepare_command}")
-    size = os.path.getsize(path)
-    header = np.fromfile(path, dtype=HeaderType, count=1)
-    damaged = UserError(f"dataset file {path} is truncated or not an FFCV file: prepare it again with {prepare_command}")
-    if len(header) != 1 or int(header[0]["version"]) != CURRENT_VERSION:
-        raise damaged
-    table_bytes = size - int(header[0]["alloc_table_ptr"])  # the allocation table closes the file
-    if table_bytes < 0 or table_bytes % ALLOC_TABLE_TYPE.itemsize:
-        raise damaged
-    return int(header[0]["num_samples"])
 
 
 def epoch_order(num_samples: int, *, seed: int, epoch: int, order: str) -> np.ndarray:

@@ -22,22 +22,25 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from lightning_lars.data.imagefolder import (
     EXPECTED_LAYOUT,
     check_split,
     children_ignore_sigint,
+    die_with_parent,
     list_classes,
     list_split,
     load_rgb,
+    progress_bar,
 )
 from lightning_lars.errors import UserError
 from lightning_lars.extras import require_ffcv
 
 MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")
-DEFAULT_PAGE_SIZE = 1 << 23  # bytes; FFCV's default (4 x 2 MiB). Grown when one raw image would not fit.
+DEFAULT_PAGE_SIZE = 1 << 23  # bytes; FFCV's default (4 x 2 MiB), for datasets of more than LARGE_DATASET bytes
+MIN_PAGE_SIZE = 1 << 21  # FFCV's smallest page: small datasets get it (each writer process pads its last page)
+LARGE_DATASET = 1 << 30  # bytes of raw pixels (upper bound) from which FFCV's default page is used
 
 
 class _LabelledImages:
@@ -90,13 +93,13 @@ def _make_writer_class():
                 allocator = MemoryAllocator(self.fname, self.data_region_start, self.page_size)
                 worker_args = (work_queue, self.metadata_sm, self.metadata_type, self.fields, allocator,
                                done_number, allocations_queue, *extra_worker_args)
-                processes = [multiprocessing.Process(target=work_fn, args=worker_args, daemon=True)
-                             for _ in range(self.num_workers)]
+                processes = [multiprocessing.Process(target=_worker_dying_with_parent, args=(work_fn, *worker_args),
+                                                     daemon=True) for _ in range(self.num_workers)]
                 with children_ignore_sigint():
                     for process in processes:
                         process.start()
                 allocation_list = []
-                with tqdm(total=num_samples, desc=self.description, unit="img", disable=not self.progress) as bar:
+                with progress_bar(num_samples, self.description, self.progress) as bar:
                     while len(allocation_list) < len(processes):
                         bar.update(done_number.value - bar.n)
                         failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
@@ -123,6 +126,21 @@ def _make_writer_class():
                 self.metadata_sm.unlink()
 
     return GuardedDatasetWriter
+
+
+def _worker_dying_with_parent(work_fn, *args):
+    die_with_parent()  # FFCV's writer processes would outlive a `kill -9` of prepare, ~0.5 GB each
+    work_fn(*args)
+
+
+def _default_page_size(num_images, largest_hw, max_resolution):
+    """FFCV's 8 MiB page for large datasets; its 2 MiB minimum for small ones, where each writer process's
+    padded last page would be most of the file (500 small images: 25 MB with 8 MiB pages)."""
+    height, width = largest_hw
+    if max_resolution is not None and max(height, width) > max_resolution:
+        scale = max_resolution / max(height, width)
+        height, width = int(height * scale) + 1, int(width * scale) + 1
+    return DEFAULT_PAGE_SIZE if num_images * height * width * 3 > LARGE_DATASET else MIN_PAGE_SIZE
 
 
 def _page_size_for(largest_hw, max_resolution, minimum=DEFAULT_PAGE_SIZE):
@@ -152,6 +170,34 @@ def verify_beton(path, labels):
         raise RuntimeError(f"{path}: some images have no data in the allocation table")
     if len(table) and os.path.getsize(path) < int((table["ptr"] + table["size"]).max()):
         raise RuntimeError(f"{path}: file is shorter than its allocation table says (truncated)")
+
+
+def _check_writable(out):
+    """``out`` must be a folder we can write: a file, a read-only file system or a missing permission is one
+    line naming the path, before any image is read."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: give a folder for train.beton, val.beton and"
+                        f" {MANIFEST_NAME}")
+    probe = out / f".write-test-{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+    except OSError as error:
+        raise UserError(f"cannot write to --out {out} ({error.strerror or error}): choose a writable folder") from None
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _warn_about_older_splits(out, splits):
+    """A .beton of a split not converted now stays from an earlier conversion: its classes may not match."""
+    older = sorted(p.name for p in out.glob("*.beton") if p.name.removesuffix(".beton") not in splits)
+    if older:
+        print(f"warning: {out} keeps {', '.join(older)} from an earlier conversion (not rewritten with --splits"
+              f" {','.join(splits)}); its classes may differ from the new files: delete it or convert it too",
+              file=sys.stderr)
 
 
 def _remove_stale_temporaries(out):
@@ -202,7 +248,7 @@ def _validate_settings(max_resolution, jpeg_quality, compress_probability, write
 
 def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probability=None,
             write_mode="proportion", smart_threshold=None, num_workers=None, strict=False,
-            splits=("train", "val"), progress=True, seed=0, page_size=DEFAULT_PAGE_SIZE, manifest_extra=None):
+            splits=("train", "val"), progress=True, seed=0, page_size=None, manifest_extra=None):
     """Convert ``src/<split>/<class>/*`` into ``out/<split>.beton`` plus ``out/manifest.json``.
 
     Args:
@@ -215,6 +261,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
         seed: seeds the per-image jpg/raw choice of 'proportion' mode.
         page_size: minimum FFCV page in bytes, a power of two >= 2 MiB (each writer process pads its last
             page, so small datasets want small pages); grown automatically to hold the largest raw image.
+            None: chosen from the data (2 MiB below 1 GiB of raw pixels, else FFCV's 8 MiB).
         manifest_extra: extra top-level keys for manifest.json.
 
     Returns the manifest dict (also written to ``out/manifest.json``).
@@ -222,7 +269,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     require_ffcv(f"converting {src} to FFCV files", "train from the image folders with data=imagefolder")
     num_workers = num_workers or len(os.sched_getaffinity(0))
     _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
-                       num_workers, splits, page_size)
+                       num_workers, splits, page_size or MIN_PAGE_SIZE)
     if compress_probability is None:
         compress_probability = 0.5
     src, out = Path(src), Path(out)
@@ -235,8 +282,9 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
             if strict:
                 raise UserError(f"{message}; add images or remove the folders, or drop --strict")
             print(f"warning: {message} (their labels are kept)", file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_writable(out)
     _remove_stale_temporaries(out)
+    _warn_about_older_splits(out, splits)
 
     from ffcv.fields import IntField, RGBImageField
 
@@ -256,7 +304,8 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
                                              smart_threshold=smart_threshold, jpeg_quality=jpeg_quality,
                                              compress_probability=compress_probability),
                       "label": IntField()}
-            writer = writer_class(str(tmp), fields, page_size=_page_size_for(largest, max_resolution, page_size),
+            minimum = page_size or _default_page_size(len(listing.samples), largest, max_resolution)
+            writer = writer_class(str(tmp), fields, page_size=_page_size_for(largest, max_resolution, minimum),
                                   num_workers=num_workers, description=f"write {listing.name}", progress=progress)
             writer.from_indexed_dataset(_LabelledImages(listing.samples, max_resolution, seed), chunksize=100)
             verify_beton(tmp, [label for _, label in listing.samples])

@@ -21,10 +21,10 @@ def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):
     logger = CSVLogger(tmp_path)
     fit = trainer([monitor, ScheduleCallback()], tmp_path, max_steps=5, logger=logger, limit_val_batches=0)
     fit.fit(module, loader(images(48)))
-    assert [step for step, _, _ in monitor.history] == [0, 2, 4]
-    assert [lr for _, _, lr in monitor.history] == pytest.approx([schedule(0), schedule(2), schedule(4)])
+    assert [step for step, *_ in monitor.history] == [0, 2, 4]
+    assert [lr for _, _, lr, *_ in monitor.history] == pytest.approx([schedule(0), schedule(2), schedule(4)])
     # 6 batches per epoch; step s is taken during batch s, when s batches are complete
-    assert [epoch for _, epoch, _ in monitor.history] == pytest.approx([0, 2 / 6, 4 / 6])
+    assert [epoch for _, epoch, *_ in monitor.history] == pytest.approx([0, 2 / 6, 4 / 6])
     logger.save()
     header = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
     groups = fit.optimizers[0].param_groups
@@ -40,7 +40,7 @@ def test_hparam_monitor_history_stays_bounded_and_even():
         if step % monitor._history_stride == 0:
             monitor._record(step, 0.0, 1.0)
     assert len(monitor.history) <= 8
-    steps = [s for s, _, _ in monitor.history]
+    steps = [s for s, *_ in monitor.history]
     assert steps[0] == 0 and len({b - a for a, b in itertools.pairwise(steps)}) == 1  # evenly spaced
 
 

@@ -52,3 +52,6 @@ def test_terminal_bar_shows_lr_throughput_and_eta(tmp_path, capsys):
     fit.fit(classifier("sgd", lr_schedule=lambda step: 0.125), loader(images(32)))
     shown = capsys.readouterr().out
     assert "lr=0.125" in shown and "img/s=" in shown and "eta=0:00:00" in shown
+    final = shown.split("\r")[-1]
+    assert "Epoch 1/1" in final and "Epoch 0" not in shown  # numbered as the plain lines: "epoch 1/1"
+    assert "<" not in final  # one ETA (the run's): no tqdm "elapsed<remaining" beside it

@@ -95,7 +95,7 @@ def boring_trainer(tmp_path, callbacks, max_steps=6, **kwargs) -> L.Trainer:
                      plugins=[AtomicCheckpointIO()], **kwargs)
 
 
-def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatch):
+def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatch, caplog):
     class FailFromStep(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if trainer.global_step == 3:
@@ -103,8 +103,12 @@ def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatc
 
     ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=1)
     trainer = boring_trainer(tmp_path, [FailFromStep(), ckpt])
-    trainer.fit(BoringModel())
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.callbacks.checkpointing"):
+        trainer.fit(BoringModel())
     monkeypatch.undo()
+    kept = [r.getMessage().split()[1].rstrip(":") for r in caplog.records if r.getMessage().startswith("keeping ")]
+    # step 4 failed: "keeping epoch0-step2"; step 6 failed too, and its predecessor step 4 was never written
+    assert kept == [str(tmp_path / "ckpt" / "epoch0-step2.ckpt")]
     # saves at steps 2 (ok), 4 and 6 (disk full): plain ModelCheckpoint would have deleted step=2 at step 4
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["epoch0-step2.ckpt"]
     assert trainer.strategy.checkpoint_io.num_failed_writes == 2
@@ -128,9 +132,9 @@ def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatc
             monkeypatch.delenv(name)
     trainer = boring_trainer(tmp_path, [SignalAt(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
                              max_steps=20, accumulate_grad_batches=2)
-    with pytest.raises(Preempted, match="run.ckpt_path=last"):
-        trainer.fit(BoringModel())
     saved = tmp_path / "ckpt" / "signal-step3.ckpt"  # signal during step 2 -> saved once step 3 completed
+    with pytest.raises(Preempted, match=f"resume with: python -m lightning_lars.train .*run.ckpt_path={saved}"):
+        trainer.fit(BoringModel())
     meta = resume.load_meta(saved)
     assert meta["global_step"] == 3
     progress = meta["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
@@ -169,6 +173,42 @@ def cfg_for(tmp_path, ckpt_path, run_dir="runs/now"):
                              "paths": {"output_dir": str(tmp_path / "logs/demo" / run_dir),
                                        "log_dir": str(tmp_path / "logs")},
                              "logger": {"_target_": "lightning_lars.wandb_logger.wandb_logger"}})
+
+
+def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    callbacks = [SignalAt(step=2, signum=signal.SIGINT), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "a")]
+    with pytest.raises(Preempted, match="signal SIGINT at step 3"):
+        boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
+    assert resume.load_meta(tmp_path / "a" / "signal-step3.ckpt")["global_step"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before after fit
+
+    class SecondCtrlC(SignalAt):
+        def on_before_backward(self, trainer, pl_module, loss):
+            if trainer.global_step == self.step:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)  # impatient: the second one ends the run without a save
+
+    trainer = boring_trainer(tmp_path, [SecondCtrlC(step=2), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
+                             max_steps=20)
+    try:
+        with pytest.raises(SystemExit):  # Lightning's KeyboardInterrupt handling: graceful shutdown, exit 1
+            trainer.fit(BoringModel())
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores SIGINT from then on
+    assert not list((tmp_path / "b").glob("signal-*"))
+
+
+def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
+    # BoringModel: 64 batches per epoch; 70 steps = 1 epoch + 6; steps every 20, every epoch, and the end
+    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=1, save_top_k=-1)
+    boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == ["epoch0-step20.ckpt", "epoch0-step40.ckpt", "epoch0-step60.ckpt", "epoch0-step64.ckpt",
+                     "epoch1-step70.ckpt"]
+    assert resume.load_meta(tmp_path / "ckpt" / "epoch1-step70.ckpt")["global_step"] == 70
 
 
 def test_last_picks_newest_loadable_checkpoint_skipping_damaged(tmp_path, monkeypatch, caplog):

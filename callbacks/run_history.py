@@ -1,0 +1,64 @@
+"""Per-epoch numbers for the run's report.png: train and val loss, val top-1, training images/s."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+
+from lightning_lars.callbacks.hparam_monitor import epoch_of
+
+
+def _scalar(metrics, key: str) -> float | None:
+    value = metrics.get(key)
+    value = float(value) if value is not None else None
+    return value if value is not None and math.isfinite(value) else None
+
+
+class RunHistory(L.Callback):
+    """Keeps ``epochs``: one dict per finished training epoch and per evaluation, for the run report.
+
+    Training epochs give ``train_loss`` (the epoch mean Lightning logged) and ``images_per_sec`` (all devices,
+    training batches only: data wait counts, validation does not); evaluations give ``val_loss`` and
+    ``val_top1`` (percent) at their fractional epoch. Saved in checkpoints, so a resumed run plots its whole
+    history.
+    """
+
+    def __init__(self):
+        self.epochs: list[dict[str, float]] = []
+        self._epoch_start: float | None = None
+        self._images = 0
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._epoch_start, self._images = time.perf_counter(), 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        images = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._images += int(images.shape[0])
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        row = {"epoch": float(trainer.current_epoch + 1)}
+        loss = _scalar(trainer.callback_metrics, "train/loss_epoch")
+        if loss is not None:
+            row["train_loss"] = loss
+        if self._epoch_start is not None and self._images:
+            row["images_per_sec"] = self._images * trainer.world_size / (time.perf_counter() - self._epoch_start)
+        self.epochs.append(row)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        row = {"epoch": epoch_of(trainer)}
+        for key, name, scale in (("val/loss", "val_loss", 1.0), ("val/top1", "val_top1", 100.0)):
+            value = _scalar(trainer.callback_metrics, key)
+            if value is not None:
+                row[name] = scale * value
+        if len(row) > 1:
+            self.epochs.append(row)
+
+    def state_dict(self):
+        return {"epochs": [dict(row) for row in self.epochs]}
+
+    def load_state_dict(self, state_dict):
+        self.epochs = [dict(row) for row in state_dict.get("epochs", [])]

@@ -1,0 +1,207 @@
+"""Issue 15, a new user's first hour, through the real entry points (``python -m lightning_lars.train``,
+``make``, ``python -m lightning_lars.data.prepare``): mistakes that need the heavy stack are one line (exit 2,
+no traceback, no empty W&B run); Ctrl-C checkpoints and prints the command that resumes; the printed command
+resumes into the same checkpoint folder, with step and epoch checkpoints together and the final state saved;
+``run.ckpt_path=last`` refuses a run of another config; prepare's workers die with it on ``kill -9``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lightning_lars import resume
+from lightning_lars.data.beton_header import read_num_samples
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+ENV.pop("WANDB_SERVICE", None)
+DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]  # 160 train / 80 val images
+
+
+def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+    for phrase in phrases:
+        assert phrase in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    made = run("-m", "lightning_lars.data.demo", "--out", str(root / "demo"), *DEMO_ARGS)
+    assert made.returncode == 0, made.stderr[-2000:]
+    return root
+
+
+ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine does not have
+
+
+@pytest.mark.parametrize("override, phrases", [
+    ("model.arch=resnet5O", ["model.arch=resnet5O: timm has no such model", "resnet50"]),
+    (f"trainer.accelerator={ACCELERATOR}", [f"trainer.accelerator={ACCELERATOR}, but this machine has no",
+                                            "trainer.accelerator=auto"]),
+    ("trainer.precision=17", ["trainer.precision=17 is not a precision Lightning takes", "bf16-mixed"]),
+    ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
+])
+def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, data_dir, tmp_path):
+    out = tmp_path / "run"
+    done = run("-m", "lightning_lars.train", "debug=toy", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}",
+               override)
+    assert_one_line_error(done, *phrases)
+    assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
+
+
+def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_dir, tmp_path):
+    logs = tmp_path / "logs"
+    args = ["recipe=demo", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={logs}",
+            "batch.global_size=32", "batch.max_per_device=16",  # 5 steps per epoch
+            "trainer.max_steps=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1",
+            "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # + every epoch
+    first = subprocess.Popen([sys.executable, "-m", "lightning_lars.train", *args], cwd=ROOT, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in first.stdout:  # a real Ctrl-C, once training runs
+        if line.startswith("[train] epoch 1/2 step 1/7"):
+            first.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0 and "Traceback" not in stdout + stderr, stderr[-3000:]
+    (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGINT at step" in ln]
+    command = shlex.split(stopped.split("resume with: ", 1)[1])
+    saved = Path(command[-1].removeprefix("run.ckpt_path="))
+    step = resume.load_meta(saved)["global_step"]
+    assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 5
+
+    changed = run("-m", "lightning_lars.train", *args, "run.ckpt_path=last", "model.arch=resnet18")
+    assert_one_line_error(changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}")
+
+    assert command[:3] == ["python", "-m", "lightning_lars.train"]
+    resumed = run(*command[1:])
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    folder = saved.parent
+    names = sorted(p.name for p in folder.glob("*.ckpt"))
+    assert "epoch0-step5.ckpt" in names  # the epoch trigger, beside the step trigger (2, 4, 6)
+    assert {"epoch0-step4.ckpt", "epoch1-step6.ckpt", "epoch1-step7.ckpt", "last.ckpt"} <= set(names)
+    assert resume.load_meta(folder / "last.ckpt")["global_step"] == 7  # the final state, off the 2-step grid
+    runs = sorted((logs / "demo" / "runs").iterdir())
+    assert len(runs) == 3 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
+    assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
+
+
+def test_damaged_demo_file_is_made_again_by_make_demo_data(data_dir, tmp_path):
+    copy = tmp_path / "demo"
+    shutil.copytree(data_dir / "demo", copy)
+    whole = (copy / "train.beton").read_bytes()
+    (copy / "train.beton").write_bytes(whole[: len(whole) // 2])
+    made = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}",
+                           "demo-data", f"out={copy}", f"args={' '.join(DEMO_ARGS)}"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert "train.beton damaged" in made.stderr
+    assert read_num_samples(str(copy / "train.beton"), "") == 160
+
+
+def image_tree(root: Path, per_class: int, size: tuple[int, int] = (24, 20)) -> Path:
+    noise = np.random.default_rng(0).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    for split in ("train", "val"):
+        for name in ("cat", "dog"):
+            (root / split / name).mkdir(parents=True)
+            for index in range(per_class):
+                Image.fromarray(np.roll(noise, index, axis=1)).save(root / split / name / f"{index}.jpg")
+    return root
+
+
+def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
+    src = image_tree(tmp_path / "src", 250)  # 500 small images per split
+    cat = src / "train" / "cat"
+    (cat / "gone.jpg").symlink_to(tmp_path / "missing.jpg")
+    (cat / "loop.jpg").symlink_to(cat / "loop.jpg")
+    (cat / "more").mkdir()
+    shutil.copy(cat / "0.jpg", cat / "more" / "0.jpg")
+    out = tmp_path / "out"
+    done = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--workers", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "\r" not in done.stderr + done.stdout  # not a terminal: plain lines, no tqdm redraws
+    assert "write train: 500/500" in done.stderr
+    for path, reason in ((cat / "gone.jpg", "symlink leads nowhere"), (cat / "loop.jpg", "symlink loop"),
+                         (cat / "more", "folder inside a class folder")):
+        assert any(str(path) in line and reason in line for line in done.stderr.splitlines()), done.stderr
+    assert (out / "train.beton").stat().st_size < 8 << 20  # 2 MiB pages for a small dataset, not 25 MB
+
+    again = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--splits", "train")
+    assert again.returncode == 0 and "keeps val.beton from an earlier conversion" in again.stderr, again.stderr
+
+    a_file = tmp_path / "not_a_folder"
+    a_file.write_text("")
+    for where, phrase in ((a_file, "is a file, not a folder"), (a_file / "sub", "cannot write to --out")):
+        wrong = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(where))
+        assert_one_line_error(wrong, phrase)
+
+
+def _forked_workers(pid: int) -> set[int]:
+    """Children of ``pid`` forked from it (same command line; not multiprocessing's resource tracker)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            forked = (status.parent / "cmdline").read_bytes() == Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(pid) and forked:
+            found.add(int(status.parent.name))
+    return found
+
+
+def test_prepare_workers_die_with_a_killed_parent(tmp_path):
+    # 2 x 1000 noise images of 256 px, re-encoded as JPEG: several seconds of work per writer process, so a
+    # worker that is still there 2 s after its parent's death was not killed with it
+    src = image_tree(tmp_path / "src", 1000, (256, 256))
+    out = tmp_path / "out"
+    parent = subprocess.Popen([sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out",
+                               str(out), "--workers", "2", "--write-mode", "jpg"], cwd=ROOT, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    workers: set[int] = set()
+    while time.monotonic() < deadline and parent.poll() is None:  # FFCV's writer processes are running
+        if list(out.glob("train.beton.tmp-*")):
+            workers = _forked_workers(parent.pid)
+            if len(workers) == 2:
+                break
+        time.sleep(0.02)
+    assert workers, "the writer never started"
+    parent.kill()  # kill -9
+    parent.wait()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
+                                              for pid in workers):
+        time.sleep(0.1)
+    alive = [pid for pid in workers if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+    for pid in alive:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"writer processes {alive} outlived their parent"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return "gone"

@@ -1,0 +1,80 @@
+"""Issue 15: a new user's mistakes on the command line, made the way a user makes them (``python -m
+lightning_lars.train ...`` and ``make ...``): exit code 2, one ``error:`` line naming the fix, no traceback.
+
+These are found before torch, Lightning or FFCV are imported, so each costs about a second; mistakes that need
+the heavy stack (a model name, an accelerator, a checkpoint's config) are in tests/integration/test_first_hour.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_lars import check, config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["trainer.max_epochs=abc"], ["trainer.max_epochs=abc: expected an integer", "trainer.max_epochs=8"]),
+    (["batch.global_size=abc"], ["batch.global_size=abc: expected an integer"]),
+    (["scheduler.base_lr=abc"], ["scheduler.base_lr=abc: expected a number"]),
+    (["seed=abc"], ["seed=abc: expected an integer"]),
+    (["trainer.deterministic=maybe"], ["trainer.deterministic=maybe: expected true or false"]),
+    (["batch.max_per_device=0"], ["batch.max_per_device=0: expected an integer >= 1"]),
+    (["trainer.max_epochs=0"], ["trainer.max_epochs=0: expected an integer >= 1 (or -1: no limit)"]),
+    (["seed=-3"], ["seed=-3: expected an integer in 0..4294967295"]),
+    (["recipe=goyal_8k", "batch.global_size=-8192"], ["batch.global_size=-8192"]),
+    # a dataset folder of the user's own: the error names the command that writes that folder
+    (["paths.data_dir=/nonexistent/mydata"], ["/nonexistent/mydata/demo/train.beton not found",
+                                              "make demo-data out=/nonexistent/mydata/demo"]),
+])
+def test_wrong_values_are_one_line_before_anything_is_built(args, phrases, tmp_path):
+    assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+
+
+def test_the_same_mistakes_through_make(tmp_path):
+    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    for args, phrase in ((["recipe=goyal8k"], "unknown recipe 'goyal8k'"),
+                         (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: expected an integer")):
+        done = subprocess.run([*make, *args, f"paths.log_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and phrase in errors[0], done.stderr  # make adds only its own "Error 2" line
+
+
+def test_a_trainer_argument_needs_no_plus_but_an_unread_key_is_still_refused():
+    cfg, accepted = config.check_command_line(["trainer.max_steps=1", "trainer.limit_val_batches=1", "seed=3"])
+    assert accepted == ["+trainer.max_steps=1", "+trainer.limit_val_batches=1", "seed=3"]
+    assert cfg.trainer.max_steps == 1 and cfg.trainer.limit_val_batches == 1
+    with pytest.raises(config.UserError, match="unknown config key 'trainer.max_step'"):
+        config.check_command_line(["trainer.max_step=1"])
+    cfg, accepted = config.check_command_line(["debug=toy", "trainer.max_steps=2"])  # set by toy.yaml: no plus
+    assert accepted == ["debug=toy", "trainer.max_steps=2"] and cfg.trainer.max_steps == 2
+
+
+def test_the_demo_recipe_has_a_target_for_make_check():
+    target, source = check.target_of(config.check_overrides(["recipe=demo"]))
+    assert (target, source) == (70.0, "callbacks.time_to_target.target_top1")
