@@ -55,8 +55,8 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
     (["paths.data_dir=/nonexistent/data"], ["/nonexistent/data/demo/train.beton not found", "make demo-data"]),
     # issue 11: the recipe keys fail at composition, naming the recipe and the key
     (["epoch_length.mode=ragged"], ["recipe demo: epoch_length.mode is 'ragged'", "drop_last, padded, fixed"]),
-    (["recipe=ying_tpu_32k", "evaluation.offset_epochs=90"],
-     ["recipe ying_tpu_32k: evaluation.offset_epochs (90) is past the run"]),
+    (["recipe=fujitsu_86k", "evaluation.offset_epochs=90"],
+     ["recipe fujitsu_86k: evaluation.offset_epochs (90) is past the run"]),
     (["deviations=[{technique: BN, published: '32', ours: '16'}]"], ["recipe demo: deviations[0].why is missing"]),
 ])
 def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
