@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-LOCK := requirements/lock-newest.txt
+LOCK := lightning_lars/requirements/lock-newest.txt
 OLDEST_VENV := .venv-oldest
 APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
@@ -44,10 +44,10 @@ $(STAMP): pyproject.toml $(LOCK)
 
 install: $(STAMP) ## create .venv and install the project at the locked newest versions (once)
 
-$(OLDEST_VENV)/.installed: requirements/oldest.txt
+$(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q -r requirements/oldest.txt
+	$(OLDEST_VENV)/bin/python -m pip install -q -r lightning_lars/requirements/oldest.txt
 	@touch $@
 
 train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
@@ -87,7 +87,7 @@ test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
 	$(PY) -m pytest -q --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
 
-test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (requirements/oldest.txt, torch 2.11)
+test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
 	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
 
 test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from another folder (as a user would)

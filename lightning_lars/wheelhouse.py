@@ -5,7 +5,7 @@
     # on the node:  pip install --no-index --find-links wheelhouse 'lightning-lars[ffcv]'
 
 Run on a machine with internet (``make wheelhouse`` does). Binary wheels come from PyPI through ``pip download
---only-binary=:all:`` for the target's tags, at the versions of requirements/lock-newest.txt where the lock
+--only-binary=:all:`` for the target's tags, at the versions of lightning_lars/requirements/lock-newest.txt where the lock
 has them (the newest tested set). Packages that PyPI has only as source are built into wheels here: a
 pure-Python one serves any target; one with compiled code (FFCV) only a target like this machine (same
 Python, same OS libraries: FFCV links Debian's libturbojpeg and OpenCV), which is said, and it is left out.

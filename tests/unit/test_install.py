@@ -24,8 +24,8 @@ from lightning_lars.preflight import prints_only
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DECLARED = [Requirement(r) for r in [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["ffcv"]]]
-OLDEST = provenance.read_pins(ROOT / "requirements" / "oldest.txt")
-NEWEST = provenance.read_pins(ROOT / "requirements" / "lock-newest.txt")
+OLDEST = provenance.read_pins(ROOT / "lightning_lars" / "requirements" / "oldest.txt")
+NEWEST = provenance.read_pins(ROOT / "lightning_lars" / "requirements" / "lock-newest.txt")
 
 # Hides FFCV from the import system, as in an environment where it never built.
 BLOCK_FFCV = """
@@ -43,7 +43,7 @@ def test_oldest_set_pins_each_lower_bound_and_the_lock_lies_in_range(requirement
     name = canonicalize_name(requirement.name)
     lower = [s.version for s in requirement.specifier if s.operator == ">="]
     assert lower and not [s for s in requirement.specifier if s.operator in ("<", "<=", "==")], requirement
-    assert Version(OLDEST[name]) == Version(lower[0]), f"requirements/oldest.txt pins {name}=={OLDEST[name]}, pyproject says {lower}"
+    assert Version(OLDEST[name]) == Version(lower[0]), f"lightning_lars/requirements/oldest.txt pins {name}=={OLDEST[name]}, pyproject says {lower}"
     assert requirement.specifier.contains(NEWEST[name], prereleases=True), (name, NEWEST[name])
 
 
