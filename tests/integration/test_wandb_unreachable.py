@@ -45,6 +45,11 @@ def test_key_set_server_unreachable_goes_offline_in_bounded_time(server, init_ti
     monkeypatch.setenv("WANDB_BASE_URL", request.getfixturevalue(server))
     monkeypatch.setenv("WANDB_MODE", "online")  # restored after the test: Lightning sets it when offline
     monkeypatch.delenv("WANDB_MODE")            # credentials alone decide: online
+    # A W&B service or run left by an earlier in-process test keeps its own settings (its run folder among them):
+    # in the full slow tier the offline run then landed outside tmp_path. Start from none, as a job does.
+    wandb.teardown()
+    for name in ("WANDB_SERVICE", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
     caplog.set_level(logging.INFO)
     started = time.monotonic()
     logger = wandb_logger("lightning-lars-test", str(tmp_path), init_timeout_s=init_timeout_s)
