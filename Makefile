@@ -84,8 +84,12 @@ E2E := tests/integration/test_demo_end_to_end.py
 test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 	$(PY) -m pytest -q --durations=10 -m "not slow" tests $(E2E)
 
+# --tb=native: CPython 3.11's ast module keeps one recursion counter per interpreter; pytest's own traceback
+# formatting parses source with it while threads of torch/wandb run, and on CI a failure's report became
+# "INTERNALERROR SystemError: AST constructor recursion depth mismatch" (pytest-dev/pytest#10874, cpython#106905),
+# which hid the failure and stopped the run. Native tracebacks do not parse source.
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
-	$(PY) -m pytest -q --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
+	$(PY) -m pytest -q --tb=native --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
 
 test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
 	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
