@@ -56,7 +56,9 @@ LAMB_SOURCE = "optimization.py lines 23-27; run.sh lr 0.04, warmup 782, --weight
 # name -> (steps per epoch, total steps, eval steps, rows); row = (step, lr, weight decay, momentum, batch, source)
 GOLDEN = {
     "you_alexnet_bn_8k": (
-        N // 8192, 100 * (N // 8192), every_epoch(N // 8192, 100),
+        # 100 epochs = 15600 updates: the co-author's NVCaffe models/alexnet_bn/solver_8K.prototxt (borisgin/nvcaffe
+        # 448ad5b8) max_iter 15600 "# 100 epochs"; 1708.03888 sec. 6 counts 100 epochs at 16K as 7800 = 100 x 78
+        15600 // 100, 15600, every_epoch(15600 // 100, 100),
         # LR 14 at 8K: 1708.03888 Table 3(b); 5-epoch warmup, m 0.9, wd 0.0005, 100 epochs, poly p = 2: its sec. 5;
         # gamma_0 (1 - t/T)^2 from t = 0: its Algorithm 1 and Intel Caffe sgd_solver.cpp (read)
         caffe_rows(N // 8192, 100, 5, 14.0, 5e-4, 0.9, 8192, "1708.03888 Table 3(b), sec. 5, Algorithm 1"),
