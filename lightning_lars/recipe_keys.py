@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -153,17 +152,10 @@ def check_trainer_keys(recipe: str, cfg: DictConfig) -> None:
 
 
 def evaluation_spec(recipe: str, cfg: DictConfig) -> dict:
-    """``evaluation``, or, for a recipe not yet converted, ``trainer.check_val_every_n_epoch`` read as
-    ``evaluation.every_n_epochs`` with no offset (with a warning naming the move)."""
+    """``evaluation``; a recipe that still sets ``trainer.check_val_every_n_epoch`` fails naming the key that
+    replaced it (Lightning's epochs are loader passes and cannot offset the first evaluation)."""
     spec = _check_keys(recipe, "evaluation", cfg.get("evaluation"), EVALUATION_KEYS)
-    legacy = (cfg.get("trainer") or {}).get("check_val_every_n_epoch")
-    if legacy is None:
-        return spec
-    default = {"every_n_epochs": 1, "every_n_steps": None, "offset_epochs": 0, "offset_steps": 0}
-    if any(spec.get(k, v) != v for k, v in default.items()):
-        raise recipe_error(recipe, "trainer.check_val_every_n_epoch", "is not read when evaluation.* is set:"
-                            " remove it (evaluation.every_n_epochs schedules the evaluations)")
-    warnings.warn(f"recipe {recipe}: trainer.check_val_every_n_epoch={legacy} is read as evaluation.every_n_epochs"
-                  f"={legacy} with offset_epochs=0; move it to evaluation.every_n_epochs", FutureWarning,
-                  stacklevel=2)
-    return {**spec, "every_n_epochs": legacy}
+    if (cfg.get("trainer") or {}).get("check_val_every_n_epoch") is not None:
+        raise recipe_error(recipe, "trainer.check_val_every_n_epoch", "is no longer read: set"
+                           " evaluation.every_n_epochs (and evaluation.offset_epochs) instead")
+    return spec

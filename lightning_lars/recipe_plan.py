@@ -42,7 +42,7 @@ class RecipePlan:
     epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
     total_steps: int
     warmup_steps: int
-    decay_end_step: int  # where the LR schedule reaches its end value (normally total_steps)
+    decay_end_step: int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
     eval_steps: list[int]
     batch_plan: BatchPlan
     lr_schedule: Callable[[int], float]  # what update `step` uses (batch growth included)
@@ -96,6 +96,13 @@ class RecipePlan:
                 "decay_end_step": self.decay_end_step, "eval_steps": list(self.eval_steps), "peak_lr": self.peak_lr,
                 **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()}, "deviations": self.deviations}
 
+    def _decay_note(self) -> str:
+        if self.decay_end_step > self.total_steps:
+            return " (past the last step: the LR never reaches its end value)"
+        if self.decay_end_step < self.total_steps:
+            return f" (then flat to step {self.total_steps})"
+        return ""
+
     def describe(self) -> list[str]:
         """The plan lines train.py prints and the recipe card repeats (a test keeps them equal)."""
         evals = self.eval_steps
@@ -104,7 +111,7 @@ class RecipePlan:
             f"plan: {self.batch_plan.describe()}",
             (f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
             f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
-            f" {self.decay_end_step}; peak LR {self.peak_lr:.6g}"),
+            f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"),
             f"plan: {len(evals)} evaluations, after steps {shown}",
         ]
         lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
@@ -151,7 +158,7 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
 def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images."""
     from lightning_lars.callbacks.batch_size_control import GrownBatchSchedule
-    from lightning_lars.schedules import build_lr_schedule
+    from lightning_lars.schedules import build_lr_schedule, phase_steps
 
     check_trainer_keys(recipe, cfg)
     deviations = check_deviations(recipe, cfg.get("deviations"))
@@ -186,13 +193,7 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     base_schedule = schedule
     if growth is not None:
         schedule = GrownBatchSchedule(schedule, per_epoch, growth.growth, growth.scale_lr)
-    keywords = bound_keywords(schedule)
-    warmup = keywords.get("warmup_steps")
-    if warmup is None:
-        warmup = round(keywords.get("warmup_epochs", 0) * per_epoch)
-    decay_end = keywords.get("total_steps")
-    if decay_end is None:
-        decay_end = max(round(keywords.get("total_epochs", 0) * per_epoch), warmup + 1)
+    warmup, decay_end = phase_steps(base_schedule)  # as the schedule counts them, not epochs x steps
     if growth is not None:
         decay_end = total  # the grown schedule reads the base one at the same epoch: it ends with the run
     optimizer = cfg.optimizer

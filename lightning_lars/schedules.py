@@ -234,6 +234,30 @@ def schedule_keywords(schedule) -> dict:
     return keywords
 
 
+def phase_steps(schedule) -> tuple[int, int]:
+    """(warmup end, decay end) of a bound schedule, in steps, as the schedule itself counts them.
+
+    A source schedule whose boundaries are not epochs x ``steps_per_epoch`` (TF's ``w_steps = epochs * N // B``,
+    Fujitsu's explicit ``decay_steps``) carries a ``phase_steps`` function of its own keywords; the shapes here
+    warm up for ``warmup_steps`` or ``round(warmup_epochs * steps_per_epoch)`` steps and decay until
+    ``total_steps`` or ``round(total_epochs * steps_per_epoch)``. The card and the plan print these numbers."""
+    keywords, function = {}, schedule
+    while isinstance(getattr(function, "keywords", None), dict):  # nested partials: the outermost binding wins
+        keywords = {**function.keywords, **keywords}
+        function = function.func
+    own = getattr(function, "phase_steps", None)
+    if own is not None:
+        return own(**keywords)
+    per_epoch = keywords.get("steps_per_epoch", 0)
+    warmup = keywords.get("warmup_steps")
+    if warmup is None:
+        warmup = round(keywords.get("warmup_epochs", 0) * per_epoch)
+    decay_end = keywords.get("total_steps")
+    if decay_end is None:
+        decay_end = max(round(keywords.get("total_epochs", 0) * per_epoch), warmup + 1)
+    return int(warmup), int(decay_end)
+
+
 def build_lr_schedule(scheduler: Mapping, global_size: int, steps_per_epoch: int,
                       total_epochs: float) -> tuple[functools.partial, float]:
     """A ``conf/scheduler`` node -> (pure ``step -> lr`` function, peak LR).

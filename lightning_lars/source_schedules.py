@@ -83,6 +83,16 @@ def tf_lars_poly(
                                end_learning_rate=end_lr, power=power)
 
 
+def _tf_lars_poly_phases(*, warmup_epochs, total_steps, num_train_images, global_batch, **_) -> tuple[int, int]:
+    """TF's ``w_steps = warmup_epochs * N // B`` (977 at 32K over 25 epochs, not 25 x 39 = 975), and the step
+    where ``polynomial_decay`` over ``total_steps - w_steps + 1`` steps would reach ``end_lr``: one past the run."""
+    warmup_steps = warmup_epochs * num_train_images // global_batch
+    return warmup_steps, warmup_steps + (total_steps - warmup_steps + 1)
+
+
+tf_lars_poly.phase_steps = _tf_lars_poly_phases  # read by schedules.phase_steps for the card and the plan
+
+
 def _fujitsu_decay(step: int, warmup_steps: int, decay_steps: int, end_lr_ratio: float, power: float) -> float:
     """Explorer ``decay_power`` with ``decay_after_warmup`` and ``smooth_decay`` (per iteration), clipped."""
     current = min(max(step - warmup_steps, 0), decay_steps)
@@ -111,6 +121,16 @@ def fujitsu_lr(
     update = step + 1
     base = peak_lr * update / warmup if update < warmup else peak_lr
     return base * _fujitsu_decay(step, warmup, decay_steps, end_lr_ratio, power)
+
+
+def _fujitsu_lr_phases(*, warmup_epochs, steps_per_epoch, decay_steps, **_) -> tuple[int, int]:
+    """The explorer's ``warmup_step`` and the end of its decay, ``warmup_step + decay_steps``: 540 + 780 = 1320
+    in the 86k run, after which the LR stays flat at ``peak * end_lr_ratio`` until the run ends (1350)."""
+    warmup_steps = warmup_epochs * steps_per_epoch
+    return warmup_steps, warmup_steps + decay_steps
+
+
+fujitsu_lr.phase_steps = _fujitsu_lr_phases  # read by schedules.phase_steps for the card and the plan
 
 
 def fujitsu_wd_coefficient(

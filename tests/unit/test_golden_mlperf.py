@@ -36,6 +36,8 @@ class Golden:
     eval_steps: list[int] | None  # every step after which the source evaluated
     crossed_at: int | None  # the eval step at which the published run first reached its target
     rows: dict[int, dict] = field(default_factory=dict)  # step -> {lr, weight_decay, momentum, global_batch}
+    warmup_steps: int | None = None  # the step at which the source's warmup ends (its post-warmup clock's zero)
+    decay_end_step: int | None = None  # warmup + the source's decay steps: where its LR would reach its end value
 
 
 def _rows(steps, lrs, *, weight_decay, momentum, global_batch):
@@ -61,7 +63,9 @@ def golden(name: str) -> Golden:
             rows=_rows([0, 1, 725, 726, 1000, 1979], lrs,
                        weight_decay=2e-4,  # log lars_opt_weight_decay 0.0002
                        momentum=0.9,  # fit.py --mom default 0.9
-                       global_batch=59904))  # log global_batch_size 59904
+                       global_batch=59904),  # log global_batch_size 59904
+            warmup_steps=spe * 33,  # PolySchedule warmup = epoch size x log opt_learning_rate_warmup_epochs 33
+            decay_end_step=spe * 33 + 1254)  # + log lars_opt_learning_rate_decay_steps 1254
     if name == "nvidia_mlperf10_3264":
         # fit.py get_epoch_size: ceil(int(N / 8) / 408) = 393; PolySchedule(10.5 log lars_opt_base_learning_rate,
         # 393 x 37 (NUMEPOCHS=37), 393 x 2 (log lars_opt_learning_rate_warmup_epochs 2), end 0.0001 log
@@ -76,7 +80,9 @@ def golden(name: str) -> Golden:
             rows=_rows([0, 785, 786, 7000, spe * 35 - 1, spe * 37 - 1], lrs,
                        weight_decay=5e-5,  # log lars_opt_weight_decay 5e-05
                        momentum=0.9,  # log lars_opt_momentum 0.9
-                       global_batch=3264))  # log global_batch_size 3264
+                       global_batch=3264),  # log global_batch_size 3264
+            warmup_steps=spe * 2,  # PolySchedule warmup = 393 x log lars_opt_learning_rate_warmup_epochs 2
+            decay_end_step=spe * 37)  # PolySchedule iterations = 393 x 37 (the log's decay_steps 37 is epochs)
     if name == "google_mlperf06_32k":
         # tpu-v3-2048 run_and_time.sh --train_steps=2983 --iterations_per_loop=157; lars_util.py poly_rate_schedule
         # with log opt_base_learning_rate 31.2, opt_learning_rate_warmup_epochs 25, lars_opt_end_learning_rate 0.0001
@@ -89,7 +95,9 @@ def golden(name: str) -> Golden:
             rows=_rows([0, 976, 977, 978, 2000, 2982], lrs,
                        weight_decay=1e-4,  # log lars_opt_weight_decay 0.0001
                        momentum=0.9,  # resnet_main.py --momentum default 0.9
-                       global_batch=32768))  # log global_batch_size 32768
+                       global_batch=32768),  # log global_batch_size 32768
+            warmup_steps=25 * N // 32768,  # lars_util.py w_steps = w_epochs * num_train_images // batch = 977
+            decay_end_step=25 * N // 32768 + 2007)  # + log lars_opt_learning_rate_decay_steps 2007
     if name == "google_mlperf07_64k":
         # tpu-v3-8192-TF run_and_time.sh --train_steps=1738 --iterations_per_loop=79; lars_util.py with log
         # lars_opt_base_learning_rate 24.699, lars_opt_learning_rate_warmup_epochs 31, lars_opt_end_learning_rate 0.0001
@@ -102,7 +110,9 @@ def golden(name: str) -> Golden:
             rows=_rows([0, 605, 606, 607, 1200, 1737], lrs,
                        weight_decay=1e-4,  # log lars_opt_weight_decay 0.0001
                        momentum=0.951807,  # log lars_opt_momentum 0.951807
-                       global_batch=65536))  # log global_batch_size 65536
+                       global_batch=65536),  # log global_batch_size 65536
+            warmup_steps=31 * N // 65536,  # lars_util.py w_steps = 606
+            decay_end_step=31 * N // 65536 + 1133)  # + log lars_opt_learning_rate_decay_steps 1133
     if name == "ying_tpu_32k":
         # tensorflow/tpu b13e6b6 lars_util.py: batch 32768 -> plr 34.0, w_epochs 12; polynomial_decay default end
         # 0.0001; configs/cloud/v3-1024.yaml train_steps 3558; resnet_main.py train_and_eval: eval every
@@ -115,7 +125,9 @@ def golden(name: str) -> Golden:
             rows=_rows([0, 468, 469, 470, 2000, 3557], lrs,
                        weight_decay=1e-4,  # resnet_main.py --weight_decay default 1e-4
                        momentum=0.9,  # resnet_main.py --momentum default 0.9
-                       global_batch=32768))  # v3-1024.yaml train_batch_size
+                       global_batch=32768),  # v3-1024.yaml train_batch_size
+            warmup_steps=12 * N // 32768,  # lars_util.py w_steps = 469
+            decay_end_step=3558 + 1)  # lars_util.py: polynomial_decay over train_steps - w_steps + 1 steps after w_steps
     if name == "fujitsu_86k":
         # fit.py get_epoch_size: ceil(int(N / 2048) / 42) = 15; explorer.py + MultiFactorScheduler with log
         # opt_base_learning_rate 13.0, opt_learning_rate_warmup_epochs 36, lars_opt_learning_rate_decay_steps 780,
@@ -133,7 +145,9 @@ def golden(name: str) -> Golden:
             crossed_at=spe * 90,  # all 5 logs: first eval_accuracy > 0.759 at epoch_num 90
             rows=_rows([0, 1, 538, 539, 540, 541, 900, 1319, 1320, 1349], lrs, weight_decay=decay,
                        momentum=0.96,  # --mom 0.96
-                       global_batch=86016))  # log global_batch_size 86016
+                       global_batch=86016),  # log global_batch_size 86016
+            warmup_steps=spe * 36,  # explorer warmup_step = epoch size x --warmup_epochs 36 (fit.py) = 540
+            decay_end_step=spe * 36 + 780)  # + log lars_opt_learning_rate_decay_steps 780: flat at 0.0325 after 1320
     if name == "fujitsu_81k":
         # arXiv 1903.12650 (abstract) publishes the batch only; every schedule value is our choice (deviations)
         return Golden(steps_per_epoch=None, total_steps=None, eval_steps=None, crossed_at=None,
@@ -173,6 +187,22 @@ def test_step_counts_and_evaluations_are_the_sources(name):
     assert extra <= {ours.total_steps}  # ... and at most the final step besides
     assert ours.eval_steps[-1] == ours.total_steps
     assert expected.crossed_at in ours.eval_steps  # time-to-target can register where the published run did
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if golden(n).warmup_steps is not None])
+def test_card_reports_the_sources_warmup_and_decay_steps(name):
+    """The card and the plan line print the schedule's own boundaries (TF's 977, Fujitsu's 1320), not epochs x
+    steps per epoch (975, 1350): the card must equal what runs."""
+    from lightning_lars.recipe_card import card
+
+    expected, ours = golden(name), plan(name)
+    assert (ours.warmup_steps, ours.decay_end_step) == (expected.warmup_steps, expected.decay_end_step)
+    text = card(ours, devices=1, nodes=1)
+    assert f"warmup {expected.warmup_steps} steps; LR decays until step {expected.decay_end_step}" in text
+    assert ours.lr(expected.warmup_steps - 2) < ours.lr(expected.warmup_steps - 1)  # still ramping there
+    if expected.decay_end_step < ours.total_steps:  # Fujitsu: decays until its end, then flat to the last step
+        end = expected.decay_end_step
+        assert ours.lr(end - 1) > ours.lr(end) == pytest.approx(ours.lr(ours.total_steps - 1), rel=1e-12)
 
 
 def test_golden_tables_are_not_our_schedules_in_disguise():

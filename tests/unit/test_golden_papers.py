@@ -7,10 +7,11 @@ values (Intel Caffe's solver, the LAMB authors' optimization.py), the formula is
 source writes it, never imported from lightning_lars.schedules.
 
 Sources and their reach (see each recipe's header): the LAMB code and logs (fastalgo/imagenet_resnet50_lamb at
-b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. The papers' full
-texts (arXiv 1708.03888, 1709.05011, 1706.02677, 1711.04325, 1811.05233, 1807.11205, 2102.06356) were NOT
-reachable through our source tools, only abstracts: rows resting on them cite records.md's reading of the
-section or table ("lead"), and values no source gives (the recipes' "our choice") have no row here.
+b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. Two papers' texts
+were reached as public transcriptions (not the arXiv PDFs): the LARS paper's ICLR 2018 submission (1708.03888:
+sec. 5, Tables 3-4, Algorithm 1) and Goyal et al. (1706.02677: sec. 2.1-2.3, 5.1-5.2). The others (1709.05011,
+1711.04325, 1811.05233, 1807.11205, 2102.06356) were NOT reachable, only abstracts: rows resting on them cite
+records.md's reading ("lead" / [secondary]), and values no source gives (the recipes' "our choice") have no row.
 Step convention: ``step`` = optimizer updates done before this one (0-based); eval steps count completed updates.
 """
 
@@ -55,21 +56,24 @@ LAMB_SOURCE = "optimization.py lines 23-27; run.sh lr 0.04, warmup 782, --weight
 # name -> (steps per epoch, total steps, eval steps, rows); row = (step, lr, weight decay, momentum, batch, source)
 GOLDEN = {
     "you_alexnet_bn_8k": (
-        N // 8192, 100 * (N // 8192), every_epoch(N // 8192, 100),
-        # LR 14 at 8K, 5-epoch warmup, m 0.9, wd 5e-4, 100 epochs: 1708.03888 AlexNet-BN table (lead: records.md
-        # Corrections; paper text not reachable). Shape: Intel Caffe sgd_solver.cpp poly from iter 0 (read).
-        caffe_rows(N // 8192, 100, 5, 14.0, 5e-4, 0.9, 8192, "1708.03888 table (lead) + sgd_solver.cpp poly"),
+        # 100 epochs = 15600 updates: the co-author's NVCaffe models/alexnet_bn/solver_8K.prototxt (borisgin/nvcaffe
+        # 448ad5b8) max_iter 15600 "# 100 epochs"; 1708.03888 sec. 6 counts 100 epochs at 16K as 7800 = 100 x 78
+        15600 // 100, 15600, every_epoch(15600 // 100, 100),
+        # LR 14 at 8K: 1708.03888 Table 3(b); 5-epoch warmup, m 0.9, wd 0.0005, 100 epochs, poly p = 2: its sec. 5;
+        # gamma_0 (1 - t/T)^2 from t = 0: its Algorithm 1 and Intel Caffe sgd_solver.cpp (read)
+        caffe_rows(N // 8192, 100, 5, 14.0, 5e-4, 0.9, 8192, "1708.03888 Table 3(b), sec. 5, Algorithm 1"),
     ),
     "you_alexnet_32k": (
         N // 32768, 100 * (N // 32768), every_epoch(N // 32768, 100),
-        # LR 22 at 32K (lead: records.md Corrections, 1708.03888 table); batch 32768, 100 epochs: 1709.05011 abstract
-        caffe_rows(N // 32768, 100, 5, 22.0, 5e-4, 0.9, 32768, "1708.03888 table (lead) + sgd_solver.cpp poly"),
+        # LR 22 at 32K: 1708.03888 Table 3(b); warmup 5, m 0.9, wd 0.0005, 100 epochs: its sec. 5 (the LARS
+        # paper's 32K run; 1709.05011's own values are not reachable); batch 32768, 100 epochs: 1709.05011 abstract
+        caffe_rows(N // 32768, 100, 5, 22.0, 5e-4, 0.9, 32768, "1708.03888 Table 3(b), sec. 5"),
     ),
     "you_resnet50_32k": (
         N // 32768, 90 * (N // 32768), every_epoch(N // 32768, 90),
-        # LR 40, 12-epoch warmup (lead: 1708.03888 ResNet-50 table); 90 epochs, 32768: 1709.05011 abstract;
+        # gamma 40, 12-epoch warmup: 1708.03888 Table 4 (32K); 90 epochs, 32768: 1709.05011 abstract;
         # m 0.9, wd 1e-4: Intel Caffe multinode/resnet_50_16_nodes_2k_batch/solver.prototxt (momentum, weight_decay)
-        caffe_rows(N // 32768, 90, 12, 40.0, 1e-4, 0.9, 32768, "1708.03888 table (lead) + sgd_solver.cpp poly"),
+        caffe_rows(N // 32768, 90, 12, 40.0, 1e-4, 0.9, 32768, "1708.03888 Table 4 + sgd_solver.cpp poly"),
     ),
     "lamb_32k": (
         N // 32768, 3519, [3519],  # resnet_main.py line 587 (N // batch); run.sh --train_steps=3519; log.out line 1145
@@ -77,10 +81,10 @@ GOLDEN = {
     ),
     "goyal_8k": (
         N // 8192, 90 * (N // 8192), every_epoch(N // 8192, 90),
-        # 1706.02677 sec. 2.2 (gradual warmup from 0.1 to 0.1 * 8192 / 256 = 3.2 over 5 epochs), sec. 5.1
-        # (/10 at epochs 30, 60, 80; m 0.9; wd 1e-4; 32 images x 256 GPUs); per records.md's [paper] tags
+        # 1706.02677 sec. 2.2 and 5.2 (gradual warmup from 0.1, linearly to 0.1 * 8192 / 256 = 3.2 over 5 epochs),
+        # sec. 5.1 (/10 at epochs 30, 60, 80; 90 epochs; m 0.9; wd 0.0001), sec. 2.3 and 5.2 (n = 32, k = 256)
         [(0, 0.1, 1e-4, 0.9, 8192, "sec. 2.2: warmup starts at eta = 0.1"),
-         (390, 0.1 + (3.2 - 0.1) * 390 / 780, 1e-4, 0.9, 8192, "sec. 2.2: linear ramp over 5 epochs"),
+         (390, 0.1 + (3.2 - 0.1) * 390 / 780, 1e-4, 0.9, 8192, "sec. 5.2: linearly increased over 5 epochs"),
          (780, 3.2, 1e-4, 0.9, 8192, "sec. 2.1: 0.1 * kn / 256 after warmup"),
          (30 * 156 - 1, 3.2, 1e-4, 0.9, 8192, "sec. 5.1: until epoch 30"),
          (30 * 156, 0.32, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 30"),

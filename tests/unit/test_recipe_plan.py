@@ -68,6 +68,7 @@ def test_eval_every_n_steps_with_offset():
     (["+deviations=[{technique: BN, published: '32', ours: '16'}]"], "deviations[0].why"),
     (["+deviations=[{technique: BN, published: '32', ours: '16', why: ok, source: x}]"], "deviations[0].source"),
     (["+trainer.check_val_every_n_epoch=4", "evaluation.offset_epochs=1"], "trainer.check_val_every_n_epoch"),
+    (["+trainer.check_val_every_n_epoch=4"], "trainer.check_val_every_n_epoch"),  # the removed shim: no warning
     (["+trainer.val_check_interval=4"], "trainer.val_check_interval"),
 ])
 def test_bad_keys_fail_at_composition_naming_recipe_and_key(overrides, key):
