@@ -1,0 +1,182 @@
+"""Neumann optimizer against a float64 reference written here from the paper (arXiv 1712.03298, Algorithm 2 and
+Table 1), not from the implementation: one weight vector, numpy-free torch float64 math, its own reset
+bookkeeping. Also: exact resume through state_dict, the evaluation weights w - mu m, one-line errors."""
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_lars.errors import UserError
+from lightning_lars.optim.neumann import Neumann, is_reset, momentum
+from lightning_lars.optim.param_groups import param_groups
+
+HYPER = dict(alpha=0.05, beta=1e-4, gamma=0.9, mu_min=0.5, mu_max=0.9, momentum_time_unit=2, sgd_steps=2,
+             reset_steps=3, reset_growth=2)  # alpha/beta/gamma large enough that both regulariser terms count
+WEIGHT_DECAY = 1e-3
+STEPS = 26  # burn-in 1-2, Neumann t = 1..24: resets at t = 1, 4, 10, 22 (periods 3, 6, 12)
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 3)).double()
+
+
+def batches(n: int):
+    gen = torch.Generator().manual_seed(1)
+    return [(torch.randn(16, 5, generator=gen, dtype=torch.float64), torch.randint(0, 3, (16,), generator=gen))
+            for _ in range(n)]
+
+
+def lr_at(step: int) -> float:
+    return 0.05 * (1.0 + 0.5 * math.sin(step))  # changes every step
+
+
+def loss_of(model, batch):
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def reference(model: nn.Module, data) -> list[dict]:
+    """Algorithm 2 on the flat weight vector, float64. Returns, after each step, w, m and mu."""
+    params = list(model.parameters())
+    flat = lambda tensors: torch.cat([t.reshape(-1) for t in tensors])
+    w = flat([p.detach() for p in params]).clone()
+    decay = flat([torch.full_like(p, WEIGHT_DECAY if p.ndim >= 2 else 0.0) for p in params])
+    v, m = w.clone(), torch.zeros_like(w)  # line 1
+    n = w.numel()
+    next_reset, period = 1, HYPER["reset_steps"]
+    out = []
+    for s, batch in enumerate(data, 1):
+        torch.nn.utils.vector_to_parameters(w, params)
+        model.zero_grad()
+        loss_of(model, batch).backward()
+        g = flat([p.grad for p in params]) + decay * w
+        lr, mu = lr_at(s), None
+        t = s - HYPER["sgd_steps"]
+        if t <= 0:  # line 2: vanilla SGD
+            w = w - lr * g
+        elif t == next_reset:  # lines 6-7; Table 1: the period doubles after every reset
+            m = -lr * g
+            next_reset, period = next_reset + period, period * HYPER["reset_growth"]
+        else:
+            mu = min(HYPER["mu_max"], max(HYPER["mu_min"], 1 - 1 / (1 + t / HYPER["momentum_time_unit"])))
+            diff = w - v
+            r = diff.norm()
+            d = g + (HYPER["alpha"] * r**2 - HYPER["beta"] * n / r**2) * diff / r  # line 9, eq. (8)
+            m = mu * m - lr * d  # line 10
+            w = w + mu * m - lr * d  # line 11
+            v = w + HYPER["gamma"] * (v - w)  # line 12
+        out.append({"w": w.clone(), "m": m.clone(), "t": t})
+    return out
+
+
+def run(model: nn.Module, data, optimizer=None, first_step: int = 1):
+    optimizer = optimizer or Neumann(param_groups(model, WEIGHT_DECAY), lr=lr_at(1), **HYPER,
+                                     weight_decay=WEIGHT_DECAY)
+    seen = []
+    for s, batch in enumerate(data, first_step):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(s)  # what the schedule callback does
+        optimizer.zero_grad()
+        loss_of(model, batch).backward()
+        optimizer.step()
+        seen.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+    return optimizer, seen
+
+
+def test_schedule_functions_follow_table_1():
+    assert [t for t in range(1, 40) if is_reset(t, 3, 2)] == [1, 4, 10, 22]
+    assert [t for t in range(1, 12) if is_reset(t, 3, 1)] == [1, 4, 7, 10]  # Algorithm 2: t = 1 mod K
+    assert [t for t in range(1, 9) if is_reset(t, 0, 2)] == [1]
+    assert momentum(1, 0.5, 0.9, 1) == 0.5 and momentum(9, 0.5, 0.9, 1) == pytest.approx(0.9)
+    assert momentum(4, 0.5, 0.9, 1) == pytest.approx(0.8) and momentum(1000, 0.5, 0.9, 1) == 0.9
+
+
+def test_matches_float64_reference_over_resets_and_changing_lr():
+    data = batches(STEPS)
+    expected = reference(small_model(), data)
+    model = small_model()
+    _, seen = run(model, data)
+    for step, (ref, got) in enumerate(zip(expected, seen), 1):
+        assert torch.allclose(got, ref["w"], rtol=0, atol=1e-12), f"step {step}: {(got - ref['w']).abs().max()}"
+    moved = [not torch.equal(a, b) for a, b in zip(seen, seen[1:])]
+    assert moved.count(False) == 4  # the four reset steps move no weight; every other step does
+
+
+def test_regulariser_terms_change_the_trajectory():
+    """The reference match above would hold with alpha = beta = 0 only if the terms were negligible."""
+    data = batches(12)
+    _, with_terms = run(small_model(), data)
+    plain = small_model()
+    optimizer = Neumann(param_groups(plain, WEIGHT_DECAY), lr=lr_at(1), **{**HYPER, "alpha": 0.0, "beta": 0.0},
+                        weight_decay=WEIGHT_DECAY)
+    _, without = run(plain, data, optimizer)
+    assert (with_terms[-1] - without[-1]).abs().max() > 1e-4
+
+
+def test_evaluation_weights_are_w_minus_mu_m_and_training_weights_come_back_exactly():
+    data = batches(9)  # ends at t = 7, mid-period
+    expected = reference(small_model(), data)[-1]
+    model = small_model()
+    optimizer, seen = run(model, data)
+    mu = momentum(expected["t"], HYPER["mu_min"], HYPER["mu_max"], HYPER["momentum_time_unit"])
+    with optimizer.evaluation_weights():
+        inside = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    assert torch.allclose(inside, expected["w"] - mu * expected["m"], rtol=0, atol=1e-12)
+    assert torch.equal(after, seen[-1])
+
+
+def test_resume_mid_run_equals_uninterrupted():
+    data = batches(STEPS)
+    _, whole = run(small_model(), data)
+    first = small_model()
+    optimizer, _ = run(first, data[:11])
+    saved = io.BytesIO()
+    torch.save({"model": first.state_dict(), "optimizer": optimizer.state_dict()}, saved)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=True)
+    second = small_model()
+    second.load_state_dict(state["model"])
+    resumed = Neumann(param_groups(second, WEIGHT_DECAY), lr=0.0, **HYPER, weight_decay=WEIGHT_DECAY)
+    resumed.load_state_dict(state["optimizer"])
+    _, rest = run(second, data[11:], resumed, first_step=12)
+    for step, (a, b) in enumerate(zip(whole[11:], rest), 12):
+        assert torch.equal(a, b), f"step {step}"
+
+
+def test_zero_distance_to_the_moving_average_drops_the_regulariser():
+    """Without burn-in the first update step finds w = v: no direction for the terms, no division by zero."""
+    model = small_model()
+    optimizer = Neumann(model.parameters(), lr=0.1, reset_steps=0)
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss_of(model, batches(1)[0]).backward()
+        optimizer.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("key, value", [
+    ("lr", -0.1), ("alpha", -1.0), ("beta", -1e-5), ("gamma", 1.0), ("mu_min", 0.95), ("mu_max", 1.0),
+    ("momentum_time_unit", 0), ("sgd_steps", -1), ("sgd_steps", 2.5), ("reset_steps", -400),
+    ("reset_growth", 0), ("weight_decay", -1e-4),
+])
+def test_bad_hyperparameter_is_one_line_naming_the_key(key, value):
+    with pytest.raises(UserError) as error:
+        Neumann(small_model().parameters(), **{key: value})
+    message = str(error.value)
+    assert "\n" not in message and f"{key}={value}" in message and f"optimizer.{key}" in message
+
+
+def test_plain_parameters_split_by_the_exclusion_rule():
+    model = small_model()
+    optimizer = Neumann(model.parameters(), weight_decay=1e-4)
+    kept, excluded = optimizer.param_groups
+    assert all(p.ndim >= 2 for p in kept["params"]) and kept["weight_decay"] == 1e-4
+    assert all(p.ndim == 1 for p in excluded["params"]) and excluded["weight_decay"] == 0.0
+    assert optimizer.num_scalars == sum(p.numel() for p in model.parameters())
+    assert copy.deepcopy(optimizer.state_dict())["param_groups"][0]["step"] == 0
