@@ -180,3 +180,45 @@ def test_plain_parameters_split_by_the_exclusion_rule():
     assert all(p.ndim == 1 for p in excluded["params"]) and excluded["weight_decay"] == 0.0
     assert optimizer.num_scalars == sum(p.numel() for p in model.parameters())
     assert copy.deepcopy(optimizer.state_dict())["param_groups"][0]["step"] == 0
+
+
+def test_lightning_validation_sees_the_returned_weights_and_training_resumes_from_the_displaced_ones():
+    """A real Trainer fit with the evaluation callback: validation runs on w - mu m; training weights come back."""
+    import lightning as L
+
+    from lightning_lars.callbacks.neumann_evaluation import NeumannEvaluationWeights
+
+    data = batches(5)
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = small_model()
+            self.seen_in_validation, self.after_training = None, None
+
+        def training_step(self, batch, batch_idx):
+            return loss_of(self.net, batch)
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            self.after_training = torch.nn.utils.parameters_to_vector(self.parameters()).detach().clone()
+
+        def validation_step(self, batch, batch_idx):
+            self.seen_in_validation = torch.nn.utils.parameters_to_vector(self.parameters()).detach().clone()
+
+        def configure_optimizers(self):
+            return Neumann(self.parameters(), lr=0.05, sgd_steps=1, reset_steps=0, momentum_time_unit=1)
+
+    module = Tiny()
+    trainer = L.Trainer(max_epochs=1, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", callbacks=[NeumannEvaluationWeights()])
+    loader = lambda items: torch.utils.data.DataLoader(items, batch_size=None)  # each item is one batch
+    trainer.fit(module, train_dataloaders=loader(data), val_dataloaders=loader(data[:1]))
+    optimizer = trainer.optimizers[0]
+    t = len(data) - 1  # one SGD step, then Neumann steps 1..4 (reset at 1)
+    mu = min(0.9, max(0.5, 1 - 1 / (1 + t)))  # Table 1 with t in steps
+    m = torch.cat([optimizer.state[p]["neumann_iterate"].reshape(-1) for p in module.parameters()])
+    now = torch.nn.utils.parameters_to_vector(module.parameters()).detach()
+    assert torch.equal(now, module.after_training)  # the displaced training weights, bit for bit
+    assert torch.allclose(module.seen_in_validation, now - mu * m, rtol=0, atol=1e-12)
+    assert (module.seen_in_validation - now).abs().max() > 1e-6  # the swap did move something
