@@ -131,12 +131,12 @@ class Neumann(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        fresh = [p for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]]
+        fresh = {id(p) for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]}
         work = mt.collect_groups(self, lambda group: ("neumann_iterate", "moving_average"))
         if fresh:  # line 1: v_0 = w_0 for every tensor seen for the first time (m_0 = 0 from collect)
             for group, tensors in work:
                 for p, w, v in zip(tensors.params, tensors.weights, tensors.state["moving_average"]):
-                    if any(p is f for f in fresh):
+                    if id(p) in fresh:
                         v.copy_(w)
         for group in self.param_groups:
             group["step"] += 1
@@ -187,9 +187,10 @@ class Neumann(Optimizer):
 
     @contextmanager
     def evaluation_weights(self):
-        """Hold the returned weights ``w - mu(t) m`` (line 13) in the parameters inside the block, then copy
-        the displaced training weights back bit for bit. Outside the Neumann phase (burn-in, or right after
-        a reset, where m is the reset iterate) the same rule applies; before any step it changes nothing."""
+        """Hold the returned weights ``w - mu(t) m`` (line 13, t the last Neumann step) in the parameters
+        inside the block, then copy the displaced training weights back bit for bit. Before the first
+        Neumann step (during the SGD burn-in) m = 0 and nothing changes; right after a reset m is the reset
+        iterate ``-lr g`` and line 13 applies to it as written."""
         t = self.neumann_step
         params = [p for g in self.param_groups for p in g["params"] if "neumann_iterate" in self.state[p]]
         if t == 0 or not params:

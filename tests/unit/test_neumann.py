@@ -222,3 +222,21 @@ def test_lightning_validation_sees_the_returned_weights_and_training_resumes_fro
     assert torch.equal(now, module.after_training)  # the displaced training weights, bit for bit
     assert torch.allclose(module.seen_in_validation, now - mu * m, rtol=0, atol=1e-12)
     assert (module.seen_in_validation - now).abs().max() > 1e-6  # the swap did move something
+
+
+@pytest.mark.parametrize("phase", ["sgd", "reset", "update"])
+def test_dispatched_ops_do_not_grow_with_the_number_of_tensors(phase):
+    """torch.profiler's top-level aten ops (the CPU proxy for GPU kernel launches) per step, at 6 vs 48 tensors."""
+    from lightning_lars.optim.op_count import count_ops
+
+    def ops(num_layers: int) -> int:
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(num_layers)])
+        opt = Neumann(param_groups(model, 1e-4), lr=0.1, sgd_steps=2, reset_steps=5)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()  # the first step creates state, one op per tensor
+        for _ in range({"sgd": 0, "reset": 1, "update": 2}[phase]):
+            opt.step()  # s = 2 is SGD, s = 3 the reset (t = 1), s = 4 an update
+        return count_ops(opt.step)
+
+    assert ops(3) == ops(24)
