@@ -4,6 +4,7 @@ bookkeeping. Also: exact resume through state_dict, the evaluation weights w - m
 
 import copy
 import io
+import itertools
 import math
 
 import pytest
@@ -14,8 +15,8 @@ from lightning_lars.errors import UserError
 from lightning_lars.optim.neumann import Neumann, is_reset, momentum
 from lightning_lars.optim.param_groups import param_groups
 
-HYPER = dict(alpha=0.05, beta=1e-4, gamma=0.9, mu_min=0.5, mu_max=0.9, momentum_time_unit=2, sgd_steps=2,
-             reset_steps=3, reset_growth=2)  # alpha/beta/gamma large enough that both regulariser terms count
+HYPER = {"alpha": 0.05, "beta": 1e-4, "gamma": 0.9, "mu_min": 0.5, "mu_max": 0.9, "momentum_time_unit": 2,
+         "sgd_steps": 2, "reset_steps": 3, "reset_growth": 2}  # alpha, beta, gamma large: both terms count
 WEIGHT_DECAY = 1e-3
 STEPS = 26  # burn-in 1-2, Neumann t = 1..24: resets at t = 1, 4, 10, 22 (periods 3, 6, 12)
 
@@ -103,7 +104,7 @@ def test_matches_float64_reference_over_resets_and_changing_lr():
     _, seen = run(model, data)
     for step, (ref, got) in enumerate(zip(expected, seen), 1):
         assert torch.allclose(got, ref["w"], rtol=0, atol=1e-12), f"step {step}: {(got - ref['w']).abs().max()}"
-    moved = [not torch.equal(a, b) for a, b in zip(seen, seen[1:])]
+    moved = [not torch.equal(a, b) for a, b in itertools.pairwise(seen)]
     assert moved.count(False) == 4  # the four reset steps move no weight; every other step does
 
 
@@ -240,3 +241,20 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors(phase):
         return count_ops(opt.step)
 
     assert ops(3) == ops(24)
+
+
+def test_bf16_parameters_update_fp32_masters_and_state():
+    """bf16 parameters: the algorithm runs on fp32 master weights and fp32 m, v; the parameter is their rounding."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4).to(torch.bfloat16)
+    optimizer = Neumann(model.parameters(), lr=0.1, sgd_steps=1, reset_steps=0)
+    for _ in range(4):  # SGD, reset, two updates
+        optimizer.zero_grad()
+        model(torch.randn(16, 8, dtype=torch.bfloat16)).float().square().mean().backward()
+        optimizer.step()
+    for p in model.parameters():
+        state = optimizer.state[p]
+        assert {state[k].dtype for k in ("master_weight", "neumann_iterate", "moving_average")} == {torch.float32}
+        assert torch.equal(p, state["master_weight"].to(torch.bfloat16))
+        assert state["neumann_iterate"].abs().max() > 0
+        assert not torch.equal(state["moving_average"], state["master_weight"])
