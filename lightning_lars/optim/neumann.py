@@ -1,6 +1,12 @@
 """Neumann optimizer (Krishnan, Xiao, Saurous 2017, https://arxiv.org/abs/1712.03298, ICLR 2018): the
 practical Algorithm 2, with its SGD burn-in, cubic + repulsive regulariser, moving-average weights and the
-reset of the Neumann iterate on a doubling period (Table 1)."""
+reset of the Neumann iterate on a doubling period (Table 1).
+
+Source read: the paper's ICLR 2018 text (sections 2-4, Algorithm 2, Tables 1-4). The authors' code was not
+released (sec. 4: "We intend to open source our code at a later date"). Where the text leaves a choice, ours:
+the regulariser's norm is over the whole weight vector (the paper's w is in R^n, and beta scales with n), not
+per tensor; ``||w - v|| = 0`` drops the term (no direction); the unit of t in mu(t) is a parameter; L2 decay
+is optional. Third-party ports (numpy, Keras, PyTorch) exist; none was used as a source."""
 
 from __future__ import annotations
 
