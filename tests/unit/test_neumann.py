@@ -258,3 +258,21 @@ def test_bf16_parameters_update_fp32_masters_and_state():
         assert torch.equal(p, state["master_weight"].to(torch.bfloat16))
         assert state["neumann_iterate"].abs().max() > 0
         assert not torch.equal(state["moving_average"], state["master_weight"])
+
+
+def test_solves_a_convex_quadratic_as_torch_linalg_solve_does():
+    """Without the regulariser, on f(w) = 1/2 w'Aw - b'w (gradients exact), the returned weights w - mu m reach
+    the Newton point A^-1 b that the Neumann series inverts (sec. 2.1): oracle torch.linalg.solve."""
+    gen = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(10, 10, generator=gen, dtype=torch.float64))
+    a = q @ torch.diag(torch.logspace(-1, 1, 10, dtype=torch.float64)) @ q.T  # condition number 100
+    b = torch.randn(10, generator=gen, dtype=torch.float64)
+    w = nn.Parameter(torch.zeros(10, 1, dtype=torch.float64))  # 2-D: a kept tensor, as a conv weight is
+    optimizer = Neumann([w], lr=0.05, alpha=0.0, beta=0.0, sgd_steps=5, reset_steps=100, reset_growth=2)
+    for _ in range(800):
+        optimizer.zero_grad()
+        (0.5 * w[:, 0] @ a @ w[:, 0] - b @ w[:, 0]).backward()
+        optimizer.step()
+    with optimizer.evaluation_weights():
+        returned = w.detach()[:, 0].clone()
+    assert torch.allclose(returned, torch.linalg.solve(a, b), rtol=0, atol=1e-10)
