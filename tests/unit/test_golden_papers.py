@@ -123,6 +123,13 @@ GOLDEN = {
         # the paper follows; the Nesterov hyperparameters are not reachable: no LR row
         [(0, None, None, None, 32768, "batch 32768"), (2511, None, None, None, 32768, "2512 steps")],
     ),
+    "neumann_32k": (
+        N // 32000, 237 * (N // 32000), every_epoch(N // 32000, 237),
+        # batch 32000 and 237 epochs: 1712.03298 Table 3 (ICLR 2018 text, read); the Neumann LR is not given
+        # (sec. 3.2: the only hyperparameter to tune), so no absolute LR row: the schedule's shape is checked below
+        [(0, None, None, None, 32000, "Table 3: batch 32000"),
+         (237 * 40 - 1, None, None, None, 32000, "Table 3: 237 epochs")],
+    ),
 }
 GOLDEN["resnet50_32k"] = GOLDEN["you_resnet50_32k"]  # the alias: the same source, the same run
 
@@ -153,3 +160,14 @@ def test_caffe_poly_drops_after_warmup_as_the_solver_does():
     warmup = 12 * (N // 32768)
     assert _close(plan.lr(warmup), 40.0 * (1 - warmup / (90 * (N // 32768))) ** 2)
     assert plan.lr(warmup) < 0.8 * 40.0
+
+
+def test_neumann_schedule_has_the_shape_of_sec_4_1():
+    """1712.03298 sec. 4.1 (sec. 4.2 reuses it): a 5-epoch ramp, then x0.3 every 40 epochs; the peak is ours."""
+    plan = plan_recipe("neumann_32k", devices=8, nodes=1, overrides=[])
+    spe = N // 32000
+    peak = plan.lr(5 * spe)
+    assert plan.lr(0) < plan.lr(2 * spe) < peak  # "slowly ramp up the learning rate" over 5 epochs
+    for k in range(1, 6):
+        assert _close(plan.lr(40 * k * spe - 1), peak * 0.3 ** (k - 1)), k  # constant until each 40th epoch
+        assert _close(plan.lr(40 * k * spe), peak * 0.3**k), k  # "decay every 40 epochs by a factor of 0.3"
