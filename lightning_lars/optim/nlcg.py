@@ -8,6 +8,8 @@ code, apple/ml-ncg at 563b5e5: ``ncg/optimization/optimization/ncg_core_tfop.py`
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -65,8 +67,8 @@ class NLCG(Optimizer):
     The line search reads the loss from ``closure``: Lightning's automatic optimization calls
     ``optimizer.step(closure=...)``, the closure runs forward and backward and returns the training loss, so
     there is no extra forward pass. With gradient accumulation it is the last micro-batch's loss. A step
-    without a closure (e.g. ``precision=16-mixed``, whose GradScaler steps without one) is refused while
-    ``line_search="step"``.
+    without a closure (e.g. ``precision=16-mixed``, whose GradScaler steps without one) skips the line search,
+    with a warning; the EMAs start at the first step that has a loss, checks need one earlier loss.
 
     Args:
         params: parameters or param groups; groups without ``trust_adaptation`` are split by
@@ -100,7 +102,8 @@ class NLCG(Optimizer):
             raise UserError(f"NLCG line_search_period={line_search_period!r} must be an integer >= 1 (steps)")
         if not line_search_threshold > 0:
             raise UserError(f"NLCG line_search_threshold={line_search_threshold} must be > 0 (1.0 is the authors')")
-        defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None, "step": 0}
+        # step: updates done; num_losses: steps that had a loss for the line search (host ints, no device sync)
+        defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None, "step": 0, "num_losses": 0}
         self.update_rule, self.precondition, self.line_search = update_rule, precondition, line_search
         self.line_search_period, self.line_search_threshold = line_search_period, line_search_threshold
         self.trust_coefficient = trust_coefficient
@@ -119,9 +122,6 @@ class NLCG(Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One NLCG step over all groups; returns the closure's loss."""
-        if closure is None and self.line_search == "step":
-            raise UserError("NLCG line_search=step needs the loss: call step(closure) (Lightning's automatic"
-                            " optimization does), or set optimizer.line_search=none")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -146,7 +146,13 @@ class NLCG(Optimizer):
         pairs = [(grads, z)] + ([(grads, state["precond_grad"])] if self.update_rule == "PR" and k else [])
         dots = -global_dots(pairs, params, self.shard_group)
         rho = dots[0]
-        check = self.line_search == "step" and k > 0 and k % self.line_search_period == 0
+        searching = self.line_search == "step" and loss is not None
+        if self.line_search == "step" and loss is None and not self.__dict__.get("_warned_no_loss"):
+            self._warned_no_loss = True
+            warnings.warn("NLCG line_search=step got no loss (step() without a closure, e.g. precision=16-mixed):"
+                          " the line search skips such steps; pass a closure or set optimizer.line_search=none")
+        seen = work[0][0]["num_losses"]
+        check = searching and seen > 0 and k % self.line_search_period == 0
         previous = [d.clone() for d in state["direction"]] if check else None
         if k == 0:
             torch._foreach_copy_(state["direction"], z)
@@ -158,14 +164,14 @@ class NLCG(Optimizer):
         torch._foreach_copy_(state["precond_grad"], z)
         new = torch.stack([rho, base_lr, scalars[LOSS_EMA], scalars[LOSS_EMA_OLD]])
         take_back = None
-        if self.line_search == "step":
+        if searching:
             loss_value = loss.detach() if isinstance(loss, Tensor) else loss
             loss_value = torch.as_tensor(loss_value, dtype=dtype, device=new.device)
-            take_back = self._line_search(new, loss_value, k, check)
+            take_back = self._line_search(new, loss_value, seen == 0, check)
         self._apply(work, state["direction"], previous, take_back, new[BASE_LR])
         torch._foreach_copy_([self.state[p]["scalars"] for p in params], [new] * len(params))
         for group in self.param_groups:
-            group["step"] = k + 1
+            group["step"], group["num_losses"] = k + 1, seen + searching
         return loss
 
     def _scalars(self, params: list[Tensor], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -232,10 +238,10 @@ class NLCG(Optimizer):
         torch._foreach_reciprocal_(precond)
         return precond
 
-    def _line_search(self, new: Tensor, loss: Tensor, k: int, check: bool) -> Tensor | None:
+    def _line_search(self, new: Tensor, loss: Tensor, first: bool, check: bool) -> Tensor | None:
         """Step 6 on the scalars ``new`` (in place); returns the share of the previous direction to take back
         (a 0-d tensor) at a check step, else None."""
-        if k == 0:  # core lines 458-460 and 525-526
+        if first:  # core lines 458-460 and 525-526 (the authors' first loss is step 0's)
             new[LOSS_EMA] = loss
             new[LOSS_EMA_OLD] = loss
             return None

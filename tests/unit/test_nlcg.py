@@ -164,11 +164,18 @@ def test_bad_hyperparameters_name_the_key(key, value):
     assert "\n" not in message and f"{key}=" in message
 
 
-def test_step_line_search_without_a_loss_is_refused():
+def test_steps_without_a_loss_warn_and_skip_the_line_search():
+    """torch's GradScaler (precision=16-mixed) steps without a closure: NLCG still steps, the line search waits
+    for losses, and the first loss starts the EMAs as step 0's does."""
+    grads, losses = _inputs()
     model = _model()
-    optimizer = NLCG(model.parameters())
-    for p in model.parameters():
-        p.grad = torch.ones_like(p)
-    with pytest.raises(UserError, match="line_search=none"):
+    optimizer = _optimizer(model)
+    for p, g in zip(model.parameters(), grads[0]):
+        p.grad = g.clone()
+    with pytest.warns(UserWarning, match="line_search=none"):
         optimizer.step()
-    NLCG(model.parameters(), line_search="none").step()  # plain NLCG needs none
+    first = next(model.parameters())
+    assert optimizer.state[first]["scalars"][1] == 1.0  # base lr untouched
+    assert optimizer.param_groups[0]["num_losses"] == 0
+    optimizer.step(lambda: torch.tensor(2.0, dtype=torch.float64))
+    assert optimizer.state[first]["scalars"][2:].tolist() == [2.0, 2.0]  # both EMAs start at the first loss
