@@ -153,7 +153,7 @@ class NLCG(Optimizer):
                           " the line search skips such steps; pass a closure or set optimizer.line_search=none")
         seen = work[0][0]["num_losses"]
         check = searching and seen > 0 and k % self.line_search_period == 0
-        previous = [d.clone() for d in state["direction"]] if check else None
+        previous = torch._foreach_mul(state["direction"], 1.0) if check else None  # a copy in one op
         if k == 0:
             torch._foreach_copy_(state["direction"], z)
         else:  # 5. d = z + beta d

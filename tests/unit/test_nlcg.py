@@ -179,3 +179,22 @@ def test_steps_without_a_loss_warn_and_skip_the_line_search():
     assert optimizer.param_groups[0]["num_losses"] == 0
     optimizer.step(lambda: torch.tensor(2.0, dtype=torch.float64))
     assert optimizer.state[first]["scalars"][2:].tolist() == [2.0, 2.0]  # both EMAs start at the first loss
+
+
+def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
+    """Every step, line-search checks included, is a fixed number of multi-tensor ops (GPU kernel launches)."""
+    from lightning_lars.optim.op_count import count_ops
+
+    def ops(num_layers: int) -> int:
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(num_layers)])
+        optimizer = NLCG(param_groups(model, 0.1), weight_decay=0.1, update_rule="PR", trust_coefficient=0.001,
+                         line_search_period=1)  # every step checks the loss
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        losses = iter([1.0, 1.2, 1.5])
+        optimizer.step(lambda: next(losses))
+        optimizer.step(lambda: next(losses))
+        return count_ops(lambda: optimizer.step(lambda: next(losses)))
+
+    assert ops(3) == ops(24)
