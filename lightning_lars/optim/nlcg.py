@@ -84,7 +84,11 @@ class NLCG(Optimizer):
             ``lars_lr`` is off by default, "good default value is 0.001").
         loss_group: the data-parallel group the loss is averaged over (default: the world, if initialized).
         shard_group: as for ``LARS`` (FSDP1 flat shards only); every rank must hold a shard of some tensor.
+    ``couples_all_tensors``: the conjugate-gradient inner products span every tensor, so weight-update sharding
+    (`parallel.sharded_update`, which steps each rank's own tensors) refuses NLCG.
     """
+
+    couples_all_tensors = True
 
     def __init__(self, params, lr: float = 0.1, weight_decay: float = 0.0, update_rule: str = "FR",
                  precondition: str = "bfgs", line_search: str = "step", line_search_period: int = 5,

@@ -198,3 +198,18 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
         return count_ops(lambda: optimizer.step(lambda: next(losses)))
 
     assert ops(3) == ops(24)
+
+
+def test_weight_update_sharding_refuses_nlcg():
+    """ShardedUpdate steps each rank's own tensors: NLCG's inner products would cover a rank's share only."""
+    import torch.distributed as dist
+
+    from lightning_lars.parallel.sharded_update import ShardedUpdate
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(UserError, match="optimizer_sharding=false"):
+            ShardedUpdate(NLCG(_model().parameters()))
+    finally:
+        dist.destroy_process_group()
