@@ -151,7 +151,8 @@ class NLCG(Optimizer):
         dots = -global_dots(pairs, params, self.shard_group)
         rho = dots[0]
         searching = self.line_search == "step" and loss is not None
-        if self.line_search == "step" and loss is None and not self.__dict__.get("_warned_no_loss"):
+        # not at step 0: torch.distributed.checkpoint creates optimizer state with one step(closure=None) at lr 0
+        if self.line_search == "step" and loss is None and k > 0 and not self.__dict__.get("_warned_no_loss"):
             self._warned_no_loss = True
             warnings.warn("NLCG line_search=step got no loss (step() without a closure, e.g. precision=16-mixed):"
                           " the line search skips such steps; pass a closure or set optimizer.line_search=none")
