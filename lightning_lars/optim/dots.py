@@ -49,7 +49,8 @@ def global_dots(pairs: list[tuple[list[Tensor], list[Tensor]]], params: list[Ten
         return per_tensor.sum(1)
     total = per_tensor[:, local].sum(1) if local else per_tensor.new_zeros(len(pairs))
     for groups, idx in plan.items():  # same order on every rank: params come in group order
-        part = per_tensor[:, idx].sum(1)
+        # the usual FSDP2 case, every tensor on one mesh: no index tensor (a host-to-device copy per step)
+        part = per_tensor.sum(1) if len(idx) == len(params) else per_tensor[:, idx].sum(1)
         for group in groups:
             dist.all_reduce(part, op=dist.ReduceOp.SUM, group=group)
         total = total + part
