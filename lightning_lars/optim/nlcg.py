@@ -8,6 +8,7 @@ code, apple/ml-ncg at 563b5e5: ``ncg/optimization/optimization/ncg_core_tfop.py`
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -244,8 +245,8 @@ class NLCG(Optimizer):
         return precond
 
     def _line_search(self, new: Tensor, loss: Tensor, first: bool, check: bool) -> Tensor | None:
-        """Step 6 on the scalars ``new`` (in place); returns the share of the previous direction to take back
-        (a 0-d tensor) at a check step, else None."""
+        """Step 6 on the scalars ``new`` (in place). At a check step returns ``[c, c * b / b']``: the share of
+        d to take back and the factor of the previous direction (both 0 when b grows); else None."""
         if first:  # core lines 458-460 and 525-526 (the authors' first loss is step 0's)
             new[LOSS_EMA] = loss
             new[LOSS_EMA_OLD] = loss
@@ -253,16 +254,14 @@ class NLCG(Optimizer):
         new[LOSS_EMA] = LOSS_EMA_BETA * new[LOSS_EMA] + (1.0 - LOSS_EMA_BETA) * loss
         if not check:
             return None
-        emas = new[[LOSS_EMA, LOSS_EMA_OLD]].clone()
+        emas = new[LOSS_EMA:LOSS_EMA_OLD + 1].clone()  # a slice: an index list would copy host to device
         group = self.loss_group if self.loss_group is not None else dist.group.WORLD
         if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
             dist.all_reduce(emas, op=dist.ReduceOp.SUM, group=group)  # the mean's ratio: sums suffice
         ratio = emas[0] / emas[1]
-        tau = self.line_search_threshold
-        bands = torch.tensor([1.0 + tau * x for x in BANDS], dtype=new.dtype, device=new.device)
+        bands, degrades, take_backs = _band_tables(self.line_search_threshold, new.dtype, new.device)
         band = torch.bucketize(ratio, bands)  # i: bands[i-1] < ratio <= bands[i]
-        degrade = torch.tensor(DEGRADE, dtype=new.dtype, device=new.device)[band]
-        take_back = torch.tensor(TAKE_BACK, dtype=new.dtype, device=new.device)[band]
+        degrade, take_back = degrades[band], take_backs[band]
         grow = ratio < bands[0]
         old = new[BASE_LR].clone()
         new[BASE_LR] = torch.where(grow, (old * GROWTH).clamp(max=1.0), (old * degrade).clamp(min=MIN_BASE_LR))
@@ -286,3 +285,10 @@ class NLCG(Optimizer):
             mt.add_scaled_(tensors.weights, step.expand(n), d)
             mt.write_back(tensors)
             start += n
+
+
+@functools.lru_cache(maxsize=8)
+def _band_tables(tau: float, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The band edges ``1 + tau * BANDS``, DEGRADE and TAKE_BACK on the device, built once (no copy per check)."""
+    edges = [1.0 + tau * x for x in BANDS]
+    return tuple(torch.tensor(v, dtype=dtype, device=device) for v in (edges, DEGRADE, TAKE_BACK))

@@ -167,7 +167,7 @@ def test_bad_hyperparameters_name_the_key(key, value):
 def test_steps_without_a_loss_warn_and_skip_the_line_search():
     """torch's GradScaler (precision=16-mixed) steps without a closure: NLCG still steps, the line search waits
     for losses, and the first loss starts the EMAs as step 0's does."""
-    grads, losses = _inputs()
+    grads, _ = _inputs()
     model = _model()
     optimizer = _optimizer(model)
     for p, g in zip(model.parameters(), grads[0]):
