@@ -10,7 +10,7 @@ Sources and their reach (see each recipe's header): the LAMB code and logs (fast
 b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. Two papers' texts
 were reached as public transcriptions (not the arXiv PDFs): the LARS paper's ICLR 2018 submission (1708.03888:
 sec. 5, Tables 3-4, Algorithm 1) and Goyal et al. (1706.02677: sec. 2.1-2.3, 5.1-5.2). The others (1709.05011,
-1711.04325, 1811.05233, 1807.11205, 2102.06356) were NOT reachable, only abstracts: rows resting on them cite
+1711.04325, 1811.05233, 1807.11205, 2102.06356, 1812.02886) were NOT reachable, only abstracts: rows resting on them cite
 records.md's reading ("lead" / [secondary]), and values no source gives (the recipes' "our choice") have no row.
 Step convention: ``step`` = optimizer updates done before this one (0-based); eval steps count completed updates.
 """
@@ -116,6 +116,13 @@ GOLDEN = {
         # batch 65536, 90 epochs (1807.11205 abstract / records.md); its LR schedule is not reachable: no LR row
         [(0, None, None, None, 65536, "abstract: batch 65536"),
          (90 * 19 - 1, None, None, None, 65536, "90 epochs")],
+    ),
+    "nlcg_65k": (
+        N // 65536, 90 * (N // 65536), every_epoch(N // 65536, 90),
+        # 1812.02886 abstract: ResNet-50, batch "greater than 65k" (65536: our reading), 90 epochs; the ImageNet LR
+        # schedule is not reachable (apple/ml-ncg has CIFAR scripts only): no LR row
+        [(0, None, None, None, 65536, "abstract: batch greater than 65k"),
+         (90 * 19 - 1, None, None, None, 65536, "abstract: 90 epochs")],
     ),
     "nado_nesterov_32k": (
         N // 32768, 2512, [156 * e for e in range(1, 17)] + [2512],
