@@ -70,6 +70,9 @@ class ShardedUpdate(Optimizer):
             raise UserError("strategy.optimizer_sharding needs a distributed run (DDP over 2+ processes)")
         if isinstance(optimizer, ShardedUpdate):
             raise UserError("the optimizer is already sharded: set strategy.optimizer_sharding once")
+        if getattr(optimizer, "couples_all_tensors", False):  # NLCG: inner products over every tensor
+            raise UserError(f"strategy.optimizer_sharding cannot shard {type(optimizer).__name__}: its steps couple"
+                            " all tensors; set strategy.optimizer_sharding=false")
         self.inner = optimizer
         self.process_group = process_group or dist.group.WORLD
         self.rank = dist.get_rank(self.process_group)

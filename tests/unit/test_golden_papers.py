@@ -8,7 +8,7 @@ source writes it, never imported from lightning_lars.schedules.
 
 Sources and their reach (see each recipe's header): the LAMB code and logs (fastalgo/imagenet_resnet50_lamb at
 b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. The papers' full
-texts (arXiv 1708.03888, 1709.05011, 1706.02677, 1711.04325, 1811.05233, 1807.11205, 2102.06356) were NOT
+texts (arXiv 1708.03888, 1709.05011, 1706.02677, 1711.04325, 1811.05233, 1807.11205, 2102.06356, 1812.02886) were NOT
 reachable through our source tools, only abstracts: rows resting on them cite records.md's reading of the
 section or table ("lead"), and values no source gives (the recipes' "our choice") have no row here.
 Step convention: ``step`` = optimizer updates done before this one (0-based); eval steps count completed updates.
@@ -112,6 +112,13 @@ GOLDEN = {
         # batch 65536, 90 epochs (1807.11205 abstract / records.md); its LR schedule is not reachable: no LR row
         [(0, None, None, None, 65536, "abstract: batch 65536"),
          (90 * 19 - 1, None, None, None, 65536, "90 epochs")],
+    ),
+    "nlcg_65k": (
+        N // 65536, 90 * (N // 65536), every_epoch(N // 65536, 90),
+        # 1812.02886 abstract: ResNet-50, batch "greater than 65k" (65536: our reading), 90 epochs; the ImageNet LR
+        # schedule is not reachable (apple/ml-ncg has CIFAR scripts only): no LR row
+        [(0, None, None, None, 65536, "abstract: batch greater than 65k"),
+         (90 * 19 - 1, None, None, None, 65536, "abstract: 90 epochs")],
     ),
     "nado_nesterov_32k": (
         N // 32768, 2512, [156 * e for e in range(1, 17)] + [2512],
