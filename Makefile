@@ -135,7 +135,7 @@ bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activatio
 bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
 	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
-bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (3 seeds, ~5 min) [args=--sweep]
+bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (3 seeds, ~6 min on 2 cores) [args=--sweep]
 	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py $(args)
 
 format: $(STAMP) ## ruff format + fix

@@ -12,7 +12,8 @@ scaling rule (`scaled_lr`); the rule and source are printed per row. ``--sweep``
 that LR with seed 0 and keeps the best per optimizer, judged on a held-out split (the demo generator drawn with
 another seed: new images, same classes), never on the validation split the table reports.
 
-    make bench-largebatch                     # python benchmarks/bench_largebatch.py [--seeds 3] [--sweep]
+    make bench-largebatch      # ~6 min on 2 shared cores; --sweep about doubles it
+    python benchmarks/bench_largebatch.py [--seeds 3] [--sweep] [--only sgd lars] [--data-dir DIR]
 """
 
 from __future__ import annotations
