@@ -13,7 +13,7 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% PY=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
@@ -135,8 +135,8 @@ bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activatio
 bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
 	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
-bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (3 seeds, ~6 min on 2 cores) [args=--sweep]
-	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py $(args)
+bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
+	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
 
 format: $(STAMP) ## ruff format + fix
 	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks
