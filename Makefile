@@ -13,12 +13,12 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% PY=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
-        bench bench-optim bench-data bench-comm bench-startup format lint clean-logs clean
+        bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -121,7 +121,7 @@ test-fast: $(STAMP) ## unit tests only
 test-full: $(STAMP) ## everything
 	$(PY) -m pytest -q --durations=15 tests
 
-bench: bench-optim bench-data bench-comm bench-bn bench-startup ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
+bench: bench-optim bench-data bench-comm bench-bn bench-startup bench-largebatch ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
 bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step, ops/step; sharded vs unsharded update
 	$(PY) benchmarks/bench_optim.py
@@ -138,6 +138,9 @@ bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activatio
 
 bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
 	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
+
+bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
+	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
 
 format: $(STAMP) ## ruff format + fix
 	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks
