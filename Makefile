@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := lightning_lars/requirements/lock-newest.txt
 OLDEST_VENV := .venv-oldest
+OFFLINE_VENV := .venv-offline
+OFFLINE_WHEELS := .wheelhouse-ci
 APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
@@ -17,7 +19,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% pyt
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
-        test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
+        oldest-venv test-oldest test-install offline-image test-offline wheelhouse test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup format lint clean-logs clean
 
 help: ## list the targets
@@ -91,6 +93,8 @@ test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
 	$(PY) -m pytest -q --tb=native --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
 
+oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
+
 test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
 	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
 
@@ -101,9 +105,18 @@ wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 p
 	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
-test-offline: $(STAMP) ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
-	$(PY) -m lightning_lars.wheelhouse --out .wheelhouse-ci --without torch
-	.ci/offline_install .wheelhouse-ci
+# The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
+$(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)
+	rm -rf $(OFFLINE_WHEELS)
+	$(PY) -m lightning_lars.wheelhouse --out $(OFFLINE_WHEELS) --without torch
+	.ci/offline_install image $(OFFLINE_VENV)
+	@touch $@
+
+offline-image: $(OFFLINE_VENV)/.image ## the small wheelhouse and a torch-only venv for test-offline (downloads ~200 MiB)
+
+test-offline: $(OFFLINE_VENV)/.image ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
+	@rm $(OFFLINE_VENV)/.image  # the check installs into the image: the next check starts from a fresh one
+	.ci/offline_install check $(OFFLINE_VENV) $(OFFLINE_WHEELS)
 
 # GPU work runs on a node that may hold only a CUDA torch plus the small wheelhouse (README, Offline nodes):
 # there no .venv is made; the python on PATH runs it (or GPU_PY=...).
@@ -149,4 +162,4 @@ clean-logs: ## delete run folders under logs/
 	rm -rf logs/*
 
 clean: ## delete the venv, caches and generated demo data
-	rm -rf $(VENV) $(OLDEST_VENV) .wheelhouse-ci data/demo .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) $(OFFLINE_VENV) $(OFFLINE_WHEELS) .ci-work data/demo .pytest_cache
