@@ -96,7 +96,7 @@ test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every re
 oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 
 test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
-	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
+	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -n auto --durations=5 -m "not slow" tests/unit
 
 test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from another folder (as a user would)
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
