@@ -81,17 +81,17 @@ check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its t
 # Tiers: `make test` is the fast tier plus the demo end to end (about 10 minutes on 2 cores with the install);
 # `make test-slow` the remaining integration tests (multi-process gloo, every recipe, resume after SIGKILL,
 # preemption); CI runs both. GPU tests are marked `gpu` and skipped without a GPU.
-E2E := tests/integration/test_demo_end_to_end.py
-
+# The demo test (tests/integration/test_demo_end_to_end.py) is marked `demo`: naming its file after
+# `-m "not slow"` did not run it, for -m filters named files too. -n auto: pytest-xdist, a process per core.
 test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
-	$(PY) -m pytest -q --durations=10 -m "not slow" tests $(E2E)
+	$(PY) -m pytest -q -n auto --durations=10 -m "not slow or demo" tests
 
 # --tb=native: CPython 3.11's ast module keeps one recursion counter per interpreter; pytest's own traceback
 # formatting parses source with it while threads of torch/wandb run, and on CI a failure's report became
 # "INTERNALERROR SystemError: AST constructor recursion depth mismatch" (pytest-dev/pytest#10874, cpython#106905),
 # which hid the failure and stopped the run. Native tracebacks do not parse source.
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
-	$(PY) -m pytest -q --tb=native --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
+	$(PY) -m pytest -q --tb=native --durations=15 -m "slow and not demo" tests
 
 oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 
