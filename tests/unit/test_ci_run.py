@@ -60,11 +60,12 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
         background = line.startswith(("start oldest-venv", "start offline-image"))
         expected = f"nice={min(ours + 10, 19)} no_cache=1" if background else f"nice={ours} no_cache=0"
         assert line.endswith(expected), line
-    timed = re.findall(r"^\[ci\] ([\w -]+(?: \(background\))?): (\d+) s", done.stdout, flags=re.M)
-    assert [name for name, _ in timed if name != "total"] == ["system-deps", "install", "test", "test-slow", "oldest_venv (background)",
-                                           "test-oldest", "offline_image (background)", "test-offline"]
+    timed = re.findall(r"^\[ci\] ([\w -]+(?: \(background\))?): (\d+) s", done.stdout, flags=re.MULTILINE)
+    parts = [name for name, _ in timed if name != "total"]
+    assert parts == ["system-deps", "install", "test", "test-slow", "oldest_venv (background)", "test-oldest",
+                     "offline_image (background)", "test-offline"]
     assert int(dict(timed)["oldest_venv (background)"]) >= 1
-    assert re.search(r"^\[ci\] total: \d+ s, exit 0$", done.stdout, flags=re.M), done.stdout
+    assert re.search(r"^\[ci\] total: \d+ s, exit 0$", done.stdout, flags=re.MULTILINE), done.stdout
 
 
 def test_a_failed_background_install_fails_ci_with_its_status_and_log(tmp_path):
