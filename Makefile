@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := lightning_lars/requirements/lock-newest.txt
 OLDEST_VENV := .venv-oldest
+OFFLINE_VENV := .venv-offline
+OFFLINE_WHEELS := .wheelhouse-ci
 APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
@@ -17,7 +19,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% pyt
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
-        test-oldest test-install test-offline wheelhouse test-gpu bench-gpu \
+        oldest-venv test-oldest test-install offline-image test-offline wheelhouse test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
 help: ## list the targets
@@ -79,20 +81,22 @@ check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its t
 # Tiers: `make test` is the fast tier plus the demo end to end (about 10 minutes on 2 cores with the install);
 # `make test-slow` the remaining integration tests (multi-process gloo, every recipe, resume after SIGKILL,
 # preemption); CI runs both. GPU tests are marked `gpu` and skipped without a GPU.
-E2E := tests/integration/test_demo_end_to_end.py
-
+# The demo test (tests/integration/test_demo_end_to_end.py) is marked `demo`: naming its file after
+# `-m "not slow"` did not run it, for -m filters named files too. -n auto: pytest-xdist, a process per core.
 test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
-	$(PY) -m pytest -q --durations=10 -m "not slow" tests $(E2E)
+	$(PY) -m pytest -q -n auto --durations=10 -m "not slow or demo" tests
 
 # --tb=native: CPython 3.11's ast module keeps one recursion counter per interpreter; pytest's own traceback
 # formatting parses source with it while threads of torch/wandb run, and on CI a failure's report became
 # "INTERNALERROR SystemError: AST constructor recursion depth mismatch" (pytest-dev/pytest#10874, cpython#106905),
 # which hid the failure and stopped the run. Native tracebacks do not parse source.
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
-	$(PY) -m pytest -q --tb=native --durations=15 -m slow --deselect $(E2E)::test_generate_prepare_train_and_log_offline tests
+	$(PY) -m pytest -q --tb=native --durations=15 -m "slow and not demo" tests
+
+oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 
 test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
-	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not slow" tests/unit
+	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -n auto --durations=5 -m "not slow" tests/unit
 
 test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from another folder (as a user would)
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
@@ -101,9 +105,18 @@ wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 p
 	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
-test-offline: $(STAMP) ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
-	$(PY) -m lightning_lars.wheelhouse --out .wheelhouse-ci --without torch
-	.ci/offline_install .wheelhouse-ci
+# The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
+$(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)
+	rm -rf $(OFFLINE_WHEELS)
+	$(PY) -m lightning_lars.wheelhouse --out $(OFFLINE_WHEELS) --without torch
+	.ci/offline_install image $(OFFLINE_VENV)
+	@touch $@
+
+offline-image: $(OFFLINE_VENV)/.image ## the small wheelhouse and a torch-only venv for test-offline (downloads ~200 MiB)
+
+test-offline: $(OFFLINE_VENV)/.image ## the small wheelhouse installs the project with --no-index into a torch-only venv, runs it
+	@rm $(OFFLINE_VENV)/.image  # the check installs into the image: the next check starts from a fresh one
+	.ci/offline_install check $(OFFLINE_VENV) $(OFFLINE_WHEELS)
 
 # GPU work runs on a node that may hold only a CUDA torch plus the small wheelhouse (README, Offline nodes):
 # there no .venv is made; the python on PATH runs it (or GPU_PY=...).
@@ -152,4 +165,4 @@ clean-logs: ## delete run folders under logs/
 	rm -rf logs/*
 
 clean: ## delete the venv, caches and generated demo data
-	rm -rf $(VENV) $(OLDEST_VENV) .wheelhouse-ci data/demo .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) $(OFFLINE_VENV) $(OFFLINE_WHEELS) .ci-work data/demo .pytest_cache

@@ -199,13 +199,28 @@ def download(requirements: list[str], out: Path, python: str, platform_tag: str 
     return built
 
 
+# What the wheel is built from (the package, the folders it links to, the metadata files)
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "lightning_lars", "callbacks", "conf", "recipes")
+
+
 def project_wheel(out: Path) -> Path:
-    """The project's own wheel (pure Python): built from the clone, or copied from where pip finds it."""
+    """The project's own wheel (pure Python), built from a copy of the clone: setuptools builds in the source
+    folder (build/, *.egg-info), where a build of the clone running at the same time (CI runs this beside the
+    tests) would mix its files into ours."""
     if not is_checkout():
         raise UserError("the project's own wheel is built from a clone: run make wheelhouse there")
     with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "source"
+        source.mkdir()
+        for name in WHEEL_SOURCES:
+            path = PROJECT_ROOT / name
+            if path.is_dir():  # links stay links (lightning_lars/conf -> ../conf): setuptools follows them
+                shutil.copytree(path, source / name, symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            else:
+                shutil.copy2(path, source / name)
         run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp,
-             str(PROJECT_ROOT)])
+             str(source)])
         (wheel,) = Path(tmp).glob("lightning_lars-*.whl")
         return Path(wheel.replace(out / wheel.name))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.demo]  # make test runs it, make test-slow does not
 ROOT = Path(__file__).resolve().parents[2]
 
 
