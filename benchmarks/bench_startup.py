@@ -63,9 +63,11 @@ def main() -> None:
         for name, root in roots.items():
             seconds, output = timed(toy, root)
             startup = re.search(r"start-up ([0-9.]+) s", output)
+            first_step = re.search(r"first optimizer step done ([0-9.]+) s", output)
             failed = "" if "Results: recipe demo" in output else "  (did not finish: " + output.strip()[-200:] + ")"
             print(f"\ndebug=toy ({name}): {seconds:.1f} s to exit;"
-                  f" start-up to the plan line {startup.group(1) + ' s' if startup else 'not printed'}{failed}")
+                  f" start-up to the plan line {startup.group(1) + ' s' if startup else 'not printed'};"
+                  f" first optimizer step {first_step.group(1) + ' s' if first_step else 'not printed'}{failed}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ from lightning_lars import resume
 from lightning_lars.preemption import Preempted, is_submitit_handler, preemption_signals, requeue_job_id
 
 log = logging.getLogger(__name__)
+# Lightning logs "`weights_only` was not set, defaulting to `False`." at every save without the argument, as
+# its own SLURM requeue save does: our checkpoints are always full (exact resume). Only that record is dropped.
+logging.getLogger("lightning.pytorch.trainer.connectors.checkpoint_connector").addFilter(
+    lambda record: "`weights_only` was not set" not in record.getMessage())
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temp file in the target's folder + fsync + ``os.replace``: a reader sees the old
@@ -301,7 +305,7 @@ class SignalCheckpoint(L.Callback):
         else:
             folder = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir
             path = Path(folder) / f"signal-step{trainer.global_step}.ckpt"
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)  # the full state: exact resume
             where = f"checkpoint {path}"
             if submitit is not None:
                 next_step = "submitit requeues the job (rank 0), which resumes from it"

@@ -29,24 +29,33 @@ class RunHistory(L.Callback):
         self.epochs: list[dict[str, float]] = []
         self._epoch_start: float | None = None
         self._images = 0
+        self._val_seconds = 0.0  # evaluations inside this training epoch (s): not training time
+        self._val_start: float | None = None
 
     def on_train_epoch_start(self, trainer, pl_module):
-        self._epoch_start, self._images = time.perf_counter(), 0
+        self._epoch_start, self._images, self._val_seconds = time.perf_counter(), 0, 0.0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
         self._images += int(images.shape[0])
 
     def on_train_epoch_end(self, trainer, pl_module):
-        row = {"epoch": float(trainer.current_epoch + 1)}
+        row = {"epoch": epoch_of(trainer)}  # fractional: a run stopped by max_steps ends inside an epoch
         loss = _scalar(trainer.callback_metrics, "train/loss_epoch")
         if loss is not None:
             row["train_loss"] = loss
         if self._epoch_start is not None and self._images:
-            row["images_per_sec"] = self._images * trainer.world_size / (time.perf_counter() - self._epoch_start)
+            train_seconds = time.perf_counter() - self._epoch_start - self._val_seconds
+            row["images_per_sec"] = self._images * trainer.world_size / max(train_seconds, 1e-9)
         self.epochs.append(row)
 
+    def on_validation_start(self, trainer, pl_module):
+        self._val_start = time.perf_counter()
+
     def on_validation_end(self, trainer, pl_module):
+        if self._val_start is not None:
+            self._val_seconds += time.perf_counter() - self._val_start
+            self._val_start = None
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
         row = {"epoch": epoch_of(trainer)}

@@ -153,7 +153,9 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
                 ) from None
             raise UserError(message) from None
     check_unread_keys(cfg)
-    config_values.check_override_types(user, _compose([o for o in user if _is_group_choice(o) or o.lstrip("+").startswith("hydra.searchpath=")]), cfg)
+    choices = [o for o in user if _is_group_choice(o) or o.lstrip("+").startswith("hydra.searchpath=")]
+    # the types the config files give, before the user's values; `make demo` (no values) composes once, not twice
+    config_values.check_override_types(user, cfg if choices == user else _compose(choices), cfg)
     config_values.check_sizes(cfg)
     check_recipe(cfg, _recipe_of(overrides))  # epoch_length, evaluation, deviations: one-line errors
     rewritten = dict(zip(given, user))

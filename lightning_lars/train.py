@@ -36,6 +36,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
 
     from lightning_lars import preemption, resume, target_checks
     from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+    from lightning_lars.callbacks.first_step import FirstStepTime
     from lightning_lars.callbacks.run_history import RunHistory
     from lightning_lars.callbacks.schedule import ScheduleCallback
     from lightning_lars.provenance import provenance
@@ -49,6 +50,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None):
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
     callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint(), SignalCheckpoint(signal_names=["SIGINT"]), RunHistory()]
+    callbacks.append(FirstStepTime(STARTED))  # the time to the first step, as a plan line
     logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
               if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]

@@ -85,6 +85,7 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
             break
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0 and "Traceback" not in stdout + stderr, stderr[-3000:]
+    assert "weights_only" not in stdout + stderr  # Lightning's notice at every save without the argument
     (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGINT at step" in ln]
     command = shlex.split(stopped.split("resume with: ", 1)[1])
     saved = Path(command[-1].removeprefix("run.ckpt_path="))

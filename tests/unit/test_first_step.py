@@ -1,0 +1,35 @@
+"""FirstStepTime inside a real Lightning fit with gradient accumulation: the plan line comes once, after the
+first optimizer step (not its first micro-batch), timed from the given start."""
+
+import logging
+import time
+
+import lightning as L
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from lightning_lars.callbacks.first_step import FirstStepTime
+
+
+class RecordsSteps(FirstStepTime):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        before = self.seconds
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if before is None and self.seconds is not None:
+            self.fired_at = (batch_idx, trainer.global_step)
+
+
+def test_first_step_line_after_the_accumulated_step(tmp_path, caplog):
+    started = time.perf_counter() - 7.0  # as if the command line came 7 s before fit
+    timer = RecordsSteps(started)
+    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=3, accumulate_grad_batches=2, limit_val_batches=0,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[timer])
+    with caplog.at_level(logging.INFO):
+        before_fit = time.perf_counter()
+        trainer.fit(BoringModel())
+        after_fit = time.perf_counter()
+    assert timer.fired_at == (1, 1)  # the second micro-batch completes optimizer step 1
+    assert before_fit - started <= timer.seconds <= after_fit - started
+    lines = [r.getMessage() for r in caplog.records if "first optimizer step done" in r.getMessage()]
+    assert lines == [f"[lightning-lars] plan: first optimizer step done {timer.seconds:.1f} s after the command"
+                     " line (imports, config, loaders, JIT compile, one step)"]
