@@ -86,12 +86,8 @@ check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its t
 test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 	$(PY) -m pytest -q -n auto --durations=10 -m "not slow or demo" tests
 
-# --tb=native: CPython 3.11's ast module keeps one recursion counter per interpreter; pytest's own traceback
-# formatting parses source with it while threads of torch/wandb run, and on CI a failure's report became
-# "INTERNALERROR SystemError: AST constructor recursion depth mismatch" (pytest-dev/pytest#10874, cpython#106905),
-# which hid the failure and stopped the run. Native tracebacks do not parse source.
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
-	$(PY) -m pytest -q --tb=native --durations=15 -m "slow and not demo" tests
+	$(PY) -m pytest -q --durations=15 -m "slow and not demo" tests
 
 oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.errors import UserError
 from lightning_lars.extras import needs_ffcv, require_ffcv
 
+FFCV_DATA = ("the FFCV DataModule (this recipe's data)",
+             "train from image folders with data=imagefolder data.root=DIR, or time the model alone with data=synthetic")
 MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside the .beton files
 
 # Hydra flags that print (config, help, info) and run no job: nothing to check on disk for them.
@@ -30,21 +33,32 @@ def check_dataset(cfg: DictConfig) -> None:
     ``data.num_classes`` that disagrees with the prepared data's ``manifest.json``: one line naming the value to
     set. Data configs without .beton paths pass."""
     data = cfg.get("data") or {}
-    if needs_ffcv(data.get("_target_")):
-        require_ffcv("the FFCV DataModule (this recipe's data)",
-                     "train from image folders with data=imagefolder data.root=DIR, or time the model alone with"
-                     " data=synthetic")
+    ffcv_data = needs_ffcv(data.get("_target_"))
+    if ffcv_data and not _installed("ffcv"):  # not installed: said first, as `make prepare` needs FFCV too
+        require_ffcv(*FFCV_DATA)
     try:
         command = data.get("prepare_command", "make prepare src=<imagefolder> out=<dir>")
         paths = [data.get(key) for key in ("train_path", "val_path")]
         num_classes = data.get("num_classes")
     except OmegaConfBaseException:  # a path that needs Hydra's runtime: the DataModule checks it later
-        return
+        paths, num_classes = [], None
     betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
     for path in betons:
         read_num_samples(path, command)
     if betons and isinstance(num_classes, int):
         check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
+    # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with
+    # numba: after the file checks, which need no FFCV.
+    if ffcv_data:
+        require_ffcv(*FFCV_DATA)
+
+
+def _installed(name: str) -> bool:
+    """Whether an import system finds the package, without importing it (an import hook may raise instead)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def check_num_classes(manifest_path: Path, num_classes: int) -> None:

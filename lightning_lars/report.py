@@ -12,8 +12,8 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars import report_plot
+from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.throughput import ThroughputCallback
 from lightning_lars.callbacks.time_to_target import TimeToTarget

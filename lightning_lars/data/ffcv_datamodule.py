@@ -12,7 +12,6 @@ FFCV runs each epoch through its ``EpochIterator`` on that explicit order. Rando
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any

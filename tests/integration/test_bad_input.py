@@ -22,8 +22,8 @@ from omegaconf import open_dict
 from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
-from lightning_lars.callbacks import checkpointing
 from lightning_lars import resume, train
+from lightning_lars.callbacks import checkpointing
 
 pytestmark = pytest.mark.slow
 

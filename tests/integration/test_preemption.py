@@ -18,8 +18,13 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
-from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
 from lightning_lars import resume
+from lightning_lars.callbacks.checkpointing import (
+    AtomicCheckpointIO,
+    Checkpoint,
+    ResumeState,
+    SignalCheckpoint,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
+from lightning_lars.errors import UserError
 from lightning_lars.parallel.bucket_hook import (
     MIB,
     GroupedAllReduceState,
@@ -19,7 +20,6 @@ from lightning_lars.parallel.bucket_hook import (
     register,
 )
 from lightning_lars.parallel.strategy import BucketedDDPStrategy
-from lightning_lars.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 

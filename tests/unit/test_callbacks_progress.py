@@ -4,7 +4,13 @@ import io
 
 from callback_harness import classifier, images, loader, trainer
 
-from lightning_lars.callbacks.progress import LogLineProgress, RunClock, TerminalProgressBar, format_duration, progress_bar
+from lightning_lars.callbacks.progress import (
+    LogLineProgress,
+    RunClock,
+    TerminalProgressBar,
+    format_duration,
+    progress_bar,
+)
 from lightning_lars.callbacks.schedule import ScheduleCallback
 
 

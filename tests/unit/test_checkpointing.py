@@ -18,9 +18,14 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
-from lightning_lars.callbacks import checkpointing
-from lightning_lars.callbacks.checkpointing import AtomicCheckpointIO, Checkpoint, ResumeState, SignalCheckpoint
 from lightning_lars import preemption, resume
+from lightning_lars.callbacks import checkpointing
+from lightning_lars.callbacks.checkpointing import (
+    AtomicCheckpointIO,
+    Checkpoint,
+    ResumeState,
+    SignalCheckpoint,
+)
 from lightning_lars.errors import UserError
 from lightning_lars.preemption import Preempted
 

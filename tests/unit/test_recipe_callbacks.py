@@ -5,12 +5,12 @@ import functools
 import pytest
 import torch
 
+from lightning_lars.bn import GroupBatchNorm, batch_norms
 from lightning_lars.callbacks.batch_norm import BatchNormGroups, BatchNormWithoutMovingAverage
 from lightning_lars.callbacks.batch_size_control import BatchSizeControl
 from lightning_lars.callbacks.rmsprop_warmup import RMSpropWarmupBlend
 from lightning_lars.callbacks.schedule import ScheduleCallback
 from lightning_lars.callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
-from lightning_lars.bn import GroupBatchNorm, batch_norms
 from lightning_lars.errors import UserError
 from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
 from lightning_lars.scaling import plan_batch
