@@ -18,6 +18,27 @@ def check(cfg: DictConfig) -> None:
     check_arch(cfg.model.get("arch"))
     check_accelerator(cfg.trainer.get("accelerator"))
     check_precision(cfg.trainer.get("precision"))
+    check_optimizer(cfg.get("optimizer"))
+
+
+def check_optimizer(optimizer: DictConfig | None) -> None:
+    """The optimizers judge their own hyperparameters (a one-line `UserError` naming the key) when they are built,
+    which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one here on a
+    stand-in parameter so a bad value is reported in seconds. Any other failure is left to the real build, which
+    reports it with its context."""
+    if not optimizer or "_target_" not in optimizer:
+        return
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        build = instantiate(optimizer)
+        if callable(build) and not isinstance(build, torch.optim.Optimizer):
+            build([torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))])
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001  (not ours to judge here: the real build says what is wrong, in context)
+        return
 
 
 def check_arch(arch: str | None) -> None:
