@@ -86,8 +86,13 @@ check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its t
 test: $(STAMP) ## unit tests (seconds each) + the demo pipeline end to end
 	$(PY) -m pytest -q -n auto --durations=10 -m "not slow or demo" tests
 
+# test-slow runs two pytest processes (workers=N to change): most of its tests wait on subprocesses that import
+# the stack single-threaded, so two overlap well on 2 cores (79 tests: 1051 s against 1755 s one at a time,
+# 2026-11-23); each test already starts 1-4 processes of its own, so a process per core would need their memory.
+# --dist loadfile: a file's tests share one process, so a module fixture (the installed wheel, which pip builds
+# in the clone's build/) runs once, never twice at the same time.
 test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every recipe, resume, preemption
-	$(PY) -m pytest -q --durations=15 -m "slow and not demo" tests
+	$(PY) -m pytest -q -n $(or $(workers),2) --dist loadfile --durations=15 -m "slow and not demo" tests
 
 oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 
