@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import FORMS, LARS
+from lightning_lars.optim.neumann import Neumann
 from lightning_lars.optim.nlcg import NLCG
 from lightning_lars.optim.param_groups import FSDP1_PREFIX, param_groups
 from lightning_lars.parallel.fsdp import FSDP1Strategy, FSDP2Strategy
@@ -60,6 +61,10 @@ OPTIMIZERS = {
     # (1.0125, 1.025] at tau 0.5: base lr x0.975 and 10 % of the previous direction taken back
     "nlcg": (NLCG, "ndim<=1", {"update_rule": "PR", "trust_coefficient": 0.02, "line_search_period": 3,
              "line_search_threshold": 0.5}),
+    # step 1 SGD burn-in, step 2 the reset, steps 3-4 Neumann updates with one norm ||w - v|| over the whole
+    # model (v stayed at w_0 through the burn-in: r ~ 1e-2). alpha and beta (ours) make the cubic and the
+    # repulsive terms each ~10 % of d there, so a per-shard r (off by up to sqrt(2)) moves the weights by O(1e-2)
+    "neumann": (Neumann, "ndim<=1", {"sgd_steps": 1, "reset_steps": 0, "alpha": 1e3, "beta": 2e-8, "gamma": 0.5}),
 }
 
 
