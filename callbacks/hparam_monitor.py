@@ -16,8 +16,11 @@ def group_label(index: int, group: dict) -> str:
     return f"group{index}{suffix}"
 
 
-def group_momentum(group: dict) -> float | None:
-    """SGD/LARS ``momentum``, or Adam/LAMB's first-moment ``betas[0]``; None when the optimizer has neither."""
+def group_momentum(group: dict, optimizer=None) -> float | None:
+    """SGD/LARS ``momentum``, Adam/LAMB's first-moment ``betas[0]``, or for an optimizer whose momentum follows
+    its own step count (Neumann's mu(t)) ``optimizer.momentum_for_next_step()``; None when there is none."""
+    if hasattr(optimizer, "momentum_for_next_step"):
+        return float(optimizer.momentum_for_next_step())
     if "momentum" in group:
         return float(group["momentum"])
     if "betas" in group:
@@ -67,7 +70,7 @@ class HParamMonitor(L.Callback):
             label = group_label(index, group)
             metrics[f"hparams/lr/{label}"] = float(group["lr"])
             metrics[f"hparams/weight_decay/{label}"] = float(group.get("weight_decay", 0.0))
-            momentum = group_momentum(group)
+            momentum = group_momentum(group, optimizer)
             if momentum is not None:
                 metrics[f"hparams/momentum/{label}"] = momentum
         if trainer.is_global_zero:
@@ -76,7 +79,7 @@ class HParamMonitor(L.Callback):
         if step % (self.every_n_steps * self._history_stride) == 0:
             first = optimizer.param_groups[0]
             self._record(step, epoch_of(trainer), float(first["lr"]), float(first.get("weight_decay", 0.0)),
-                         group_momentum(first))
+                         group_momentum(first, optimizer))
 
     def _record(self, step: int, epoch: float, lr: float, weight_decay: float | None = None,
                 momentum: float | None = None) -> None:

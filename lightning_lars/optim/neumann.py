@@ -130,6 +130,14 @@ class Neumann(Optimizer):
         """t of the last step: steps taken after the SGD burn-in (0 during it)."""
         return max(0, self.param_groups[0]["step"] - self.sgd_steps)
 
+    def momentum_for_next_step(self) -> float:
+        """The momentum mu(t) that the next `step` applies (lines 10-11), for the monitors: 0 during the SGD
+        burn-in and on a reset step, which move no weight through m."""
+        t = self.param_groups[0]["step"] + 1 - self.sgd_steps
+        if t <= 0 or is_reset(t, self.reset_steps, self.reset_growth):
+            return 0.0
+        return momentum(t, self.mu_min, self.mu_max, self.momentum_time_unit)
+
     @torch.no_grad()
     def step(self, closure=None):
         """One step of Algorithm 2 for every group; returns the closure's loss if one is given."""

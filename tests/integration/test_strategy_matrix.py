@@ -113,7 +113,7 @@ def reference(name: str) -> dict[str, torch.Tensor]:
         halves = zip(images.split(PER_RANK), labels.split(PER_RANK))
         loss = sum(nn.functional.cross_entropy(model(x), y) for x, y in halves) / WORLD
         loss.backward()
-        optimizer.step(lambda: loss.detach())  # the global-batch loss, for NLCG's line search
+        optimizer.step(lambda loss=loss: loss.detach())  # the global-batch loss, for NLCG's line search
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 

@@ -1,15 +1,18 @@
 """HParamMonitor and TrustRatioMonitor inside a real fit: what they log is what the optimizer used."""
 
 import copy
+import functools
 import itertools
 
 import pytest
-from callback_harness import classifier, images, loader, trainer
+from callback_harness import NUM_CLASSES, classifier, images, loader, trainer
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor, group_label
 from lightning_lars.callbacks.schedule import ScheduleCallback
 from lightning_lars.callbacks.trust_ratio import TrustRatioMonitor
+from lightning_lars.module import ImageClassifier
+from lightning_lars.optim.neumann import Neumann
 
 
 def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):
@@ -32,6 +35,24 @@ def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):
     for key in ("hparams/lr/group0_adapted", "hparams/momentum/group1_excluded",
                 "hparams/weight_decay/group0_adapted"):
         assert key in header
+
+
+def test_hparam_monitor_logs_neumanns_momentum_of_each_step(tmp_path):
+    """Neumann's momentum lives in the optimizer (mu(t) of its own step count), not in a param group."""
+    module = ImageClassifier("test_resnet", NUM_CLASSES, lr_schedule=lambda step: 0.05,
+                             optimizer=functools.partial(Neumann, sgd_steps=1, reset_steps=0, momentum_time_unit=1))
+    monitor = HParamMonitor(every_n_steps=1)
+    logger = CSVLogger(tmp_path)
+    trainer([monitor, ScheduleCallback()], tmp_path, max_steps=5, logger=logger,
+            limit_val_batches=0).fit(module, loader(images(48)))
+    # Algorithm 2: step 0 is the SGD burn-in and step 1 the reset (t = 1): no momentum moves a weight; then
+    # Table 1's mu(t) = 1 - 1 / (1 + t) within [0.5, 0.9], t = 2, 3, 4 counted in steps
+    expected = [0.0, 0.0, *(min(0.9, max(0.5, 1 - 1 / (1 + t))) for t in (2, 3, 4))]
+    assert [momentum for *_, momentum in monitor.history] == pytest.approx(expected)
+    logger.save()
+    rows = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("hparams/momentum/group0_adapted")
+    assert [float(row.split(",")[column]) for row in rows[1:] if row.split(",")[column]] == pytest.approx(expected)
 
 
 def test_hparam_monitor_history_stays_bounded_and_even():
