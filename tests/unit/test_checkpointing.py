@@ -184,6 +184,8 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
     for name in list(os.environ):
         if name.startswith("SLURM_"):
             monkeypatch.delenv(name)
+    # as in a terminal: an xdist worker, or a Lightning fit that ended on Ctrl-C earlier in it, leaves SIG_IGN
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     callbacks = [SignalAt(step=2, signum=signal.SIGINT), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "a")]
     with pytest.raises(Preempted, match="signal SIGINT at step 3"):
         boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
