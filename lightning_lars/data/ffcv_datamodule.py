@@ -26,6 +26,7 @@ from ffcv.pipeline.compiler import Compiler
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
+from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
 
@@ -269,10 +270,10 @@ class FFCVDataModule(L.LightningDataModule):
                                                           "sequential")
             return self._loaders["val"]
 
-        def val_order(loader: Loader, epoch: int) -> np.ndarray:
-            return np.arange(loader.reader.num_samples, dtype=np.int64)
+        def order(loader: Loader, epoch: int) -> np.ndarray:
+            return val_order(loader.reader.num_samples)  # a prefix samples every class (data/val_order.py)
 
-        return FFCVEpochLoader(val_loader, val_order, self.num_val_images, rank=self.rank,
+        return FFCVEpochLoader(val_loader, order, self.num_val_images, rank=self.rank,
                                world_size=self.world_size, batch_size=self.batch_size, drop_last=False,
                                resumable=False)
 

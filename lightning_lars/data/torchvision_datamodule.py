@@ -13,11 +13,12 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 from torchvision import datasets, transforms
 
 from lightning_lars.data import pipelines
 from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
 
@@ -109,7 +110,10 @@ class TorchvisionDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         workers = self._workers()
-        return DataLoader(self._dataset(split), batch_size=self.batch_size, shuffle=train, drop_last=train,
+        dataset = self._dataset(split)
+        if not train:  # class by class on disk: a fixed permutation makes any prefix sample every class
+            dataset = Subset(dataset, val_order(len(dataset)).tolist())
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=train, drop_last=train,
                           num_workers=workers, persistent_workers=workers > 0, pin_memory=self.pin_memory
                           and torch.cuda.is_available(), generator=torch.Generator().manual_seed(self.seed))
 

@@ -18,6 +18,7 @@ from lightning_lars.data.ffcv_datamodule import (
     shard,
 )
 from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.data.val_order import val_order
 from lightning_lars.errors import UserError
 
 # numba's dispatcher finalizer prints KeyError noise at teardown after FFCV ran (findings.md): not a failure.
@@ -173,8 +174,20 @@ def test_two_ranks_see_each_kept_sample_exactly_once_per_epoch(datamodule):
 
 def test_val_loader_yields_every_sample_once_with_a_short_last_batch(datamodule):
     batches = labels(datamodule.val_dataloader())
-    assert batches == [list(range(8)), [8]]  # the batch of one keeps its batch dimension
+    assert [len(batch) for batch in batches] == [8, 1]  # the batch of one keeps its batch dimension
+    assert sorted(itertools.chain.from_iterable(batches)) == list(range(9))
+    assert labels(datamodule.val_dataloader()) == batches  # the same order in every evaluation
     assert len(datamodule.val_dataloader()) == 2
+
+
+def test_a_partial_evaluation_samples_every_class():
+    """Val images lie class by class (ImageFolder, and prepare's .beton files): the demo's 1000, 100 per class.
+    The toy config's 2 batches of 32 read the first 64; in file order those are all class 0."""
+    on_disk = np.repeat(np.arange(10), 100)
+    order = val_order(1000)
+    assert sorted(order.tolist()) == list(range(1000))  # a full pass still sees each image once
+    assert len(set(on_disk[order[:64]].tolist())) == 10
+    assert np.array_equal(order, val_order(1000))  # every run evaluates the same images
 
 
 def test_mid_epoch_resume_continues_with_exactly_the_unseen_samples(datamodule, betons):
