@@ -107,12 +107,13 @@ class RecipePlan:
         """The plan lines train.py prints and the recipe card repeats (a test keeps them equal)."""
         evals = self.eval_steps
         shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
+        plural = "" if len(evals) == 1 else "s"
         lines = [
             f"plan: {self.batch_plan.describe()}",
             (f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
             f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
             f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"),
-            f"plan: {len(evals)} evaluations, after steps {shown}",
+            f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
         ]
         lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
                   for d in self.deviations]
