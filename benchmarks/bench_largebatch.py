@@ -136,10 +136,6 @@ def table(rows: list[tuple[Contender, float, list[float], float]]) -> str:
 
 
 def compose_run(contender: Contender, lr: float, seed: int, data_dir: str, out: str, val_path: str | None):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
     from lightning_lars import config
 
     overrides = [
@@ -157,12 +153,7 @@ def compose_run(contender: Contender, lr: float, seed: int, data_dir: str, out: 
         "+trainer.enable_model_summary=false", "+trainer.enable_checkpointing=false",
         *([f"data.val_path={val_path}"] if val_path else []),
     ]
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)  # recipe_name reads ${hydra:runtime.choices.recipe}
-    with open_dict(cfg):
-        del cfg["hydra"]  # as in a real run: the job's config holds no hydra node
-    return cfg
+    return config.compose_job(overrides)
 
 
 def train_once(contender: Contender, lr: float, seed: int, data_dir: str, val_path: str | None = None) -> float:

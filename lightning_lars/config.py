@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
@@ -17,7 +18,7 @@ from hydra.errors import (
     OverrideParseException,
 )
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightning_lars import config_values
 from lightning_lars.errors import UserError
@@ -179,6 +180,18 @@ def _compose(overrides: list[str]) -> DictConfig:
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
+
+
+def compose_job(overrides: list[str]) -> DictConfig:
+    """The config a run's job gets, composed in this process (tests, benchmarks): Hydra's node is made the current
+    ``HydraConfig`` (``recipe_name`` reads ``${hydra:runtime.choices.recipe}``), then dropped, as a real run's job
+    config holds no ``hydra`` node."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def _recipe_of(overrides: list[str]) -> str:

@@ -17,9 +17,6 @@ import sys
 from pathlib import Path
 
 import lightning as L
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
 from lightning_lars import config, train
@@ -58,12 +55,7 @@ def demo_config(data_dir: str, out_dir: str):
                  f"trainer.log_every_n_steps={LOG_EVERY}", "+trainer.limit_val_batches=0", "data.num_workers=1",
                  "+callbacks.progress.force=lines",
                  "callbacks.checkpoint.every_n_epochs=null", "~logger"]  # checkpoint saves may sync: not steady state
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return config.compose_job(overrides)
 
 
 def main(data_dir: str, out_dir: str) -> None:

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
-from lightning_lars import resume, train
+from lightning_lars import config, resume, train
 from lightning_lars.callbacks import checkpointing
 
 pytestmark = pytest.mark.slow
@@ -147,14 +144,9 @@ class FullDiskAfter:
 
 def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[*OVERRIDES, f"paths.data_dir={shared / 'data'}",
-                                          f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}",
-                                          *extra], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # recipe_name reads ${hydra:runtime.choices.recipe}
-        with open_dict(cfg):
-            del cfg["hydra"]  # as in a real run: the job's config has no hydra node
-        return train.run(cfg)
+    cfg = config.compose_job([*OVERRIDES, f"paths.data_dir={shared / 'data'}",
+                              f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}", *extra])
+    return train.run(cfg)
 
 
 @pytest.fixture

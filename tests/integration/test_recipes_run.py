@@ -13,9 +13,6 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from lightning_lars import config, train
 from lightning_lars.bn import GroupBatchNorm, batch_norms
@@ -40,12 +37,7 @@ def compose_run(name, data_dir, out_dir):
     overrides = [f"recipe={name}", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={out_dir}",
                  f"paths.output_dir={out_dir}/{name}", "trainer.precision=32-true", "batch.global_size=16",
                  "batch.max_per_device=8", "batch.bn_group=4", *sizes, "trainer.limit_val_batches=1"]
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)  # recipe_name reads ${hydra:runtime.choices.recipe}
-    with open_dict(cfg):
-        del cfg["hydra"]  # as in a real run: the job's config holds no hydra node
-    return cfg
+    return config.compose_job(overrides)
 
 
 @pytest.mark.parametrize("name", RECIPES)
