@@ -13,7 +13,8 @@ import textwrap
 from pathlib import Path
 
 from lightning_lars.errors import UserError
-from lightning_lars.recipe_plan import RecipePlan, bound_keywords, plan_recipe
+from lightning_lars.recipe_plan import RecipePlan, plan_recipe
+from lightning_lars.schedules import unwrap_schedule
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 
@@ -24,7 +25,7 @@ def named_steps(plan: RecipePlan) -> list[tuple[str, int]]:
     named = [("first update", 0)]
     if 0 < warmup < total:
         named += [("mid-warmup", warmup // 2), ("warmup done", warmup)]
-    keywords = bound_keywords(plan.base_lr_schedule)
+    keywords, _ = unwrap_schedule(plan.base_lr_schedule)
     for key in ("milestones", "boundaries"):  # step and piecewise schedules: epochs where the LR drops
         for epoch in keywords.get(key) or ():
             named.append((f"LR boundary, epoch {epoch:g}", round(epoch * plan.steps_per_epoch)))

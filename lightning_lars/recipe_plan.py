@@ -214,18 +214,6 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     )
 
 
-def bound_keywords(function) -> dict:
-    """Every keyword bound into a schedule, through nested partials (Hydra's ``_partial_`` is one too)."""
-    chain = []
-    while function is not None and isinstance(getattr(function, "keywords", None), dict):
-        chain.append(function.keywords)
-        function = getattr(function, "func", None) or getattr(function, "base", None)
-    merged = {}
-    for keywords in reversed(chain):  # the outermost binding wins, as when the partial is called
-        merged.update(keywords)
-    return merged
-
-
 def _epochs_at(epoch_ends: list[int], step: int) -> float:
     index = bisect.bisect_right(epoch_ends, step)
     if index >= len(epoch_ends):

@@ -234,6 +234,17 @@ def schedule_keywords(schedule) -> dict:
     return keywords
 
 
+def unwrap_schedule(schedule) -> tuple[dict, object]:
+    """(every keyword bound into ``schedule``, the function they are bound to), through nested partials (Hydra's
+    ``_partial_`` is one too) and a batch-growth wrapper's ``base``: the outermost binding wins, as when the
+    partial is called."""
+    keywords, function = {}, schedule
+    while function is not None and isinstance(getattr(function, "keywords", None), dict):
+        keywords = {**function.keywords, **keywords}
+        function = getattr(function, "func", None) or getattr(function, "base", None)
+    return keywords, function
+
+
 def phase_steps(schedule) -> tuple[int, int]:
     """(warmup end, decay end) of a bound schedule, in steps, as the schedule itself counts them.
 
@@ -241,10 +252,7 @@ def phase_steps(schedule) -> tuple[int, int]:
     Fujitsu's explicit ``decay_steps``) carries a ``phase_steps`` function of its own keywords; the shapes here
     warm up for ``warmup_steps`` or ``round(warmup_epochs * steps_per_epoch)`` steps and decay until
     ``total_steps`` or ``round(total_epochs * steps_per_epoch)``. The card and the plan print these numbers."""
-    keywords, function = {}, schedule
-    while isinstance(getattr(function, "keywords", None), dict):  # nested partials: the outermost binding wins
-        keywords = {**function.keywords, **keywords}
-        function = function.func
+    keywords, function = unwrap_schedule(schedule)
     own = getattr(function, "phase_steps", None)
     if own is not None:
         return own(**keywords)
