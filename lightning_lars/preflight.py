@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -31,8 +32,14 @@ def check_dataset(cfg: DictConfig) -> None:
     """FFCV installed when the data config needs it; a missing, truncated or foreign ``.beton`` named by the data
     config: one-line `UserError` naming the command that makes it (the data config's ``prepare_command``); a
     ``data.num_classes`` that disagrees with the prepared data's ``manifest.json``: one line naming the value to
-    set. Data configs without .beton paths pass."""
+    set. An image-folder config (``data.root``): both split folders there, and as many class folders as
+    ``data.num_classes``. Other data configs (synthetic) pass."""
     data = cfg.get("data") or {}
+    if not needs_ffcv(data.get("_target_")) and _plain_value(data, "root"):
+        if _plain_value(data, "no_aug_from_epoch") is not None:
+            raise UserError(no_aug_message(data.no_aug_from_epoch))
+        check_image_folder(Path(data.root), data.get("num_classes"), _plain_value(data, "prepare_command"))
+        return
     ffcv_data = needs_ffcv(data.get("_target_"))
     if ffcv_data and not _installed("ffcv"):  # not installed: said first, as `make prepare` needs FFCV too
         require_ffcv(*FFCV_DATA)
@@ -51,6 +58,39 @@ def check_dataset(cfg: DictConfig) -> None:
     # numba: after the file checks, which need no FFCV.
     if ffcv_data:
         require_ffcv(*FFCV_DATA)
+
+
+def _plain_value(data, key: str):
+    """``data[key]`` when it resolves without Hydra's runtime (else None: the DataModule checks it later)."""
+    try:
+        return data.get(key)
+    except OmegaConfBaseException:
+        return None
+
+
+def no_aug_message(epoch) -> str:
+    return (f"data.no_aug_from_epoch={epoch} (train without crop and flip from that epoch) needs the FFCV loader:"
+            " use data=imagenet, or set data.no_aug_from_epoch=null")
+
+
+def missing_folder_message(folder: Path, prepare_command: str | None) -> str:
+    fix = f"make it with: {prepare_command}" if prepare_command else f"expected {folder}/<class>/<image>"
+    return f"image folder {folder} not found: {fix}"
+
+
+def classes_message(folder: Path, found: int, num_classes: int) -> str:
+    return f"data.num_classes={num_classes} but {folder} has {found} classes: set data.num_classes={found}"
+
+
+def check_image_folder(root: Path, num_classes, prepare_command: str | None) -> None:
+    """``root/train`` and ``root/val`` exist, and ``root/train`` has ``num_classes`` class folders (as ImageFolder
+    counts them: every sub-folder). Before any import, so the mistake is the only line the user sees."""
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise UserError(missing_folder_message(root / split, prepare_command))
+    found = sum(1 for entry in os.scandir(root / "train") if entry.is_dir())
+    if isinstance(num_classes, int) and found != num_classes:
+        raise UserError(classes_message(root / "train", found, num_classes))
 
 
 def _installed(name: str) -> bool:

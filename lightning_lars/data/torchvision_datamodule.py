@@ -21,6 +21,7 @@ from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 from lightning_lars.errors import UserError
+from lightning_lars.preflight import classes_message, missing_folder_message, no_aug_message
 
 DEFAULT_PIPELINE = {
     "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
@@ -64,22 +65,27 @@ class TorchvisionDataModule(L.LightningDataModule):
         resolution: train px (an int: progressive resizing needs the FFCV DataModule).
         val_resolution: eval px.
         pipeline: the same ``{"train": [...], "val": [...]}`` ops as ``FFCVDataModule``.
+        no_aug_from_epoch: accepted so recipes that set it compose; a value is a one-line error (FFCV only).
+        prepare_command: the command that makes ``root``, named when it is missing.
     """
 
     def __init__(self, root: str, num_classes: int, batch_size: int = 256, seed: int = 0,
                  num_workers: int | None = None, resolution: int | Mapping = 224, val_resolution: int = 224,
-                 pipeline: Mapping[str, list] | None = None, pin_memory: bool = True):
+                 pipeline: Mapping[str, list] | None = None, pin_memory: bool = True,
+                 no_aug_from_epoch: int | None = None, prepare_command: str | None = None):
         super().__init__()
         schedule = resolution_schedule(resolution)
         if schedule.is_progressive:
             raise UserError("progressive resizing needs the FFCV loader: use data=imagenet, or a fixed resolution")
+        if no_aug_from_epoch is not None:  # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
+            raise UserError(no_aug_message(no_aug_from_epoch))
         pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
         if set(pipeline) != {"train", "val"}:
             raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
         self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))
         self.val_ops = pipelines.parse_pipeline("val", list(pipeline["val"]))
         self.root, self.num_classes, self.batch_size, self.seed = Path(root), int(num_classes), int(batch_size), seed
-        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.num_workers, self.pin_memory, self.prepare_command = num_workers, pin_memory, prepare_command
         self.resolution, self.val_resolution = schedule.start, int(val_resolution)
         self._datasets: dict[str, datasets.ImageFolder] = {}
 
@@ -87,11 +93,11 @@ class TorchvisionDataModule(L.LightningDataModule):
         if split not in self._datasets:
             folder = self.root / split
             if not folder.is_dir():
-                raise UserError(f"image folder {folder} not found: expected {self.root}/{split}/<class>/<image>")
+                raise UserError(missing_folder_message(folder, self.prepare_command))
             ops, res = (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
             dataset = datasets.ImageFolder(str(folder), transform=torchvision_transform(ops, res))
             if len(dataset.classes) != self.num_classes:
-                raise UserError(f"{folder} has {len(dataset.classes)} classes, data.num_classes is {self.num_classes}")
+                raise UserError(classes_message(folder, len(dataset.classes), self.num_classes))
             self._datasets[split] = dataset
         return self._datasets[split]
 

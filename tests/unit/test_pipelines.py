@@ -148,8 +148,12 @@ def test_torchvision_baseline_refusals(tmp_path):
     with pytest.raises(UserError, match="not found"):
         _ = TorchvisionDataModule(tmp_path, 2).num_train_images
     write_image_folder(tmp_path / "tree")
-    with pytest.raises(UserError, match="has 2 classes, data.num_classes is 5"):
+    with pytest.raises(UserError, match="has 2 classes: set data.num_classes=2"):
         _ = TorchvisionDataModule(tmp_path / "tree", 5).num_train_images
+    with pytest.raises(UserError, match="no_aug_from_epoch=85 .* needs the FFCV loader"):
+        TorchvisionDataModule(tmp_path / "tree", 2, no_aug_from_epoch=85)
+    with pytest.raises(UserError, match="not found: make it with: make demo-data out=x"):
+        _ = TorchvisionDataModule(tmp_path / "none", 2, prepare_command="make demo-data out=x").num_train_images
 
 
 def test_torch_normalize_copies_its_statistics_to_a_device_once():
