@@ -73,8 +73,8 @@ def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, 
 
 def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_dir, tmp_path):
     logs = tmp_path / "logs"
-    args = ["recipe=demo", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={logs}",
-            "batch.global_size=32", "batch.max_per_device=16",  # 5 steps per epoch
+    args = ["recipe=demo", "debug=toy", "data=demo",  # FFCV's loader: exact mid-epoch resume
+            f"paths.data_dir={data_dir}", f"paths.log_dir={logs}", "batch.global_size=32", "batch.max_per_device=16",  # 5 steps per epoch
             "trainer.max_steps=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1",
             "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # + every epoch
     first = subprocess.Popen([sys.executable, "-m", "lightning_lars.train", *args], cwd=ROOT, env=ENV,

@@ -48,6 +48,10 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
     # a dataset folder of the user's own: the error names the command that writes that folder
     (["paths.data_dir=/nonexistent/mydata"], ["/nonexistent/mydata/demo/train.beton not found",
                                               "make demo-data out=/nonexistent/mydata/demo"]),
+    (["debug=toy", "paths.data_dir=/nonexistent/mydata"],  # the toy reads the demo's JPEG tree
+     ["image folder /nonexistent/mydata/demo/jpeg/train not found", "make demo-data out=/nonexistent/mydata/demo"]),
+    (["recipe=fujitsu_86k", "data=imagefolder", "data.root=/nonexistent"],
+     ["data.no_aug_from_epoch=85", "needs the FFCV loader", "data.no_aug_from_epoch=null"]),
 ])
 def test_wrong_values_are_one_line_before_anything_is_built(args, phrases, tmp_path):
     assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)

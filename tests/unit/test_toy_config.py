@@ -37,3 +37,46 @@ def test_alexnet_recipes_get_63_px_and_resnets_keep_32():
     assert toy_config("you_alexnet_bn_8k").data.resolution == 63
     assert toy_config("you_alexnet_32k").data.resolution == 63
     assert toy_config("goyal_8k").data.resolution == 32
+
+
+def test_toy_reads_the_demo_images_without_ffcv_and_data_demo_puts_ffcv_back():
+    toy = toy_config("demo")
+    assert toy.data._target_.endswith("TorchvisionDataModule") and toy.data.root.endswith("/demo/jpeg")
+    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+        ffcv = compose("train", overrides=["recipe=demo", "debug=toy", "data=demo"])
+    assert ffcv.data._target_.endswith("FFCVDataModule")
+    for key in ("num_classes", "resolution", "val_resolution", "pipeline", "prepare_command"):
+        assert toy.data[key] == ffcv.data[key], key  # the same images, classes and ops: only the loader differs
+
+
+@pytest.mark.parametrize("recipe", ["fujitsu_86k", "goyal_8k"])
+def test_toy_composes_for_the_image_folder_loader(recipe):
+    """Fujitsu's no_aug_from_epoch is FFCV-only: the toy config clears it (its epoch 85 is past 3 steps)."""
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
+
+    data = toy_config(recipe).data
+    kwargs = {k: v for k, v in data.items() if k not in ("_target_", "root")}
+    TorchvisionDataModule(root="unused", **kwargs)  # every key the toy passes is one the loader takes
+
+
+def test_toy_batches_equal_ffcvs_on_the_same_demo_data(tmp_path):
+    """Oracle: FFCV's own loader over the demo's .beton files. The toy's torchvision loader over the demo's JPEG
+    tree must give the same validation images, labels and order (both read data/val_order.py's permutation)."""
+    from lightning_lars.data.demo import prepare_demo
+    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
+
+    prepare_demo(tmp_path, train_per_class=4, val_per_class=6, num_workers=1, progress=False)
+    toy = toy_config("demo").data
+    common = {"num_classes": 10, "batch_size": 16, "num_workers": 0, "resolution": 32, "val_resolution": 32}
+    ours = TorchvisionDataModule(str(tmp_path / "jpeg"), pipeline=toy.pipeline, **common)
+    theirs = FFCVDataModule(str(tmp_path / "train.beton"), str(tmp_path / "val.beton"), pipeline=toy.pipeline,
+                            **{**common, "num_workers": 1})
+    theirs.setup("fit")
+    assert (ours.num_train_images, ours.num_val_images) == (theirs.num_train_images, theirs.num_val_images) == (40, 60)
+    seen = 0
+    for (x, y), (fx, fy) in zip(ours.val_dataloader(), theirs.val_dataloader(), strict=True):
+        assert torch.equal(y, fy.long().view(-1))
+        assert x.shape == fx.shape and torch.allclose(x, fx.float(), atol=1e-4), (x - fx.float()).abs().max()
+        seen += len(y)
+    assert seen == 60
