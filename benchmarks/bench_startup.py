@@ -3,6 +3,8 @@
 Targets (issue 15, benchmark only): an error in under 2 s, `debug=toy` in under 20 s on 2 cores. Each case is a
 fresh ``python -m lightning_lars.train`` process, timed to exit (median of ``--repeats``); the baseline is
 ``python -c "import torch, lightning"``, what every error cost when the entry point imported the stack first.
+Toy runs: the toy as configured (the demo's JPEGs through torchvision) against the same toy on the demo's FFCV
+files (``data=demo``, what it read before), and the README's ``recipe=resnet50_32k debug=toy``.
 ``--other-root DIR`` also times the same commands from another checkout (e.g. the commit before, made with
 ``git worktree add /tmp/before <sha>``) in the same run.
 
@@ -58,16 +60,29 @@ def main() -> None:
         cells = "".join(f"{t:>14.2f} s" for t in times.values())
         print(f"{case:<22}{cells}{times['this checkout'] / baseline:>10.2f}x")
 
-    with tempfile.TemporaryDirectory() as logs:  # one toy run: exit time and the plan line's start-up time
-        toy = [*train, "recipe=demo", "debug=toy", f"paths.data_dir={args.data_dir}", f"paths.log_dir={logs}"]
-        for name, root in roots.items():
-            seconds, output = timed(toy, root)
-            startup = re.search(r"start-up ([0-9.]+) s", output)
-            first_step = re.search(r"first optimizer step done ([0-9.]+) s", output)
-            failed = "" if "Results: recipe demo" in output else "  (did not finish: " + output.strip()[-200:] + ")"
-            print(f"\ndebug=toy ({name}): {seconds:.1f} s to exit;"
-                  f" start-up to the plan line {startup.group(1) + ' s' if startup else 'not printed'};"
-                  f" first optimizer step {first_step.group(1) + ' s' if first_step else 'not printed'}{failed}")
+    # debug=toy: the toy as it runs now (the demo's JPEGs through torchvision) against the same toy on the demo's
+    # FFCV files (`data=demo`, what it read before), and the README's ResNet-50 example
+    toys = {"demo toy": ["recipe=demo"], "demo toy, FFCV (data=demo)": ["recipe=demo", "data=demo"],
+            "resnet50_32k toy": ["recipe=resnet50_32k"]}
+    print(f"\n{'debug=toy (median of ' + str(args.repeats) + ')':<34}{'to exit':>10}{'plan line':>11}{'1st step':>10}")
+    for name, root in roots.items():
+        for case, overrides in toys.items():
+            cells = [toy_run([*train, *overrides, "debug=toy", f"paths.data_dir={args.data_dir}"], root)
+                     for _ in range(args.repeats)]
+            medians = [statistics.median(c[i] for c in cells) for i in range(3)]
+            label = case if len(roots) == 1 else f"{case} ({name})"
+            print(f"{label:<34}" + "".join(f"{m:>9.1f}s" + " " * (i > 0) for i, m in enumerate(medians)))
+
+
+def toy_run(command: list[str], root: Path) -> tuple[float, float, float]:
+    """One toy run in its own log folder: seconds to exit, to the plan line, to the first optimizer step."""
+    with tempfile.TemporaryDirectory() as logs:
+        seconds, output = timed([*command, f"paths.log_dir={logs}"], root)
+    if "Results: recipe" not in output:
+        sys.exit(f"toy run failed: {' '.join(command)}\n{output.strip()[-2000:]}")
+    startup = re.search(r"start-up ([0-9.]+) s", output)
+    first_step = re.search(r"first optimizer step done ([0-9.]+) s", output)
+    return seconds, float(startup.group(1)), float(first_step.group(1))
 
 
 if __name__ == "__main__":
