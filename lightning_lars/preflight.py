@@ -74,7 +74,7 @@ def no_aug_message(epoch) -> str:
 
 
 def missing_folder_message(folder: Path, prepare_command: str | None) -> str:
-    fix = f"make it with: {prepare_command}" if prepare_command else f"expected {folder}/<class>/<image>"
+    fix = f"prepare it with {prepare_command}" if prepare_command else f"expected {folder}/<class>/<image>"
     return f"image folder {folder} not found: {fix}"
 
 

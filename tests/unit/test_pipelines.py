@@ -152,7 +152,7 @@ def test_torchvision_baseline_refusals(tmp_path):
         _ = TorchvisionDataModule(tmp_path / "tree", 5).num_train_images
     with pytest.raises(UserError, match="no_aug_from_epoch=85 .* needs the FFCV loader"):
         TorchvisionDataModule(tmp_path / "tree", 2, no_aug_from_epoch=85)
-    with pytest.raises(UserError, match="not found: make it with: make demo-data out=x"):
+    with pytest.raises(UserError, match="not found: prepare it with make demo-data out=x"):
         _ = TorchvisionDataModule(tmp_path / "none", 2, prepare_command="make demo-data out=x").num_train_images
 
 
