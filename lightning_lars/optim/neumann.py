@@ -112,8 +112,6 @@ class Neumann(LayerwiseOptimizer):
         self.sgd_steps, self.reset_steps, self.reset_growth = int(sgd_steps), int(reset_steps), int(reset_growth)
         self.shard_group = shard_group
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            group.setdefault("step", 0)
         self.num_scalars = sum(shape(p).numel() for group in self.param_groups for p in group["params"])
 
     def add_param_group(self, param_group: dict) -> None:
