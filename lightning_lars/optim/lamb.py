@@ -10,15 +10,14 @@ from itertools import accumulate
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.optim import Optimizer
 
 from lightning_lars.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
-from lightning_lars.optim.param_groups import split_unresolved
 
 
-class LAMB(Optimizer):
+class LAMB(LayerwiseOptimizer):
     """LAMB with decoupled weight decay and global gradient clipping.
 
     Order of operations at step t (1-based) for every tensor ``w`` with raw gradient ``g`` (``p.grad`` is
@@ -69,22 +68,10 @@ class LAMB(Optimizer):
         self.last_stats: dict | None = None
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict) -> None:
-        """Add a group; one without ``trust_adaptation`` is first split by the exclusion rule."""
-        for part in split_unresolved(param_group, adapt_all=False):
-            super().add_param_group(part)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        mt.restore_fp32_state(self, state_dict)
-
     @torch.no_grad()
     def step(self, closure=None):
         """One LAMB step for every group; returns the closure's loss if one is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.closure_loss(closure)
         work = mt.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
         # FSDP1: a rank holding no shard of some tensors (grad None) still joins both collectives in full.
         every, every_adapted = mt.sharded_order(self, lambda g: True), mt.sharded_order(self, lambda g: g["trust_adaptation"])

@@ -5,17 +5,16 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.optim import Optimizer
 
 from lightning_lars.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
-from lightning_lars.optim.param_groups import split_unresolved
 
 FORMS = ("nvidia", "mlperf", "you2017", "fujitsu")
 
 
-class LARS(Optimizer):
+class LARS(LayerwiseOptimizer):
     """LARS with momentum, in the published form a recipe names.
 
     Order of operations for every tensor ``w`` with raw gradient ``g`` (``p.grad`` is never modified)::
@@ -98,23 +97,14 @@ class LARS(Optimizer):
             return None
         return torch.stack(norms).float()
 
-    def add_param_group(self, param_group: dict) -> None:
-        """Add a group; one without ``trust_adaptation`` is first resolved by the exclusion rule."""
-        form = param_group.get("form", self.defaults["form"])
-        for part in split_unresolved(param_group, adapt_all=form == "you2017"):
-            super().add_param_group(part)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        mt.restore_fp32_state(self, state_dict)
+    def adapts_all(self, param_group: dict) -> bool:
+        """Form "you2017" (Intel Caffe) adapts and decays every tensor of a group that does not say."""
+        return param_group.get("form", self.defaults["form"]) == "you2017"
 
     @torch.no_grad()
     def step(self, closure=None):
         """One LARS step for every group; returns the closure's loss if one is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.closure_loss(closure)
         work = mt.collect_groups(self, lambda group: ("momentum_buffer",) if group["momentum"] else ())
         adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
         # Norms of every adapted tensor in this step together: one foreach op per list, one collective.

@@ -15,12 +15,12 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.optim import Optimizer
 
 from lightning_lars.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
-from lightning_lars.optim.param_groups import shape, split_unresolved
+from lightning_lars.optim.param_groups import shape
 
 
 def momentum(t: int, mu_min: float, mu_max: float, time_unit: int) -> float:
@@ -44,7 +44,7 @@ def is_reset(t: int, first_period: int, growth: int) -> bool:
     return start == t
 
 
-class Neumann(Optimizer):
+class Neumann(LayerwiseOptimizer):
     """Neumann optimizer, Algorithm 2 of arXiv 1712.03298, with the hyperparameters of its Table 1.
 
     Order of operations at optimizer step s (1-based) with raw gradient ``g`` of every tensor ``w``
@@ -112,18 +112,12 @@ class Neumann(Optimizer):
         self.sgd_steps, self.reset_steps, self.reset_growth = int(sgd_steps), int(reset_steps), int(reset_growth)
         self.shard_group = shard_group
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            group.setdefault("step", 0)
         self.num_scalars = sum(shape(p).numel() for group in self.param_groups for p in group["params"])
 
     def add_param_group(self, param_group: dict) -> None:
-        """Add a group; one without ``trust_adaptation`` is first split by the exclusion rule."""
-        for part in split_unresolved(param_group, adapt_all=False):
-            super().add_param_group({"step": 0, **part})
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        mt.restore_fp32_state(self, state_dict)
+        """Add a group with its own step count, 0 unless it brings one: the count is each group's first key
+        (checkpoints hold it there), not a default, which torch would add after the group's own keys."""
+        super().add_param_group({"step": 0, **param_group})
 
     @property
     def neumann_step(self) -> int:
@@ -141,10 +135,7 @@ class Neumann(Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One step of Algorithm 2 for every group; returns the closure's loss if one is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.closure_loss(closure)
         fresh = {id(p) for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]}
         work = mt.collect_groups(self, lambda group: ("neumann_iterate", "moving_average"))
         if fresh:  # line 1: v_0 = w_0 for every tensor seen for the first time (m_0 = 0 from collect)

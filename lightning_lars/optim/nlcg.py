@@ -14,13 +14,12 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.optim import Optimizer
 
 from lightning_lars.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.dots import global_dots
+from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms, math_dtype
-from lightning_lars.optim.param_groups import split_unresolved
 
 UPDATE_RULES = ("FR", "PR")  # Fletcher-Reeves, Polak-Ribiere (core lines 224-228)
 PRECONDITIONERS = ("bfgs", "none")
@@ -39,7 +38,7 @@ STATE = ("h_diag", "prev_grad", "precond_grad", "direction")
 RHO, BASE_LR, LOSS_EMA, LOSS_EMA_OLD = range(4)  # entries of the per-parameter "scalars" vector
 
 
-class NLCG(Optimizer):
+class NLCG(LayerwiseOptimizer):
     """Preconditioned nonlinear conjugate gradients with the authors' "Step" line search.
 
     All tensors of all groups form ONE vector (the authors concatenate every variable); inner products are
@@ -115,22 +114,10 @@ class NLCG(Optimizer):
         self.loss_group, self.shard_group = loss_group, shard_group
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict) -> None:
-        """Add a group; one without ``trust_adaptation`` is first split by the exclusion rule."""
-        for part in split_unresolved(param_group, adapt_all=False):
-            super().add_param_group(part)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        mt.restore_fp32_state(self, state_dict)
-
     @torch.no_grad()
     def step(self, closure=None):
         """One NLCG step over all groups; returns the closure's loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.closure_loss(closure)
         work = mt.collect_groups(self, lambda group: STATE)
         if not work:
             return loss
