@@ -92,6 +92,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
+    resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.run.validate_at_end and not trainer.interrupted:
