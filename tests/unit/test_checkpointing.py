@@ -220,6 +220,16 @@ def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
     assert resume.load_meta(tmp_path / "ckpt" / "epoch1-step70.ckpt")["global_step"] == 70
 
 
+def test_step_checkpoints_with_epochs_off_still_save_the_final_state(tmp_path):
+    # issue 15.8: with epochs off, the 10 steps after step 60 were never saved
+    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=None, save_top_k=-1,
+                      save_last=True)
+    boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())
+    steps = sorted(resume.load_meta(p)["global_step"] for p in (tmp_path / "ckpt").glob("epoch*.ckpt"))
+    assert steps == [20, 40, 60, 70]
+    assert resume.load_meta(tmp_path / "ckpt" / "last.ckpt")["global_step"] == 70
+
+
 def test_last_picks_newest_loadable_checkpoint_skipping_damaged(tmp_path, monkeypatch, caplog):
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     runs = tmp_path / "logs/demo/runs"
