@@ -24,8 +24,11 @@ from lightning_lars.errors import UserError
 # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: `main` checks the command line first, and
 # the stack is imported by the functions that use it, so a mistake is reported in about a second.
 
-# Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
+# Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
+# val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
+NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured")
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+    lambda r: not any(text in r.getMessage() for text in NOISE))
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
