@@ -4,7 +4,9 @@
 - ``null``: start fresh; except in a requeued SLURM job, which resumes from its own run folder (as ``last``).
 - ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
   of the same recipe that has one (``<log_dir>/<recipe>/runs/*``) and whose config (``.hydra/config.yaml``)
-  matches this one but for `IGNORED_KEYS`; a fresh start (with a notice) if none. A newer run with another
+  matches this one but for `IGNORED_KEYS`, resolved values included (`RESOLVED_FILE`: ``$LARS_DATA_DIR`` is
+  the same ``${oc.env:...}`` in both Hydra files however its value changed); a fresh start (with a notice)
+  if none. A newer run with another
   config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
   writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
   Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
@@ -19,6 +21,7 @@ directory without it is an interrupted save.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import zipfile
 from pathlib import Path
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 from torchmetrics import Metric
 
 from lightning_lars.errors import UserError
@@ -44,6 +48,8 @@ SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
 # Config keys that may change between a run and its resume: how to resume, log and show progress, and the
 # loader's worker count. Everything else (model, data, schedule, batch, ...) must match for `last`.
 IGNORED_KEYS = ("run.", "logger.", "callbacks.progress.", "data.num_workers")
+# Beside .hydra/: the run's config with every ${...} resolved (environment variables, the checkout's path).
+RESOLVED_FILE = "resolved_config.yaml"
 
 
 class DamagedCheckpoint(Exception):
@@ -129,29 +135,60 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def config_differences(current: dict, saved: dict) -> list[str]:
-    """``key (saved -> current)`` for every key that differs, leaving out `IGNORED_KEYS`."""
+def config_differences(current: dict, saved: dict, run_folders: tuple[Path, ...] = ()) -> list[str]:
+    """``key (saved -> current)`` for every key that differs, leaving out `IGNORED_KEYS` and, in resolved
+    configs, values that name one of ``run_folders`` (output and checkpoint dirs: each run has its own)."""
     now, then = _flat(current), _flat(saved)
-    keys = sorted(k for k in set(now) | set(then) if not k.startswith(IGNORED_KEYS) and now.get(k) != then.get(k))
+    folders = tuple(str(f) for f in run_folders)
+
+    def per_run(value: Any) -> bool:
+        return bool(folders) and isinstance(value, str) and any(f in value for f in folders)
+
+    keys = sorted(k for k in set(now) | set(then) if not k.startswith(IGNORED_KEYS) and now.get(k) != then.get(k)
+                  and not (per_run(now.get(k)) or per_run(then.get(k))))
     return [f"{k} ({then.get(k, 'unset')} -> {now.get(k, 'unset')})" for k in keys]
 
 
-def saved_config(run_folder: Path) -> dict | None:
-    """The config a run folder was made with (Hydra's ``.hydra/config.yaml``), or None if it has none."""
+def saved_config(run_folder: Path, name: str = ".hydra/config.yaml") -> dict | None:
+    """The config a run folder was made with (Hydra's ``.hydra/config.yaml``, or `RESOLVED_FILE`), or None."""
     try:
-        return yaml.safe_load((run_folder / ".hydra" / "config.yaml").read_text())
+        return yaml.safe_load((run_folder / name).read_text())
     except (OSError, yaml.YAMLError):
         return None
+
+
+def _resolved(cfg: DictConfig) -> dict | None:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:  # a value that cannot be resolved here: only the unresolved config compares
+        return None
+
+
+def write_resolved_config(cfg: DictConfig) -> None:
+    """``<output_dir>/resolved_config.yaml``, written at the start of a run (atomically: every rank writes the
+    same text): what `run.ckpt_path=last` compares beside Hydra's unresolved ``.hydra/config.yaml``."""
+    values = _resolved(cfg)
+    if values is None:
+        return
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    temp = out / f".{RESOLVED_FILE}.tmp-{os.getpid()}"
+    temp.write_text(yaml.safe_dump(values, sort_keys=False))
+    os.replace(temp, out / RESOLVED_FILE)
 
 
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
     a one-line error naming the keys that differ and how to resume anyway."""
-    current = OmegaConf.to_container(cfg, resolve=False)
+    current, resolved = OmegaConf.to_container(cfg, resolve=False), _resolved(cfg)
+    runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
     matching, other = [], []
-    for folder in search_folders(run_dir, Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"):
+    for folder in search_folders(run_dir, runs_dir):
         saved = saved_config(folder) if folder.resolve() != run_dir.resolve() else None
         differs = config_differences(current, saved) if saved is not None else []
+        saved_resolved = saved_config(folder, RESOLVED_FILE) if saved is not None and not differs else None
+        if resolved is not None and saved_resolved is not None:  # same text; an environment variable may differ
+            differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
         (other if differs else matching).append((folder, differs))
     found = newest_good([folder for folder, _ in matching])
     if found is not None:

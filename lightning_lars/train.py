@@ -24,8 +24,11 @@ from lightning_lars.errors import UserError
 # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: `main` checks the command line first, and
 # the stack is imported by the functions that use it, so a mistake is reported in about a second.
 
-# Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning.
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
+# Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
+# val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
+NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured")
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+    lambda r: not any(text in r.getMessage() for text in NOISE))
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
@@ -92,6 +95,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
+    resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.run.validate_at_end and not trainer.interrupted:

@@ -66,8 +66,9 @@ def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared
     whole = (shared / "data" / "demo" / "train.beton").read_bytes()
     (tmp_path / "data" / "demo" / "train.beton").write_bytes(whole[: len(whole) // 2])  # a copy that died
     (tmp_path / "data" / "demo" / "val.beton").write_bytes((shared / "data" / "demo" / "val.beton").read_bytes())
+    # $LARS_DATA_DIR is the user's own folder: the command named must write there, not to data/demo
     assert_one_line_error(entry_point(tmp=tmp_path), "train.beton is truncated or not an FFCV file",
-                          "make demo-data")
+                          f"make demo-data out={tmp_path / 'data' / 'demo'}")
 
     damaged = tmp_path / "epoch0-step4.ckpt"
     damaged.write_bytes(b"PK\x03\x04" + os.urandom(3000))  # starts like a zip, ends nowhere

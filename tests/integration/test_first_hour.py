@@ -158,6 +158,21 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
         assert_one_line_error(wrong, phrase)
 
 
+def test_prepare_to_a_read_only_file_system_is_one_line(tmp_path):
+    """A real read-only mount (tmpfs, ro) in a user and mount namespace of its own: no root, nothing left mounted."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True,
+                                                         check=False).returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) to mount a read-only file system")
+    src = image_tree(tmp_path / "src", 2)
+    mount, out = tmp_path / "ro", tmp_path / "ro" / "out"
+    mount.mkdir()
+    prepare = shlex.join([sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out)])
+    script = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(mount))} && exec {prepare}"
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert_one_line_error(done, f"cannot write to --out {out} (Read-only file system)", "choose a writable folder")
+
+
 def _forked_workers(pid: int) -> set[int]:
     """Children of ``pid`` forked from it (same command line; not multiprocessing's resource tracker)."""
     found = set()

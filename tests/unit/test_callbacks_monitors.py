@@ -87,7 +87,7 @@ def test_trust_ratio_monitor_tracks_only_sampled_steps(tmp_path):
     monitor = TrustRatioMonitor(every_n_steps=3)
     fit = trainer([monitor], tmp_path, max_steps=7, limit_val_batches=0)
     fit.fit(module, loader(images(64)))
-    assert [step for step, _ in monitor.history] == [0, 3, 6]
+    assert [step for step, _ in monitor.history] == [0, 3, 6] == [step for step, _ in monitor.layer_history]
     low, median, high = (monitor.history[-1][1][q] for q in ("min", "median", "max"))
     assert 0 < low <= median <= high
     optimizer = fit.optimizers[0]

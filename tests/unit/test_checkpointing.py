@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+import yaml
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
@@ -218,6 +220,16 @@ def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
     assert resume.load_meta(tmp_path / "ckpt" / "epoch1-step70.ckpt")["global_step"] == 70
 
 
+def test_step_checkpoints_with_epochs_off_still_save_the_final_state(tmp_path):
+    # issue 15.8: with epochs off, the 10 steps after step 60 were never saved
+    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=None, save_top_k=-1,
+                      save_last=True)
+    boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())
+    steps = sorted(resume.load_meta(p)["global_step"] for p in (tmp_path / "ckpt").glob("epoch*.ckpt"))
+    assert steps == [20, 40, 60, 70]
+    assert resume.load_meta(tmp_path / "ckpt" / "last.ckpt")["global_step"] == 70
+
+
 def test_last_picks_newest_loadable_checkpoint_skipping_damaged(tmp_path, monkeypatch, caplog):
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     runs = tmp_path / "logs/demo/runs"
@@ -242,6 +254,77 @@ def test_last_prefers_this_run_folder_and_starts_fresh_without_any(tmp_path, mon
     write_checkpoint(runs / "other/checkpoints/last.ckpt", 8, 5_000)
     mine = write_checkpoint(runs / "now/checkpoints/epoch0-step4.ckpt", 4, 1_000)
     assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) == str(mine)
+
+
+def this_config(tmp_path):
+    """A run's config as `run.ckpt_path=last` compares it: the resume keys plus a schedule, a dataset, a model."""
+    cfg = cfg_for(tmp_path, "last")
+    cfg.scheduler = {"base_lr": 5.0}
+    cfg.model = {"arch": "resnet10t"}
+    cfg.paths.data_dir = "/data"
+    return cfg
+
+
+def earlier_run(runs: Path, name: str, cfg, step: int, mtime: int, **changed) -> Path:
+    """A run folder as a finished run leaves it: Hydra's .hydra/config.yaml (``cfg`` with ``changed`` dotted keys
+    set) and a checkpoint; returns the checkpoint."""
+    config = cfg.copy()
+    for key, value in changed.items():
+        OmegaConf.update(config, key.replace("__", "."), value, force_add=True)
+    (runs / name / ".hydra").mkdir(parents=True)
+    (runs / name / ".hydra" / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(config)))
+    path = write_checkpoint(runs / name / "checkpoints" / "last.ckpt", step, mtime)
+    os.utime(runs / name, ns=(mtime, mtime))
+    return path
+
+
+@pytest.mark.parametrize("key, earlier, now", [
+    ("scheduler.base_lr", 1.0, 5.0),        # a changed schedule once resumed silently
+    ("paths.data_dir", "/other", "/data"),  # and so did another dataset
+    ("model.arch", "resnet18", "resnet10t"),  # a state-dict traceback
+])
+def test_last_refuses_a_run_of_another_config_naming_the_keys_and_the_forcing_path(key, earlier, now, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    cfg = this_config(tmp_path)
+    other = earlier_run(tmp_path / "logs/demo/runs", "other", cfg, 8, 1_000, **{key.replace(".", "__"): earlier})
+    with pytest.raises(UserError) as raised:
+        resume.resolve_ckpt_path(cfg)
+    message = str(raised.value)
+    assert f"config differs: {key} ({earlier} -> {now}); resume it anyway with run.ckpt_path={other}" in message
+    assert "\n" not in message
+
+
+def test_last_skips_a_newer_run_of_another_config_for_the_newest_of_this_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    cfg = this_config(tmp_path)
+    runs = tmp_path / "logs/demo/runs"
+    # how to resume, log and show progress, and the loader's workers may change between a run and its resume
+    mine = earlier_run(runs, "mine", cfg, 4, 1_000, run__ckpt_path=None, logger__offline=False,
+                       callbacks__progress__every_n_steps=5, data__num_workers=8)
+    earlier_run(runs, "newer", cfg, 8, 2_000, scheduler__base_lr=1.0)
+    assert resume.resolve_ckpt_path(cfg) == str(mine)
+
+
+def test_last_compares_values_after_resolution_an_environment_variable_included(tmp_path, monkeypatch):
+    """$LARS_DATA_DIR changes the data, not Hydra's saved text ``${oc.env:LARS_DATA_DIR,...}``."""
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    monkeypatch.setenv("LARS_DATA_DIR", "/data/a")
+    cfg = this_config(tmp_path)
+    cfg.paths.data_dir = "${oc.env:LARS_DATA_DIR,/data}"
+    cfg.data = {"train_path": "${paths.data_dir}/demo/train.beton"}
+    runs = tmp_path / "logs/demo/runs"
+    saved = earlier_run(runs, "earlier", cfg, 4, 1_000)
+    at_its_start = cfg.copy()
+    at_its_start.paths.output_dir = str(runs / "earlier")  # its own folder: a per-run value, not a difference
+    resume.write_resolved_config(at_its_start)
+    assert yaml.safe_load((runs / "earlier" / resume.RESOLVED_FILE).read_text())["paths"]["data_dir"] == "/data/a"
+    assert resume.resolve_ckpt_path(cfg) == str(saved)
+
+    monkeypatch.setenv("LARS_DATA_DIR", "/data/b")
+    with pytest.raises(UserError, match=re.escape("config differs: data.train_path (/data/a/demo/train.beton ->"
+                                                  " /data/b/demo/train.beton); paths.data_dir (/data/a -> /data/b)")):
+        resume.resolve_ckpt_path(cfg)
 
 
 def test_explicit_checkpoint_path_errors_are_one_line(tmp_path):

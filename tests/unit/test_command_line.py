@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lightning_lars import check, config
 
@@ -84,6 +85,36 @@ def test_the_same_mistakes_through_make(tmp_path):
         assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and phrase in errors[0], done.stderr  # make adds only its own "Error 2" line
+
+
+HEAVY = ("torch", "lightning", "timm", "ffcv", "wandb")
+IMPORTS_AFTER = f"""import runpy, sys
+sys.argv = ["lightning_lars.train", *sys.argv[1:]]
+try:
+    runpy.run_module("lightning_lars.train", run_name="__main__")
+except SystemExit as stop:
+    print("exit", stop.code, "heavy:", *sorted(m for m in {HEAVY!r} if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("args", [["recipe=goyal8k"], ["trainer.max_epochs=abc"], ["scheduler.base_lr=abc"],
+                                  ["batch.max_per_device=0"], ["recipe=goyal_8k", "seed=-3"]])
+def test_command_line_mistakes_are_found_before_the_heavy_stack_is_imported(args, tmp_path):
+    """Issue 15.10: these errors cost about a second because torch, Lightning, timm, FFCV and W&B (~10 s on 2 cores)
+    are imported only after the command line passed its checks."""
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.stderr.startswith("error: ") and done.stdout.strip() == "exit 2 heavy:", done.stdout + done.stderr
+
+
+def test_trainer_arguments_without_plus_reach_the_trainer_through_the_entry_point(tmp_path):
+    """Issue 15.3 as typed: ``trainer.max_steps=1 trainer.limit_val_batches=1`` (the demo sets neither) compose
+    without ``+``; ``--cfg job`` prints the job's config, so no data or training is needed."""
+    done = entry_point("trainer.max_steps=1", "trainer.limit_val_batches=1", "--cfg", "job", tmp=tmp_path)
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    trainer = yaml.safe_load(done.stdout)["trainer"]
+    assert trainer["max_steps"] == 1 and trainer["limit_val_batches"] == 1
 
 
 def test_a_trainer_argument_needs_no_plus_but_an_unread_key_is_still_refused():
