@@ -16,11 +16,19 @@ def _scalar(metrics, key: str) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _throughput(trainer):
+    from lightning_lars.callbacks.throughput import ThroughputCallback
+
+    return next((c for c in trainer.callbacks if isinstance(c, ThroughputCallback)), None)
+
+
 class RunHistory(L.Callback):
     """Keeps ``epochs``: one dict per finished training epoch and per evaluation, for the run report.
 
     Training epochs give ``train_loss`` (the epoch mean Lightning logged) and ``images_per_sec`` (all devices,
-    training batches only: data wait counts, validation does not); evaluations give ``val_loss`` and
+    training batches only: data wait counts, validation does not). With a `ThroughputCallback` on the trainer,
+    images/s is that callback's count over the epoch, so the plot and the results table agree (both leave out
+    the warm-up batches); without one, the epoch's own clock; evaluations give ``val_loss`` and
     ``val_top1`` (percent) at their fractional epoch. Saved in checkpoints, so a resumed run plots its whole
     history.
     """
@@ -31,9 +39,12 @@ class RunHistory(L.Callback):
         self._images = 0
         self._val_seconds = 0.0  # evaluations inside this training epoch (s): not training time
         self._val_start: float | None = None
+        self._counted_at_start: tuple[int, float] | None = None  # the ThroughputCallback's (images, s) then
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._epoch_start, self._images, self._val_seconds = time.perf_counter(), 0, 0.0
+        throughput = _throughput(trainer)
+        self._counted_at_start = (throughput.images, throughput.busy_s) if throughput else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -44,7 +55,13 @@ class RunHistory(L.Callback):
         loss = _scalar(trainer.callback_metrics, "train/loss_epoch")
         if loss is not None:
             row["train_loss"] = loss
-        if self._epoch_start is not None and self._images:
+        throughput = _throughput(trainer)
+        if throughput is not None and self._counted_at_start is not None:
+            images, busy_s = (now - then for now, then in zip((throughput.images, throughput.busy_s),
+                                                              self._counted_at_start))
+            if images and busy_s > 0:  # an epoch of warm-up batches only has no rate
+                row["images_per_sec"] = images * trainer.world_size / busy_s
+        elif self._epoch_start is not None and self._images:
             train_seconds = time.perf_counter() - self._epoch_start - self._val_seconds
             row["images_per_sec"] = self._images * trainer.world_size / max(train_seconds, 1e-9)
         self.epochs.append(row)
