@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lightning_lars import config_values
 from lightning_lars.errors import UserError
 from lightning_lars.recipe_plan import check_recipe
+from lightning_lars.static_signature import static_arguments
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_DIR.parent
@@ -216,7 +217,8 @@ def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
     parent_key, _, name = dotted_key.rpartition(".")
     try:
         parent = OmegaConf.select(_compose([o for o in overrides if _is_group_choice(o)]), parent_key)
-        return name in accepted_arguments(get_object(parent["_target_"]))
+        names = static_arguments(parent["_target_"])  # from the source file: importing the Trainer takes ~7 s
+        return name in (names if names is not None else accepted_arguments(get_object(parent["_target_"])))
     except (UserError, HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
         return False  # no better hint than "unknown key"
 

@@ -82,11 +82,13 @@ except SystemExit as stop:
 
 @pytest.mark.parametrize("args", [["recipe=goyal8k"], ["trainer.max_epochs=abc"], ["scheduler.base_lr=abc"],
                                   ["batch.max_per_device=0"], ["recipe=goyal_8k", "seed=-3"],
-                                  ["paths.data_dir=/nonexistent"], ["debug=toy", "paths.data_dir=/nonexistent"]])
+                                  ["paths.data_dir=/nonexistent"], ["debug=toy", "paths.data_dir=/nonexistent"],
+                                  ["trainer.max_step=1"], ["callbacks.checkpoint.every_n_train_step=5"]])
 def test_command_line_mistakes_are_found_before_the_heavy_stack_is_imported(args, tmp_path):
     """Issue 15.10: these errors cost about a second because torch, Lightning, timm, FFCV and W&B (~10 s on 2 cores)
     are imported only after the command line passed its checks. A missing dataset used to wait for Lightning,
-    which the recipe's plan checks import through the callbacks they read: the data files are checked first."""
+    which the recipe's plan checks import through the callbacks they read: the data files are checked first. A
+    misspelt key under a `_target_` waited for the target's import to read its signature: now read from source."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300, check=False)
