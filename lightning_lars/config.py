@@ -120,12 +120,10 @@ def check_overrides(overrides: list[str]) -> DictConfig:
     return check_command_line(overrides)[0]
 
 
-def check_command_line(overrides: list[str], *, plan: bool = True) -> tuple[DictConfig, list[str]]:
+def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     """The composed config and the overrides as Hydra must get them: a ``key=value`` that the node's
     ``_target_`` takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works
     as a Trainer user expects). Every mistake is a one-line `UserError`; values are checked for type and range.
-    ``plan=False`` leaves out the recipe's plan checks (`check_plan`), which import Lightning (~5 s on 2 cores):
-    the entry point checks the data files first, so a missing dataset is reported in about a second.
     """
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
@@ -161,15 +159,9 @@ def check_command_line(overrides: list[str], *, plan: bool = True) -> tuple[Dict
     # the types the config files give, before the user's values; `make demo` (no values) composes once, not twice
     config_values.check_override_types(user, cfg if choices == user else _compose(choices), cfg)
     config_values.check_sizes(cfg)
-    if plan:
-        check_plan(cfg, overrides)
+    check_recipe(cfg, _recipe_of(overrides))  # epoch_length, evaluation, deviations: one-line errors
     rewritten = dict(zip(given, user))
     return cfg, [rewritten.get(o, o) for o in overrides]
-
-
-def check_plan(cfg: DictConfig, overrides: list[str]) -> None:
-    """The recipe's epoch_length, evaluation and deviations, planned without data: one-line errors."""
-    check_recipe(cfg, _recipe_of(overrides))
 
 
 def _is_group_choice(override: str) -> bool:

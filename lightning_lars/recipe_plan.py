@@ -120,12 +120,14 @@ class RecipePlan:
         return lines
 
 
-def _batch_growth(cfg: DictConfig):
-    """The `BatchSizeControl` callback of the recipe, if it has one (it changes epoch lengths)."""
-    from lightning_lars.callbacks.batch_size_control import BatchSizeControl
+BATCH_SIZE_CONTROL = "lightning_lars.callbacks.batch_size_control.BatchSizeControl"
 
+
+def _batch_growth(cfg: DictConfig):
+    """The `BatchSizeControl` callback of the recipe, if it has one (it changes epoch lengths). Found by its
+    ``_target_`` name, so that planning imports no callback module (Lightning, ~5 s) unless a recipe has one."""
     for node in (cfg.get("callbacks") or {}).values():
-        if node is not None and "_target_" in node and get_object(node._target_) is BatchSizeControl:
+        if node is not None and node.get("_target_") == BATCH_SIZE_CONTROL:
             return instantiate(node)
     return None
 
@@ -157,8 +159,9 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
 
 
 def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
-    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images."""
-    from lightning_lars.callbacks.batch_size_control import GrownBatchSchedule
+    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images. ``devices=None``
+    (the composition checks) leaves out the callbacks' planned values: reading them imports every callback
+    module, so Lightning, before the data files are checked; the run and the card read them."""
     from lightning_lars.schedules import build_lr_schedule, phase_steps
 
     check_trainer_keys(recipe, cfg)
@@ -193,6 +196,8 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
                                           else float(epochs))
     base_schedule = schedule
     if growth is not None:
+        from lightning_lars.callbacks.batch_size_control import GrownBatchSchedule
+
         schedule = GrownBatchSchedule(schedule, per_epoch, growth.growth, growth.scale_lr)
     warmup, decay_end = phase_steps(base_schedule)  # as the schedule counts them, not epochs x steps
     if growth is not None:
@@ -201,7 +206,8 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     momentum = optimizer.get("momentum")
     if momentum is None and optimizer.get("betas") is not None:
         momentum = optimizer.betas[0]
-    hooks = [h for h in _value_hooks(cfg) if not (growth is not None and type(h) is type(growth))]
+    hooks = [] if devices is None else [h for h in _value_hooks(cfg)
+                                        if not (growth is not None and type(h) is type(growth))]
     return RecipePlan(
         recipe=recipe, num_train_images=num_train_images, epoch_mode=mode, epoch_mode_text=text,
         steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total, warmup_steps=int(warmup),

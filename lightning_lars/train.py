@@ -134,10 +134,9 @@ def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
         overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
-        cfg, accepted = config.check_command_line(overrides, plan=False)
+        cfg, accepted = config.check_command_line(overrides)
         if not preflight.prints_only(sys.argv[1:]):  # `--cfg job` prints the config: no data needed
             preflight.check_dataset(cfg)
-        config.check_plan(cfg, overrides)  # imports Lightning: after the checks that need none
     except UserError as err:
         fail(err)
     as_given = dict(zip(overrides, accepted))  # `trainer.max_steps=1` -> `+trainer.max_steps=1` for Hydra
