@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import lightning as L
 
+from lightning_lars.callbacks import find_callback
+
 
 class EvaluationSchedule(L.Callback):
     """Runs Lightning's own validation loop after exactly the updates in ``eval_steps`` (and nowhere else).
@@ -50,7 +52,7 @@ class EvaluationSchedule(L.Callback):
 
 def planned_epochs(trainer, step: int) -> float | None:
     """``step`` completed updates in the source's epochs, when the run follows a plan; else None."""
-    schedule = next((c for c in trainer.callbacks if isinstance(c, EvaluationSchedule)), None)
+    schedule = find_callback(trainer, EvaluationSchedule)
     if schedule is None or schedule.epoch_at is None:
         return None
     return float(schedule.epoch_at(step))

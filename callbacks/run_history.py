@@ -7,19 +7,15 @@ import time
 
 import lightning as L
 
+from lightning_lars.callbacks import find_callback
 from lightning_lars.callbacks.hparam_monitor import epoch_of
+from lightning_lars.callbacks.throughput import ThroughputCallback
 
 
 def _scalar(metrics, key: str) -> float | None:
     value = metrics.get(key)
     value = float(value) if value is not None else None
     return value if value is not None and math.isfinite(value) else None
-
-
-def _throughput(trainer):
-    from lightning_lars.callbacks.throughput import ThroughputCallback
-
-    return next((c for c in trainer.callbacks if isinstance(c, ThroughputCallback)), None)
 
 
 class RunHistory(L.Callback):
@@ -43,7 +39,7 @@ class RunHistory(L.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._epoch_start, self._images, self._val_seconds = time.perf_counter(), 0, 0.0
-        throughput = _throughput(trainer)
+        throughput = find_callback(trainer, ThroughputCallback)
         self._counted_at_start = (throughput.images, throughput.busy_s) if throughput else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -55,7 +51,7 @@ class RunHistory(L.Callback):
         loss = _scalar(trainer.callback_metrics, "train/loss_epoch")
         if loss is not None:
             row["train_loss"] = loss
-        throughput = _throughput(trainer)
+        throughput = find_callback(trainer, ThroughputCallback)
         if throughput is not None and self._counted_at_start is not None:
             images, busy_s = (now - then for now, then in zip((throughput.images, throughput.busy_s),
                                                               self._counted_at_start))

@@ -13,6 +13,7 @@ from pathlib import Path
 from lightning.pytorch.loggers import WandbLogger
 
 from lightning_lars import report_plot
+from lightning_lars.callbacks import find_callback
 from lightning_lars.callbacks.evaluation import planned_epochs
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.throughput import ThroughputCallback
@@ -25,10 +26,6 @@ PLANNED_LR_POINTS = 500  # samples of the pure schedule function for the LR plot
 
 def wandb_logger_of(trainer) -> WandbLogger | None:
     return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-
-
-def _callback(trainer, kind):
-    return next((c for c in trainer.callbacks if isinstance(c, kind)), None)
 
 
 def _percent(value: float | None) -> str:
@@ -63,7 +60,7 @@ def epochs_done(trainer) -> float:
 
 def summary_rows(cfg, metrics: dict[str, float], trainer) -> list[tuple[str, str, str]]:
     """(quantity, this run, published) rows: top-1, time, epochs, global batch, hardware, throughput, target."""
-    throughput = _callback(trainer, ThroughputCallback)
+    throughput = find_callback(trainer, ThroughputCallback)
     images_per_sec = throughput.images_per_sec(trainer.world_size) if throughput else float("nan")
     published = _published(cfg)
     rows = [
@@ -79,7 +76,7 @@ def summary_rows(cfg, metrics: dict[str, float], trainer) -> list[tuple[str, str
     ]
     if throughput is not None:
         rows.append(("data wait (share of train time)", f"{100 * throughput.data_wait_fraction():.1f} %", "-"))
-    target = _callback(trainer, TimeToTarget)
+    target = find_callback(trainer, TimeToTarget)
     if target is not None and target.target_top1 is not None:
         reached = (f"{target.time_to_target_s:.1f} s, {target.epochs_to_target:.2f} epochs" if target.reached
                    else "not reached")
@@ -115,10 +112,10 @@ def results(cfg, metrics: dict[str, float], trainer) -> dict:
            "epochs": epochs_done(trainer), "steps": trainer.global_step, "world_size": trainer.world_size,
            "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "published": _published(cfg),
            "deviations": deviations(cfg), "hardware": hardware_of(trainer)}
-    throughput = _callback(trainer, ThroughputCallback)
+    throughput = find_callback(trainer, ThroughputCallback)
     if throughput is not None:
         out["metrics"].update({k: v for k, v in throughput.summary(trainer.world_size).items() if math.isfinite(v)})
-    target = _callback(trainer, TimeToTarget)
+    target = find_callback(trainer, TimeToTarget)
     if target is not None:
         out["metrics"].update(target.summary())
         out["evals"] = [dict(zip(("epoch", "step", "top1", "elapsed_s"), e)) for e in target.evals]
@@ -130,7 +127,7 @@ def lr_series(trainer) -> list[tuple[int, float, str]]:
 
     Needs the `HParamMonitor`: it recorded the applied values and the run's planned number of steps.
     """
-    monitor = _callback(trainer, HParamMonitor)
+    monitor = find_callback(trainer, HParamMonitor)
     if monitor is None:
         return []
     rows = []
@@ -159,11 +156,11 @@ def log_to_wandb(cfg, metrics: dict[str, float], trainer) -> bool:
     if lr:
         table = wandb.Table(columns=["step", "lr", "kind"], data=lr)
         report["report/lr_schedule"] = wandb.plot.line(table, "step", "lr", stroke="kind", title="LR schedule")
-    target = _callback(trainer, TimeToTarget)
+    target = find_callback(trainer, TimeToTarget)
     if target is not None and target.evals:
         table = wandb.Table(columns=["epoch", "step", "top1", "elapsed_s"], data=[list(e) for e in target.evals])
         report["report/top1_vs_epoch"] = wandb.plot.line(table, "epoch", "top1", title="val top-1 (%) vs epoch")
-    trust = _callback(trainer, TrustRatioMonitor)
+    trust = find_callback(trainer, TrustRatioMonitor)
     if trust is not None and trust.history:
         data = [[step, q, v] for step, summary in trust.history for q, v in summary.items()]
         table = wandb.Table(columns=["step", "quantile", "trust_ratio"], data=data)

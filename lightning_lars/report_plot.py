@@ -16,6 +16,7 @@ import math
 import os
 from pathlib import Path
 
+from lightning_lars.callbacks import find_callback
 from lightning_lars.callbacks.hparam_monitor import HParamMonitor
 from lightning_lars.callbacks.run_history import RunHistory
 from lightning_lars.callbacks.time_to_target import TimeToTarget
@@ -24,10 +25,6 @@ from lightning_lars.callbacks.weight_decay_follows_lr import WeightDecayFollowsL
 
 REPORT_FILE = "report.png"
 PLANNED_POINTS = 500  # samples of the pure schedule function
-
-
-def _callback(trainer, kind):
-    return next((c for c in trainer.callbacks if isinstance(c, kind)), None)
 
 
 def _epoch_axis(ax) -> None:
@@ -45,7 +42,7 @@ def _empty(ax, why: str) -> None:
 
 def target_line(cfg, trainer) -> tuple[float, str] | None:
     """(top-1 %, label): the time-to-target callback's target, else the recipe's numeric published top-1."""
-    ttt = _callback(trainer, TimeToTarget)
+    ttt = find_callback(trainer, TimeToTarget)
     if ttt is not None and ttt.target_top1 is not None:
         return float(ttt.target_top1), f"target {ttt.target_top1:g} %"
     published = (cfg.get("published") or {}).get("top1")
@@ -81,7 +78,7 @@ def _wd_momentum_panel(ax, trainer, monitor) -> None:
     module = trainer.lightning_module
     keywords = getattr(getattr(module, "optimizer_factory", None), "keywords", {}) or {}
     steps = _planned_steps(monitor)
-    follows = _callback(trainer, WeightDecayFollowsLR)
+    follows = find_callback(trainer, WeightDecayFollowsLR)
     base_wd = keywords.get("weight_decay")
     if base_wd is not None:
         planned = ([follows.weight_decay_at(s, module.lr_schedule, base_wd) for s in steps] if follows
@@ -173,11 +170,11 @@ def write_report_png(cfg, trainer, out_dir: Path) -> Path | None:
     except ImportError:
         print("report.png not written: matplotlib is not installed (pip install matplotlib)", flush=True)
         return None
-    monitor, history = _callback(trainer, HParamMonitor), _callback(trainer, RunHistory)
+    monitor, history = find_callback(trainer, HParamMonitor), find_callback(trainer, RunHistory)
     fig, axes = plt.subplots(2, 3, figsize=(16, 9), layout="constrained")
     _lr_panel(axes[0, 0], trainer, monitor)
     _wd_momentum_panel(axes[0, 1], trainer, monitor)
-    _trust_panel(fig, axes[0, 2], _callback(trainer, TrustRatioMonitor))
+    _trust_panel(fig, axes[0, 2], find_callback(trainer, TrustRatioMonitor))
     _top1_panel(axes[1, 0], cfg, trainer, history)
     _loss_panel(axes[1, 1], history)
     _throughput_panel(axes[1, 2], history)
