@@ -21,7 +21,6 @@ directory without it is an interrupted save.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import zipfile
 from pathlib import Path
@@ -35,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from torchmetrics import Metric
 
+from lightning_lars.atomic_files import write_text_atomic
 from lightning_lars.errors import UserError
 from lightning_lars.preemption import requeue_job_id
 
@@ -172,9 +172,7 @@ def write_resolved_config(cfg: DictConfig) -> None:
         return
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    temp = out / f".{RESOLVED_FILE}.tmp-{os.getpid()}"
-    temp.write_text(yaml.safe_dump(values, sort_keys=False))
-    os.replace(temp, out / RESOLVED_FILE)
+    write_text_atomic(out / RESOLVED_FILE, yaml.safe_dump(values, sort_keys=False))
 
 
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from lightning_lars.atomic_files import write_text_atomic
 from lightning_lars.errors import UserError
 
 SUPERSAMPLE = 4  # masks are drawn at 4x the stored size, then box-filtered down: anti-aliased edges
@@ -182,9 +183,7 @@ def _read_json(path):
 
 
 def _write_json_atomic(path, payload):
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
 def _damaged_files(out, manifest):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lightning_lars.atomic_files import write_text_atomic
 from lightning_lars.data.imagefolder import (
     EXPECTED_LAYOUT,
     check_split,
@@ -215,12 +216,7 @@ def _remove_stale_temporaries(out):
 
 
 def _write_json_atomic(path, payload):
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
 def _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
