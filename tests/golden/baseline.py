@@ -1,0 +1,114 @@
+"""Behaviour held fixed across a refactor: every recipe's ``--cfg job`` and the demo's first printed losses.
+
+    python tests/golden/baseline.py save     # before a refactor: writes tests/golden/configs/*.yaml, demo_losses.txt
+    python tests/golden/baseline.py check    # after it: the same configs (``_target_`` paths mapped through MOVED)
+                                             # and the same 20 losses to the printed digits (4 decimals)
+
+The losses need the demo data (``make demo-data``) and run ``make demo``'s command (about 5 min on 2 cores).
+The config check also runs as a test (tests/integration/test_saved_configs.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CONFIGS = HERE / "configs"
+LOSSES = HERE / "demo_losses.txt"
+NUM_LOSSES = 20
+LOSS_LINE = re.compile(r"^\[train\] .* step (\d+)/\d+ .*\| loss ([0-9.]+) \|", re.M)
+
+# Old `_target_` (and other dotted code paths) -> where the code lives now. A refactor that moves a class or
+# function adds its line here; the saved configs stay as they were recorded.
+MOVED: dict[str, str] = {}
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in (HERE / "configs").glob("*.yaml")) or sorted(
+        p.stem for p in (ROOT / "recipes").glob("*.yaml"))
+
+
+def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("WANDB_API_KEY", None)
+    return subprocess.run([sys.executable, "-m", "lightning_lars.train", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def job_config(recipe: str) -> str:
+    done = run([f"recipe={recipe}", "--cfg", "job"], timeout=300)
+    if done.returncode != 0:
+        raise SystemExit(f"recipe={recipe} --cfg job failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def mapped(text: str) -> str:
+    """``text`` with every old code path replaced by its new one (longest first: a module before its parent)."""
+    for old in sorted(MOVED, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w])", MOVED[old], text)
+    return text
+
+
+def demo_losses() -> list[tuple[int, str]]:
+    done = run(["recipe=demo"])
+    if done.returncode != 0:
+        raise SystemExit(f"make demo's command failed: {done.stderr.strip()[-2000:]}")
+    return [(int(step), loss) for step, loss in LOSS_LINE.findall(done.stdout + done.stderr)][:NUM_LOSSES]
+
+
+def save(with_losses: bool) -> None:
+    CONFIGS.mkdir(parents=True, exist_ok=True)
+    names = recipe_names()
+    with ThreadPoolExecutor(2) as pool:
+        for name, text in zip(names, pool.map(job_config, names)):
+            (CONFIGS / f"{name}.yaml").write_text(text)
+    print(f"saved {len(names)} configs in {CONFIGS}")
+    if with_losses:
+        losses = demo_losses()
+        LOSSES.write_text("".join(f"{step} {loss}\n" for step, loss in losses))
+        print(f"saved {len(losses)} losses in {LOSSES}")
+
+
+def config_differences(names: list[str] | None = None) -> list[str]:
+    """One line per recipe whose ``--cfg job`` differs from the saved one (after mapping moved paths)."""
+    names = names or recipe_names()
+    with ThreadPoolExecutor(2) as pool:
+        now = dict(zip(names, pool.map(job_config, names)))
+    problems = []
+    for name in names:
+        saved = mapped((CONFIGS / f"{name}.yaml").read_text())
+        if now[name] != saved:
+            first = next(i for i, (a, b) in enumerate(zip(saved.splitlines(), now[name].splitlines() + [""]))
+                         if a != b) if saved.splitlines() != now[name].splitlines() else 0
+            problems.append(f"{name}: line {first + 1}: saved {saved.splitlines()[first:first + 1]}"
+                            f" now {now[name].splitlines()[first:first + 1]}")
+    return problems
+
+
+def check(with_losses: bool) -> int:
+    problems = config_differences()
+    print("\n".join(problems) or f"configs: all {len(recipe_names())} equal the saved ones")
+    if with_losses:
+        saved = [tuple(line.split()) for line in LOSSES.read_text().splitlines()]
+        now = [(str(step), loss) for step, loss in demo_losses()]
+        if now != saved:
+            problems.append(f"demo losses differ: saved {saved} now {now}")
+            print(problems[-1])
+        else:
+            print(f"demo losses: the first {len(saved)} equal the saved ones")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "check"
+    configs_only = "--configs-only" in sys.argv
+    if what == "save":
+        save(not configs_only)
+    else:
+        sys.exit(check(not configs_only))
