@@ -46,10 +46,12 @@ $(STAMP): pyproject.toml $(LOCK)
 
 install: $(STAMP) ## create .venv and install the project at the locked newest versions (once)
 
-$(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt
+$(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt pyproject.toml
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q -r lightning_lars/requirements/oldest.txt
+	# the project itself, editable: lightning_lars.callbacks is the top-level callbacks/ (pyproject's package-dir)
+	$(OLDEST_VENV)/bin/python -m pip install -q --no-deps -e .
 	@touch $@
 
 train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
@@ -70,10 +72,10 @@ prepare: $(STAMP) ## ImageFolder -> FFCV: make prepare src=/path/to/imagenet out
 	$(PY) -m lightning_lars.data.prepare --src "$(src)" --out "$(out)" $(args)
 
 recipes: $(STAMP) ## list the recipes with their published results
-	@$(PY) -m lightning_lars.recipes
+	@$(PY) -m lightning_lars.recipe.catalog
 
 recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"]
-	@$(PY) -m lightning_lars.recipes show $(recipe) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
+	@$(PY) -m lightning_lars.recipe.catalog show $(recipe) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
 
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
 	$(PY) -m lightning_lars.check --recipe $(recipe) --seeds $(or $(seeds),3) $(OVERRIDES)
@@ -97,7 +99,7 @@ test-slow: $(STAMP) ## the other integration tests: multi-process gloo, every re
 oldest-venv: $(OLDEST_VENV)/.installed ## install the oldest supported set into .venv-oldest (about 1.9 GB from PyPI, once)
 
 test-oldest: $(OLDEST_VENV)/.installed ## unit tests on the oldest supported set (lightning_lars/requirements/oldest.txt, torch 2.11)
-	PYTHONPATH=$(CURDIR) $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -n auto --durations=5 -m "not slow" tests/unit
+	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -n auto --durations=5 -m "not slow" tests/unit
 
 test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from another folder (as a user would)
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py

@@ -29,7 +29,7 @@ from pathlib import Path
 import timm
 import torch
 
-from lightning_lars.bn import GroupBatchNorm, convert_batch_norm
+from lightning_lars.models.batch_norm import GroupBatchNorm, convert_batch_norm
 
 MIB = 2**20
 

@@ -54,7 +54,7 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     """Our ImageClassifier + LARS through Lightning's Trainer (bf16-mixed); timed over the last ``steps``."""
     import lightning as L
 
-    from lightning_lars.module import ImageClassifier
+    from lightning_lars.training.module import ImageClassifier
     from lightning_lars.optim.lars import LARS
 
     class StepTimer(L.Callback):
@@ -149,7 +149,7 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
     from bench_data import PIPELINE, make_jpegs
 
     from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
-    from lightning_lars.extras import ffcv_available
+    from lightning_lars.core.extras import ffcv_available
 
     make_jpegs(root / "jpeg", batch_size * (batches + 2))
     workers = len(os.sched_getaffinity(0))

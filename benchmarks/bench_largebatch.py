@@ -136,7 +136,7 @@ def table(rows: list[tuple[Contender, float, list[float], float]]) -> str:
 
 
 def compose_run(contender: Contender, lr: float, seed: int, data_dir: str, out: str, val_path: str | None):
-    from lightning_lars import config
+    from lightning_lars.config import compose as config
 
     overrides = [
         "recipe=demo", f"optimizer={contender.optimizer}", *contender.overrides, f"seed={seed}",
@@ -161,7 +161,7 @@ def train_once(contender: Contender, lr: float, seed: int, data_dir: str, val_pa
     import lightning as L
 
     from lightning_lars import train
-    from lightning_lars.callbacks.divergence import DivergenceError
+    from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose_run(contender, lr, seed, data_dir, out, val_path)

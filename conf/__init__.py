@@ -1,2 +1,2 @@
-"""Hydra configs, shipped inside the package: Hydra finds them as pkg://lightning_lars.conf, which it accepts
-only from a folder that is a Python package (this file), e.g. when run as the installed `lightning-lars` command."""
+"""Hydra configs, installed as ``lightning_lars.conf`` (pyproject's package-dir); the entry point names this
+folder to Hydra by its path (lightning_lars/config/paths.py)."""

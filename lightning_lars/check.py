@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from lightning_lars import config
-from lightning_lars.errors import UserError
-from lightning_lars.report import RESULTS_FILE
+from lightning_lars.config import compose as config
+from lightning_lars.core.errors import UserError
+from lightning_lars.report.results import RESULTS_FILE
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -133,7 +133,7 @@ def report(rows: list[dict], target: float, source: str, alpha: float) -> str:
 
 
 def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[dict], out: Path) -> dict:
-    """The "Runs of ours" row of recipes/README.md for this check (`lightning_lars.recipes.RUN_COLUMNS`)."""
+    """The "Runs of ours" row of recipes/README.md for this check (`lightning_lars.recipe.catalog.RUN_COLUMNS`)."""
     test = one_sided_test([r["top1"] for r in rows], math.nan)
     std = "-" if math.isnan(test["std"]) else f"{test['std']:.2f}"
     reached = [r["time_to_target_s"] for r in rows if r["time_to_target_s"] is not None]
@@ -152,7 +152,7 @@ def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[
 
 def record_run(row: dict, runs_file: Path) -> None:
     """Append ``row`` to the runs file; in a checkout, regenerate recipes/README.md from it."""
-    from lightning_lars import recipes
+    from lightning_lars.recipe import catalog as recipes
 
     runs_file.parent.mkdir(parents=True, exist_ok=True)
     with runs_file.open("a") as out:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     text = report(rows, target, source, args.alpha)
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
-    from lightning_lars.recipes import RUNS_FILE
+    from lightning_lars.recipe.catalog import RUNS_FILE
 
     record_run(runs_row(args.recipe, args.overrides, records, rows, out), args.runs_file or RUNS_FILE)
 

@@ -28,8 +28,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from lightning_lars.config import PACKAGE_DIR, PROJECT_ROOT, is_checkout
-from lightning_lars.errors import UserError
+from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT, is_checkout
+from lightning_lars.core.errors import UserError
 
 GROUPS = {
     # what a GPU machine's image already has (issue 13: torch 2.11, lightning 2.6, timm, torchmetrics, torchvision)

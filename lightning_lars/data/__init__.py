@@ -1,1 +1,5 @@
-"""Data: demo dataset, ImageFolder -> FFCV conversion, Lightning DataModules."""
+"""Data: the demo dataset, ImageFolder -> FFCV conversion, the Lightning DataModules, and the input files'
+checks that run before anything heavy is imported.
+
+Imports ``core``.
+"""

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 CURRENT_VERSION = 2  # ffcv.types.CURRENT_VERSION of FFCV 1.0
 HEADER_TYPE = np.dtype([("version", "<u2"), ("num_fields", "<u2"), ("page_size", "<u4"), ("num_samples", "<u8"),

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lightning_lars.atomic_files import write_text_atomic
-from lightning_lars.errors import UserError
+from lightning_lars.core.atomic_files import write_text_atomic
+from lightning_lars.core.errors import UserError
 
 SUPERSAMPLE = 4  # masks are drawn at 4x the stored size, then box-filtered down: anti-aliased edges
 JPEG_QUALITY = 90  # of the demo JPEG files (PIL/libjpeg quality, 1-95)

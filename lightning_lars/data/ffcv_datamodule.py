@@ -28,7 +28,7 @@ from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 ORDERS = ("random", "quasi_random", "sequential")
 DEFAULT_PIPELINE = {

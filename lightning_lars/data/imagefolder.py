@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 EXPECTED_LAYOUT = "expected <src>/train/<class>/<image> (and <src>/val/<class>/<image>), ImageNet's layout"
 

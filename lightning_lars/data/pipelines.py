@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 # Pixel units (0-255): FFCV normalises uint8 images through a lookup table.
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lightning_lars.atomic_files import write_text_atomic
+from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.data.imagefolder import (
     EXPECTED_LAYOUT,
     check_split,
@@ -34,8 +34,8 @@ from lightning_lars.data.imagefolder import (
     load_rgb,
     progress_bar,
 )
-from lightning_lars.errors import UserError
-from lightning_lars.extras import require_ffcv
+from lightning_lars.core.errors import UserError
+from lightning_lars.core.extras import require_ffcv
 
 MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")

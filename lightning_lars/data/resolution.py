@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 # Salts keep the crop's and the flip's streams apart: with one stream the flip would reuse the crop's first
 # uniform draw (its area), and large crops would be flipped more often.

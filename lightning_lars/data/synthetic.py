@@ -14,7 +14,7 @@ import lightning as L
 import torch
 
 from lightning_lars.data.resolution import resolution_schedule
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 train split
 IMAGENET_VAL_IMAGES = 50_000

@@ -20,8 +20,8 @@ from lightning_lars.data import pipelines
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
-from lightning_lars.errors import UserError
-from lightning_lars.preflight import classes_message, missing_folder_message, no_aug_message
+from lightning_lars.core.errors import UserError
+from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
 
 DEFAULT_PIPELINE = {
     "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",

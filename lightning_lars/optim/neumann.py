@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -70,7 +70,7 @@ class Neumann(LayerwiseOptimizer):
     "actually the displaced parameters (w_t + mu m_t) in Equation (7)" (Section 3.2), and training computes
     its gradients there. The weights the algorithm returns (line 13) are ``w - mu(t) m``: evaluate with
     `evaluation_weights` (a context manager that swaps them in and restores the training weights exactly),
-    as ``callbacks/neumann_evaluation.py`` does around validation.
+    as ``callbacks/techniques/neumann_evaluation.py`` does around validation.
 
     Args:
         params: parameters or param groups (a group without ``trust_adaptation`` is split by the exclusion

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 RULES = ("ndim<=1", "none", "norm_layers")
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)  # BN (all dims, Sync), LN, GN

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import split_unresolved
 
 
@@ -20,8 +20,8 @@ class RMSpropWarmup(Optimizer):
         b = mu * b + lr * a * d + rmsprop_lr * (1 - a) * d / (sqrt(m) + eps)   # 4. both LRs inside the buffer
         w -= b
 
-    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.sgd_fraction_elu`), applied by
-    `lightning_lars.callbacks.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
+    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.lr.sgd_fraction_elu`), applied by
+    `lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
     Once ``a == 1`` this is momentum SGD with the LR inside the buffer (Chainer's MomentumSGD).
 
     Args:
@@ -62,7 +62,7 @@ class RMSpropWarmup(Optimizer):
             fraction = group["sgd_fraction"]
             if fraction is None:
                 raise UserError("RMSpropWarmup needs its blend schedule: add callbacks.rmsprop_warmup"
-                                " (_target_: lightning_lars.callbacks.rmsprop_warmup.RMSpropWarmupBlend) to the recipe")
+                                " (_target_: lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend) to the recipe")
             for p in group["params"]:
                 if p.grad is None:
                     continue

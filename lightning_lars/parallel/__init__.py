@@ -1,1 +1,4 @@
-"""Scale-out: DDP communication hooks, strategies, launch and the bucket planner."""
+"""Scale-out: DDP communication hooks, strategies, FSDP, multi-node launch and the bucket planner.
+
+Imports ``core``, ``optim`` and ``models``.
+"""

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 MIB = 1024 * 1024  # bytes
 

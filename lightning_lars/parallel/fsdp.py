@@ -27,8 +27,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
-from lightning_lars.bn import average_bn_statistics
-from lightning_lars.errors import UserError
+from lightning_lars.models.batch_norm import average_bn_statistics
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import record_unsharded_shapes
 
 FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 RUN_DIR = "${paths.log_dir}/${recipe_name}/runs/"  # Hydra interpolations, resolved by the training job
 LAUNCHERS = ("auto", "slurm", "torchrun", "local")

@@ -26,7 +26,7 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.backward_profile import (
     Device,
     Profile,

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.norms import math_dtype
 
 # torch 2.14 renames the flat-tensor all-gather; older releases have only all_gather_into_tensor.

@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.bucket_hook import grouped_allreduce_hook, register
 from lightning_lars.parallel.sharded_update import ShardedUpdate
 

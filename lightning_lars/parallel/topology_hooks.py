@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, grouped_allreduce_hook
 
 # torch 2.14 renames the flat-tensor collectives; older releases have only the *_tensor names.

@@ -26,7 +26,49 @@ LOSS_LINE = re.compile(r"^\[train\] .* step (\d+)/\d+ .*\| loss ([0-9.]+) \|", r
 
 # Old `_target_` (and other dotted code paths) -> where the code lives now. A refactor that moves a class or
 # function adds its line here; the saved configs stay as they were recorded.
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    # the package rebuilt in layers (2026-11-26)
+    "lightning_lars.errors": "lightning_lars.core.errors",
+    "lightning_lars.atomic_files": "lightning_lars.core.atomic_files",
+    "lightning_lars.extras": "lightning_lars.core.extras",
+    "lightning_lars.config": "lightning_lars.config.compose",
+    "lightning_lars.config_values": "lightning_lars.config.values",
+    "lightning_lars.static_signature": "lightning_lars.config.static_signature",
+    "lightning_lars.schedules": "lightning_lars.schedules.lr",
+    "lightning_lars.source_schedules": "lightning_lars.schedules.source",
+    "lightning_lars.scaling": "lightning_lars.schedules.scaling",
+    "lightning_lars.bn": "lightning_lars.models.batch_norm",
+    "lightning_lars.preflight": "lightning_lars.data.checks",
+    "lightning_lars.recipe_plan": "lightning_lars.recipe.plan",
+    "lightning_lars.recipe_keys": "lightning_lars.recipe.keys",
+    "lightning_lars.recipe_card": "lightning_lars.recipe.card",
+    "lightning_lars.recipes": "lightning_lars.recipe.catalog",
+    "lightning_lars.resume": "lightning_lars.runtime.resume",
+    "lightning_lars.preemption": "lightning_lars.runtime.preemption",
+    "lightning_lars.callbacks.checkpointing": "lightning_lars.runtime.checkpointing",
+    "lightning_lars.provenance": "lightning_lars.report.provenance",
+    "lightning_lars.report": "lightning_lars.report.results",
+    "lightning_lars.report_plot": "lightning_lars.report.plot",
+    "lightning_lars.wandb_logger": "lightning_lars.report.wandb_logger",
+    "lightning_lars.module": "lightning_lars.training.module",
+    "lightning_lars.target_checks": "lightning_lars.training.target_checks",
+    "lightning_lars.callbacks.throughput": "lightning_lars.callbacks.monitors.throughput",
+    "lightning_lars.callbacks.hparam_monitor": "lightning_lars.callbacks.monitors.hparam_monitor",
+    "lightning_lars.callbacks.trust_ratio": "lightning_lars.callbacks.monitors.trust_ratio",
+    "lightning_lars.callbacks.progress": "lightning_lars.callbacks.monitors.progress",
+    "lightning_lars.callbacks.run_history": "lightning_lars.callbacks.monitors.run_history",
+    "lightning_lars.callbacks.time_to_target": "lightning_lars.callbacks.monitors.time_to_target",
+    "lightning_lars.callbacks.first_step": "lightning_lars.callbacks.monitors.first_step",
+    "lightning_lars.callbacks.divergence": "lightning_lars.callbacks.monitors.divergence",
+    "lightning_lars.callbacks.schedule": "lightning_lars.callbacks.techniques.schedule",
+    "lightning_lars.callbacks.batch_norm": "lightning_lars.callbacks.techniques.batch_norm",
+    "lightning_lars.callbacks.batch_size_control": "lightning_lars.callbacks.techniques.batch_size_control",
+    "lightning_lars.callbacks.rmsprop_warmup": "lightning_lars.callbacks.techniques.rmsprop_warmup",
+    "lightning_lars.callbacks.weight_decay_follows_lr": "lightning_lars.callbacks.techniques.weight_decay_follows_lr",
+    "lightning_lars.callbacks.weight_decay_schedule": "lightning_lars.callbacks.techniques.weight_decay_schedule",
+    "lightning_lars.callbacks.neumann_evaluation": "lightning_lars.callbacks.techniques.neumann_evaluation",
+    "lightning_lars.callbacks.evaluation": "lightning_lars.callbacks.techniques.evaluation",
+}
 
 
 def recipe_names() -> list[str]:
@@ -49,10 +91,12 @@ def job_config(recipe: str) -> str:
 
 
 def mapped(text: str) -> str:
-    """``text`` with every old code path replaced by its new one (longest first: a module before its parent)."""
-    for old in sorted(MOVED, key=len, reverse=True):
-        text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w])", MOVED[old], text)
-    return text
+    """``text`` with every old code path replaced by its new one, in one pass (longest first: a module before
+    its parent; a new path is never rewritten again)."""
+    if not MOVED:
+        return text
+    pattern = "|".join(re.escape(old) for old in sorted(MOVED, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])({pattern})(?![\w])", lambda m: MOVED[m.group(1)], text)
 
 
 def demo_losses() -> list[tuple[int, str]]:

@@ -32,7 +32,7 @@ def _unit_module(name: str):
 
 
 def _classifier(channels_last: bool, num_classes: int = 10):
-    from lightning_lars.module import ImageClassifier
+    from lightning_lars.training.module import ImageClassifier
     from lightning_lars.optim.lars import LARS
 
     optimizer = functools.partial(LARS, momentum=0.9, weight_decay=5e-5, trust_coefficient=0.001)

@@ -19,7 +19,8 @@ from pathlib import Path
 import lightning as L
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
-from lightning_lars import config, train
+from lightning_lars import train
+from lightning_lars.config import compose as config
 
 LOG_EVERY, MAX_STEPS = 4, 12
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from lightning_lars.bn import GroupBatchNorm, consecutive_rank_groups
+from lightning_lars.models.batch_norm import GroupBatchNorm, consecutive_rank_groups
 
 pytestmark = pytest.mark.slow
 WORLD, RANKS_PER_GROUP, PER_RANK, CHANNELS = 4, 2, 3, 5

@@ -20,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_lars import resume
+from lightning_lars.runtime import resume
 from lightning_lars.data.beton_header import read_num_samples
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_lars import resume
-from lightning_lars.callbacks.checkpointing import ResumeState
+from lightning_lars.runtime import resume
+from lightning_lars.runtime.checkpointing import ResumeState
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.parallel.fsdp import FSDP2Strategy

@@ -60,7 +60,7 @@ def installed(tmp_path_factory):
 
 def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
     bin_dir, work = installed
-    code = ("import lightning_lars, lightning_lars.callbacks.throughput as t, importlib.util as u;"
+    code = ("import lightning_lars, lightning_lars.callbacks.monitors.throughput as t, importlib.util as u;"
             "from lightning_lars import config;"
             "print(lightning_lars.__file__); print(t.__file__); print(config.is_checkout());"
             "print(config.run_root()); print(u.find_spec('callbacks'));"

@@ -18,8 +18,8 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
-from lightning_lars import resume
-from lightning_lars.callbacks.checkpointing import (
+from lightning_lars.runtime import resume
+from lightning_lars.runtime.checkpointing import (
     AtomicCheckpointIO,
     Checkpoint,
     ResumeState,

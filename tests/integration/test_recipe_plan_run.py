@@ -37,7 +37,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
                    f"hydra.run.dir={out}", "~logger", "model.arch=test_resnet", "callbacks.time_to_target.target_top1=1",
                    "callbacks.time_to_target.stop_at_target=false", "trainer.limit_val_batches=1"])
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
-    card = run(["-m", "lightning_lars.recipes", "show", "demo", *plan_overrides])
+    card = run(["-m", "lightning_lars.recipe.catalog", "show", "demo", *plan_overrides])
     assert card.returncode == 0, card.stderr[-2000:]
 
     lines = (trained.stdout + trained.stderr).splitlines()

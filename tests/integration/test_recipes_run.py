@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from lightning_lars import config, train
-from lightning_lars.bn import GroupBatchNorm, batch_norms
+from lightning_lars import train
+from lightning_lars.config import compose as config
+from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 
 pytestmark = pytest.mark.slow
 RECIPES = [name for name in config.recipe_names() if name != "demo"]

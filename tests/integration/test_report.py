@@ -12,7 +12,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from lightning_lars.config import RECIPES_DIR
+from lightning_lars.config.compose import RECIPES_DIR
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops

@@ -82,7 +82,7 @@ def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
 
 
 def test_launcher_choice_without_slurm():
-    from lightning_lars.errors import UserError
+    from lightning_lars.core.errors import UserError
     from lightning_lars.parallel.launch import build
 
     no_sbatch = lambda name: None

@@ -25,7 +25,7 @@ JOB = textwrap.dedent("""
     import json, logging, sys, time
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     import wandb
-    from lightning_lars.wandb_logger import wandb_logger
+    from lightning_lars.report.wandb_logger import wandb_logger
     started = time.monotonic()
     logger = wandb_logger("lightning-lars-test", sys.argv[1], init_timeout_s=float(sys.argv[2]))
     run = logger.experiment

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_lars.module import ImageClassifier
+from lightning_lars.training.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 
 NUM_CLASSES = 4

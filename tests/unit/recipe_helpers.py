@@ -10,9 +10,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lightning_lars import config
+from lightning_lars.config import compose as config
 from lightning_lars.optim.param_groups import param_groups
-from lightning_lars.schedules import build_lr_schedule
+from lightning_lars.schedules.lr import build_lr_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 RECIPES = [name for name in config.recipe_names() if name != "demo"]

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn)
-from lightning_lars.module import ImageClassifier
+from lightning_lars.training.module import ImageClassifier
 
 
 def test_created_by_name_with_the_alexnet_layout():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lightning_lars.errors import UserError
-from lightning_lars.scaling import plan_batch
+from lightning_lars.core.errors import UserError
+from lightning_lars.schedules.scaling import plan_batch
 from tests.unit.recipe_helpers import RECIPES, recipe
 
 

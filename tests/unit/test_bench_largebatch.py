@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from lightning_lars import config
+from lightning_lars.config import compose as config
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_largebatch.py"
 spec = importlib.util.spec_from_file_location("bench_largebatch", BENCH)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_lars.bn import (
+from lightning_lars.models.batch_norm import (
     GroupBatchNorm,
     average_bn_statistics,
     batch_norms,
@@ -13,7 +13,7 @@ from lightning_lars.bn import (
     convert_batch_norm,
     set_bn_momentum,
 )
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 
 def affine_bn(num_features, group_size, seed=0):

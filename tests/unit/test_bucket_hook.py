@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.bucket_hook import (
     MIB,
     GroupedAllReduceState,

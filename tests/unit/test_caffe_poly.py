@@ -2,7 +2,7 @@
 
 import pytest
 
-from lightning_lars.schedules import warmup_caffe_poly
+from lightning_lars.schedules.lr import warmup_caffe_poly
 
 
 def intel_caffe_rate(iter_, *, base_lr, max_iter, power, warmup_iter, warmup_start_lr):

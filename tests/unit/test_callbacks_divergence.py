@@ -5,8 +5,8 @@ import torch
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lightning_lars.callbacks.divergence import DivergenceError, DivergenceGuard
-from lightning_lars.errors import UserError
+from lightning_lars.callbacks.monitors.divergence import DivergenceError, DivergenceGuard
+from lightning_lars.core.errors import UserError
 
 
 def _fit_with_checkpoints(tmp_path, dataset, guard, max_steps=12, batch_size=4, lr=0.01):

@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lightning_lars.callbacks.evaluation import EvaluationSchedule
+from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from tests.unit.callback_harness import classifier, images, loader, trainer
 
 

@@ -8,10 +8,10 @@ import pytest
 from callback_harness import NUM_CLASSES, classifier, images, loader, trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_lars.callbacks.hparam_monitor import HParamMonitor, group_label
-from lightning_lars.callbacks.schedule import ScheduleCallback
-from lightning_lars.callbacks.trust_ratio import TrustRatioMonitor
-from lightning_lars.module import ImageClassifier
+from lightning_lars.callbacks.monitors.hparam_monitor import HParamMonitor, group_label
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+from lightning_lars.callbacks.monitors.trust_ratio import TrustRatioMonitor
+from lightning_lars.training.module import ImageClassifier
 from lightning_lars.optim.neumann import Neumann
 
 

@@ -4,14 +4,14 @@ import io
 
 from callback_harness import classifier, images, loader, trainer
 
-from lightning_lars.callbacks.progress import (
+from lightning_lars.callbacks.monitors.progress import (
     LogLineProgress,
     RunClock,
     TerminalProgressBar,
     format_duration,
     progress_bar,
 )
-from lightning_lars.callbacks.schedule import ScheduleCallback
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 
 
 def test_plain_lines_show_step_loss_lr_throughput_and_eta(tmp_path):
@@ -39,7 +39,7 @@ def test_the_choice_follows_stdout(monkeypatch):
 
 def test_run_clock_measures_rate_and_eta(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("lightning_lars.callbacks.progress.time.perf_counter", lambda: now[0])
+    monkeypatch.setattr("lightning_lars.callbacks.monitors.progress.time.perf_counter", lambda: now[0])
     clock = RunClock(window=10)
     for step in range(1, 6):  # 64 images per optimizer step, 0.5 s each
         now[0] += 0.5

@@ -4,7 +4,7 @@ import pytest
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lightning_lars.callbacks.time_to_target import TimeToTarget
+from lightning_lars.callbacks.monitors.time_to_target import TimeToTarget
 
 
 def _fit(tmp_path, callback, max_epochs=3, **kwargs):

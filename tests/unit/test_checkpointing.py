@@ -20,16 +20,17 @@ import yaml
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
-from lightning_lars import preemption, resume
-from lightning_lars.callbacks import checkpointing
-from lightning_lars.callbacks.checkpointing import (
+from lightning_lars.runtime import preemption
+from lightning_lars.runtime import resume
+from lightning_lars.runtime import checkpointing
+from lightning_lars.runtime.checkpointing import (
     AtomicCheckpointIO,
     Checkpoint,
     ResumeState,
     SignalCheckpoint,
 )
-from lightning_lars.errors import UserError
-from lightning_lars.preemption import Preempted
+from lightning_lars.core.errors import UserError
+from lightning_lars.runtime.preemption import Preempted
 
 SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
               "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
@@ -82,7 +83,7 @@ def test_disk_full_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, ca
     io, target = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint(payload(1.0), target)
     fill_disk_after(monkeypatch, budget=2000)  # the new checkpoint is ~4 kB: it fails part-way
-    with caplog.at_level(logging.WARNING, logger="lightning_lars.callbacks.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpointing"):
         io.save_checkpoint(payload(2.0), target)
         io.save_checkpoint(payload(3.0), target)
     assert io.num_failed_writes == 2 and io.last_error.errno == errno.ENOSPC
@@ -110,7 +111,7 @@ def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatc
 
     ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=1)
     trainer = boring_trainer(tmp_path, [FailFromStep(), ckpt])
-    with caplog.at_level(logging.WARNING, logger="lightning_lars.callbacks.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpointing"):
         trainer.fit(BoringModel())
     monkeypatch.undo()
     kept = [r.getMessage().split()[1].rstrip(":") for r in caplog.records if r.getMessage().startswith("keeping ")]
@@ -179,7 +180,7 @@ def cfg_for(tmp_path, ckpt_path, run_dir="runs/now"):
     return OmegaConf.create({"run": {"ckpt_path": ckpt_path}, "recipe_name": "demo",
                              "paths": {"output_dir": str(tmp_path / "logs/demo" / run_dir),
                                        "log_dir": str(tmp_path / "logs")},
-                             "logger": {"_target_": "lightning_lars.wandb_logger.wandb_logger"}})
+                             "logger": {"_target_": "lightning_lars.report.wandb_logger.wandb_logger"}})
 
 
 def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monkeypatch):
@@ -241,7 +242,7 @@ def test_last_picks_newest_loadable_checkpoint_skipping_damaged(tmp_path, monkey
     os.utime(runs / "new", ns=(3_000, 3_000))
     os.utime(runs / "mid", ns=(2_000, 2_000))
     os.utime(runs / "old", ns=(1_000, 1_000))
-    with caplog.at_level(logging.WARNING, logger="lightning_lars.resume"):
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.resume"):
         assert resume.resolve_ckpt_path(cfg_for(tmp_path, "last")) == str(good)
     assert any("skipped 1 damaged" in r.getMessage() for r in caplog.records)
     assert resume.resolve_ckpt_path(cfg_for(tmp_path, None)) is None  # null: fresh start outside SLURM

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_lars import check, config
+from lightning_lars import check
+from lightning_lars.config import compose as config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from lightning_lars.data.ffcv_datamodule import (
 )
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 # numba's dispatcher finalizer prints KeyError noise at teardown after FFCV ran (findings.md): not a failure.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -7,7 +7,7 @@ import time
 import lightning as L
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from lightning_lars.callbacks.first_step import FirstStepTime
+from lightning_lars.callbacks.monitors.first_step import FirstStepTime
 
 
 class RecordsSteps(FirstStepTime):

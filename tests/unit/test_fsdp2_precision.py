@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.strategies import ModelParallelStrategy
 from recipe_helpers import RECIPES, recipe
 
-from lightning_lars import config
+from lightning_lars.config import compose as config
 from lightning_lars.parallel.fsdp import FSDP2Strategy
 
 

@@ -19,7 +19,7 @@ from functools import cache
 
 import pytest
 
-from lightning_lars.recipe_plan import plan_recipe
+from lightning_lars.recipe.plan import plan_recipe
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
     MXNetPolySchedule,
@@ -193,7 +193,7 @@ def test_step_counts_and_evaluations_are_the_sources(name):
 def test_card_reports_the_sources_warmup_and_decay_steps(name):
     """The card and the plan line print the schedule's own boundaries (TF's 977, Fujitsu's 1320), not epochs x
     steps per epoch (975, 1350): the card must equal what runs."""
-    from lightning_lars.recipe_card import card
+    from lightning_lars.recipe.card import card
 
     expected, ours = golden(name), plan(name)
     assert (ours.warmup_steps, ours.decay_end_step) == (expected.warmup_steps, expected.decay_end_step)

@@ -4,7 +4,7 @@ Each recipe is composed at ImageNet-1k size (N = 1,281,167 training images) with
 plan's LR, weight decay, momentum and global batch at named optimizer steps, its total steps and its eval
 steps are compared with the values below within 0.1 % (relative). Where a source gives a formula rather than
 values (Intel Caffe's solver, the LAMB authors' optimization.py), the formula is written out here, as the
-source writes it, never imported from lightning_lars.schedules.
+source writes it, never imported from lightning_lars.schedules.lr.
 
 Sources and their reach (see each recipe's header): the LAMB code and logs (fastalgo/imagenet_resnet50_lamb at
 b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. Two papers' texts
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_lars.recipe_plan import plan_recipe
+from lightning_lars.recipe.plan import plan_recipe
 
 N = 1_281_167  # ImageNet-1k training images
 

@@ -17,9 +17,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from lightning_lars import provenance, wheelhouse
+from lightning_lars import wheelhouse
+from lightning_lars.report import provenance
 from lightning_lars.data.synthetic import SyntheticDataModule
-from lightning_lars.preflight import prints_only
+from lightning_lars.data.checks import prints_only
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

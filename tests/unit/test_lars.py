@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups

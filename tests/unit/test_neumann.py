@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.neumann import Neumann, is_reset, momentum
 from lightning_lars.optim.param_groups import param_groups
 
@@ -187,7 +187,7 @@ def test_lightning_validation_sees_the_returned_weights_and_training_resumes_fro
     """A real Trainer fit with the evaluation callback: validation runs on w - mu m; training weights come back."""
     import lightning as L
 
-    from lightning_lars.callbacks.neumann_evaluation import NeumannEvaluationWeights
+    from lightning_lars.callbacks.techniques.neumann_evaluation import NeumannEvaluationWeights
 
     data = batches(5)
 

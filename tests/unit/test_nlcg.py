@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.nlcg import NLCG
 from lightning_lars.optim.param_groups import param_groups
 

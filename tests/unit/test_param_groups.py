@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import excluded, param_groups, split_unresolved
 
 

@@ -6,7 +6,7 @@ from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRG
 from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
 
 from lightning_lars.data import pipelines
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 CPU = torch.device("cpu")
 MLPERF_TRAIN = [{"random_resized_crop": {"scale": [0.05, 1.0], "ratio": [0.75, 1.33]}}, "flip",

@@ -10,7 +10,7 @@ from PIL import Image
 
 from lightning_lars.data import prepare
 from lightning_lars.data.prepare import convert, main
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 FAST = {"num_workers": 1, "progress": False, "page_size": 1 << 21}  # 1 process, 2 MiB pages: tiny files
 

@@ -8,7 +8,7 @@ N = 1,281,167 ImageNet training images, steps per epoch = N // global batch (dro
 import pytest
 import torch
 
-from lightning_lars.schedules import batch_growth, sgd_fraction_elu
+from lightning_lars.schedules.lr import batch_growth, sgd_fraction_elu
 from tests.unit.recipe_helpers import build_optimizer, build_schedule, recipe
 
 N = 1_281_167

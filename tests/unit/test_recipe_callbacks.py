@@ -5,16 +5,16 @@ import functools
 import pytest
 import torch
 
-from lightning_lars.bn import GroupBatchNorm, batch_norms
-from lightning_lars.callbacks.batch_norm import BatchNormGroups, BatchNormWithoutMovingAverage
-from lightning_lars.callbacks.batch_size_control import BatchSizeControl
-from lightning_lars.callbacks.rmsprop_warmup import RMSpropWarmupBlend
-from lightning_lars.callbacks.schedule import ScheduleCallback
-from lightning_lars.callbacks.weight_decay_follows_lr import WeightDecayFollowsLR
-from lightning_lars.errors import UserError
+from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
+from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups, BatchNormWithoutMovingAverage
+from lightning_lars.callbacks.techniques.batch_size_control import BatchSizeControl
+from lightning_lars.callbacks.techniques.rmsprop_warmup import RMSpropWarmupBlend
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+from lightning_lars.callbacks.techniques.weight_decay_follows_lr import WeightDecayFollowsLR
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
-from lightning_lars.scaling import plan_batch
-from lightning_lars.schedules import sgd_fraction_elu, warmup_poly
+from lightning_lars.schedules.scaling import plan_batch
+from lightning_lars.schedules.lr import sgd_fraction_elu, warmup_poly
 from tests.unit import callback_harness as harness
 
 

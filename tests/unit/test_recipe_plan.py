@@ -8,11 +8,11 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from lightning_lars import config
-from lightning_lars.errors import UserError
-from lightning_lars.recipe_card import card, named_steps
-from lightning_lars.recipe_keys import check_deviations, count_steps_per_epoch, eval_steps
-from lightning_lars.recipe_plan import plan_recipe
+from lightning_lars.config import compose as config
+from lightning_lars.core.errors import UserError
+from lightning_lars.recipe.card import card, named_steps
+from lightning_lars.recipe.keys import check_deviations, count_steps_per_epoch, eval_steps
+from lightning_lars.recipe.plan import check_command_line, plan_recipe
 
 IMAGENET = 1_281_167
 
@@ -73,7 +73,7 @@ def test_eval_every_n_steps_with_offset():
 ])
 def test_bad_keys_fail_at_composition_naming_recipe_and_key(overrides, key):
     with pytest.raises(UserError) as raised:
-        config.check_overrides(["recipe=demo", *overrides])
+        check_command_line(["recipe=demo", *overrides])
     message = str(raised.value)
     assert message.startswith(f"recipe demo: {key}") and "\n" not in message, message
 
@@ -108,7 +108,7 @@ def test_every_recipe_has_a_card(name):
 def test_card_plot_draws_each_schedule_with_the_evaluations_marked(tmp_path):
     from PIL import Image
 
-    from lightning_lars.recipe_card import plot
+    from lightning_lars.recipe.card import plot
 
     plan = plan_recipe("mikami_68k", devices=8, nodes=4)  # batch growth: a fourth panel
     path = plot(plan, tmp_path / "card.png")

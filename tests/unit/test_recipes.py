@@ -8,9 +8,9 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from lightning_lars import recipes as recipe_table
-from lightning_lars.config import RECIPES_DIR
-from lightning_lars.recipe_keys import evaluation_spec
+from lightning_lars.recipe import catalog as recipe_table
+from lightning_lars.config.compose import RECIPES_DIR
+from lightning_lars.recipe.keys import evaluation_spec
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
@@ -81,7 +81,7 @@ def test_every_recipe_value_cites_a_source_or_says_our_choice(name):
 
 def test_readme_table_is_generated_from_the_recipes():
     assert (RECIPES_DIR / "README.md").read_text() == recipe_table.markdown(), (
-        "recipes/README.md is stale: python -m lightning_lars.recipes --markdown > recipes/README.md")
+        "recipes/README.md is stale: python -m lightning_lars.recipe.catalog --markdown > recipes/README.md")
 
 
 def test_alias_composes_to_the_same_run():

@@ -12,12 +12,12 @@ from callback_harness import classifier, images, loader, trainer
 from omegaconf import OmegaConf
 from PIL import Image
 
-from lightning_lars import report_plot
-from lightning_lars.callbacks.hparam_monitor import HParamMonitor
-from lightning_lars.callbacks.run_history import RunHistory
-from lightning_lars.callbacks.schedule import ScheduleCallback
-from lightning_lars.callbacks.time_to_target import TimeToTarget
-from lightning_lars.callbacks.trust_ratio import TrustRatioMonitor
+from lightning_lars.report import plot as report_plot
+from lightning_lars.callbacks.monitors.hparam_monitor import HParamMonitor
+from lightning_lars.callbacks.monitors.run_history import RunHistory
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+from lightning_lars.callbacks.monitors.time_to_target import TimeToTarget
+from lightning_lars.callbacks.monitors.trust_ratio import TrustRatioMonitor
 
 STEPS_PER_EPOCH, EPOCHS = 4, 2  # 32 images in batches of 8
 CFG = OmegaConf.create({"recipe_name": "demo", "seed": 0, "batch": {"global_size": 8}, "published": {"top1": "-"}})

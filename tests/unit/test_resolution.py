@@ -2,7 +2,7 @@
 import pytest
 
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_at, resolution_schedule
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 # ffcv-imagenet rn50_88_epochs.yaml: min_res 160, max_res 192, start_ramp 65, end_ramp 76
 FFCV_RN50_88 = {"start": 160, "end": 192, "start_ramp_epoch": 65, "end_ramp_epoch": 76}

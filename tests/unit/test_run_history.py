@@ -7,8 +7,8 @@ import lightning as L
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from lightning_lars.callbacks.run_history import RunHistory
-from lightning_lars.callbacks.throughput import ThroughputCallback
+from lightning_lars.callbacks.monitors.run_history import RunHistory
+from lightning_lars.callbacks.monitors.throughput import ThroughputCallback
 
 VAL_SLEEP_S = 0.5  # per validation batch: far longer than the few training batches take
 

@@ -1,7 +1,7 @@
 import pytest
 
-from lightning_lars.errors import UserError
-from lightning_lars.scaling import plan_batch, scale_lr
+from lightning_lars.core.errors import UserError
+from lightning_lars.schedules.scaling import plan_batch, scale_lr
 
 
 def test_scale_lr_is_linear_in_the_global_batch():

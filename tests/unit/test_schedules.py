@@ -1,6 +1,6 @@
 import pytest
 
-from lightning_lars.schedules import warmup_poly, warmup_step
+from lightning_lars.schedules.lr import warmup_poly, warmup_step
 
 
 def test_goyal_gradual_warmup_then_step_decay():

@@ -24,7 +24,7 @@ from lightning_lars.data.ffcv_datamodule import (
     FFCVDataModule,
     FFCVEpochLoader,
 )
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_IMAGES, RESOLUTION, SEED = 24, 24, 3

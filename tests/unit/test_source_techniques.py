@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.callbacks.weight_decay_schedule import WeightDecaySchedule
-from lightning_lars.module import ImageClassifier
+from lightning_lars.callbacks.techniques.weight_decay_schedule import WeightDecaySchedule
+from lightning_lars.training.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
-from lightning_lars.source_schedules import (
+from lightning_lars.schedules.source import (
     fujitsu_lr,
     fujitsu_wd_coefficient,
     mxnet_warmup_poly,

@@ -7,7 +7,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from lightning_lars.errors import UserError
+from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.sharded_update import ShardedUpdate, assign_owners
 from lightning_lars.parallel.strategy import BucketedDDPStrategy
 from lightning_lars.parallel.topology_hooks import HierarchicalAllReduceState, Torus2DAllReduceState

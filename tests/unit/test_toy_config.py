@@ -6,7 +6,7 @@ import timm
 import torch
 from hydra import compose, initialize_config_dir
 
-from lightning_lars import config
+from lightning_lars.config import compose as config
 
 
 def toy_config(recipe):

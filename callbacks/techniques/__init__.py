@@ -1,0 +1,1 @@
+"""Callbacks that change training: they apply a schedule or a published technique at each step."""

@@ -1,0 +1,69 @@
+"""Sony's batch-size control (Mikami et al. 2018): the global batch grows after the first epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.schedules.lr import GrownBatchSchedule, batch_growth, factor_at_epoch, schedule_keywords
+
+
+class BatchSizeControl(L.Callback):
+    """Multiplies the global batch by ``growth[epoch]`` from that epoch on, exactly.
+
+    The per-device batch stays; gradient accumulation grows by the factor (Lightning reads
+    ``trainer.accumulate_grad_batches`` at every batch), and each epoch is trimmed to whole optimizer steps
+    of the grown batch (``steps_per_epoch // factor`` of them), so no step sees a partial batch.
+
+    Args:
+        growth: epoch (0-based) -> factor over the recipe's ``batch.global_size``; e.g. ``{5: 2}``.
+        scale_lr: multiply the LR by the factor (linear scaling) while the batch is grown.
+    """
+
+    def __init__(self, growth: Mapping[int, int], scale_lr: bool = True):
+        self.growth = {int(e): int(f) for e, f in dict(growth).items()}
+        if not self.growth or min(self.growth.values()) < 1 or min(self.growth) < 0:
+            raise UserError(f"callbacks.batch_size_control.growth needs epoch: factor >= 1 pairs, got {dict(growth)}")
+        self.scale_lr = scale_lr
+        self.base_accumulation: int | None = None
+        self._loader_batches: int | None = None  # micro-batches per epoch the loader gives
+        self._trimmed_to: int | None = None  # what we set fit_loop.max_batches to
+
+    def setup(self, trainer, pl_module, stage):
+        if stage != "fit" or isinstance(pl_module.lr_schedule, GrownBatchSchedule):
+            return
+        steps_per_epoch = schedule_keywords(pl_module.lr_schedule)["steps_per_epoch"]
+        too_big = {e: f for e, f in self.growth.items() if steps_per_epoch // f == 0}
+        if too_big:
+            raise UserError(f"batch growth {too_big} leaves no full step in an epoch of {steps_per_epoch} steps;"
+                            " lower the factor or batch.global_size")
+        self.base_accumulation = trainer.accumulate_grad_batches
+        self.steps_per_epoch = steps_per_epoch
+        pl_module.lr_schedule = GrownBatchSchedule(pl_module.lr_schedule, steps_per_epoch, self.growth, self.scale_lr)
+
+    def planned_values(self, step: int, values: dict, plan) -> None:
+        """For the recipe card (`lightning_lars.recipe.plan`): the global batch at ``step`` (the plan's LR
+        schedule is already the grown one, `GrownBatchSchedule`)."""
+        _, factor = batch_growth(step, steps_per_epoch=plan.steps_per_epoch, growth=self.growth)
+        values["global_batch"] = values["global_batch"] * factor
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        factor = factor_at_epoch(trainer.current_epoch, self.growth)
+        trainer.accumulate_grad_batches = self.base_accumulation * factor
+        micro_batches = self.steps_per_epoch // factor * trainer.accumulate_grad_batches
+        if self._trimmed_to is None or trainer.fit_loop.max_batches != self._trimmed_to:
+            self._loader_batches = trainer.fit_loop.max_batches  # fresh from the loader, not our trim
+        available = self._loader_batches
+        if available < micro_batches:
+            raise UserError(f"the train loader gives {available} batches per epoch, batch-size control needs"
+                            f" {micro_batches}; remove trainer.limit_train_batches")
+        # Trim the epoch to whole grown steps: Lightning steps on an epoch's last batch even when the
+        # accumulation is incomplete, which would make that step's batch smaller than the recipe's.
+        if trainer.val_check_batch in (available, self._trimmed_to):  # "validate at the end of the epoch"
+            trainer.val_check_batch = micro_batches
+        trainer.fit_loop.max_batches = self._trimmed_to = micro_batches
+        rank_zero_info(f"[lightning-lars] epoch {trainer.current_epoch}: global batch x{factor}"
+                       f" ({trainer.accumulate_grad_batches} accumulation steps, {self.steps_per_epoch // factor} steps)")

@@ -1,0 +1,247 @@
+"""Config checks that Hydra does not do: known recipes, keys nothing reads, one-line errors."""
+
+from __future__ import annotations
+
+import importlib.resources
+import inspect
+import re
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from lightning_lars.config import values as config_values
+from lightning_lars.config.paths import CONF_DIR, PACKAGE_DIR, PROJECT_ROOT, RECIPES_DIR, is_checkout, run_root  # noqa: F401
+from lightning_lars.core.errors import UserError
+from lightning_lars.config.static_signature import static_arguments
+
+# The recipes are Hydra's ``recipe`` group: stored in Hydra's ConfigStore from RECIPES_DIR (the top-level recipes/
+# of a checkout, lightning_lars/recipes in the wheel), so no conf/recipe folder or link is needed. A user's own
+# recipes come from the recipe/ folders of their hydra.searchpath, as files.
+def register_recipes() -> None:
+    store = ConfigStore.instance()
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        store.store(group="recipe", name=path.stem, node=OmegaConf.load(path), package="_global_")
+
+
+register_recipes()
+
+# Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
+TOP_LEVEL_KEYS = {
+    "data", "model", "optimizer", "scheduler", "batch", "trainer", "strategy", "callbacks", "logger",
+    "paths", "seed", "published", "recipe_name", "run", "epoch_length", "evaluation", "deviations",
+}
+BATCH_KEYS = {"global_size", "max_per_device", "bn_group"}
+RUN_KEYS = {"validate_at_end", "ckpt_path"}
+
+
+def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Our recipes plus those in ``extra_dirs`` (the ``recipe/`` folders of a user's ``hydra.searchpath``)."""
+    return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
+
+
+def searchpath_overrides(overrides: list[str]) -> list[str]:
+    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
+    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
+
+
+def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
+    """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
+    folders = []
+    for override in searchpath_overrides(overrides):
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except OverrideParseException:
+            raise UserError(f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]") from None
+        for entry in value if isinstance(value, list) else [value]:
+            scheme, _, where = str(entry).rpartition("://")
+            if scheme == "pkg":
+                package, _, sub = where.partition("/")
+                try:
+                    folders.append(Path(str(importlib.resources.files(package))) / sub / "recipe")
+                except ModuleNotFoundError:
+                    raise UserError(f"hydra.searchpath names the package {package}, which is not installed") from None
+            else:  # file:// or a plain path
+                folders.append(Path(where) / "recipe")
+    return tuple(folders)
+
+
+def recipe_claims() -> list[tuple[str, str]]:
+    """(name, first header line) for every recipe: the claim and source each recipe opens with."""
+    rows = []
+    for name in recipe_names():
+        lines = (RECIPES_DIR / f"{name}.yaml").read_text().splitlines()
+        claim = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("# ") and "@package" not in ln), "")
+        rows.append((name, claim))
+    return rows
+
+
+def check_overrides(overrides: list[str]) -> DictConfig:
+    """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
+    return check_command_line(overrides)[0]
+
+
+def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """The composed config and the overrides as Hydra must get them: a ``key=value`` that the node's
+    ``_target_`` takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works
+    as a Trainer user expects). Every mistake is a one-line `UserError`; values are checked for type and range.
+    """
+    known = recipe_names(user_recipe_dirs(overrides))
+    for override in overrides:
+        match = re.fullmatch(r"\+?recipe=(.*)", override)
+        if match and match.group(1) not in known:
+            raise UserError(
+                f"unknown recipe '{match.group(1)}'; known recipes: {', '.join(known)}"
+                " (`make recipes` lists them with their published results; a folder of your own recipes:"
+                " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
+            )
+    given = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
+    user = given + searchpath_overrides(overrides)
+    while True:
+        try:
+            cfg = _compose(user)
+            break
+        except ConfigCompositionException as err:
+            message = " ".join(str(err).split())
+            key = re.search(r"Could not override '([^']+)'", message)
+            plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
+            if key and plussed != user and _target_accepts(user, key.group(1)):  # not set by the config yet
+                user = plussed
+                continue
+            if key:
+                raise UserError(
+                    f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
+                    " `python -m lightning_lars.train --cfg job`"
+                ) from None
+            raise UserError(message) from None
+    check_unread_keys(cfg)
+    choices = [o for o in user if _is_group_choice(o) or o.lstrip("+").startswith("hydra.searchpath=")]
+    # the types the config files give, before the user's values; `make demo` (no values) composes once, not twice
+    config_values.check_override_types(user, cfg if choices == user else _compose(choices), cfg)
+    config_values.check_sizes(cfg)
+    rewritten = dict(zip(given, user))
+    return cfg, [rewritten.get(o, o) for o in overrides]
+
+
+def _is_group_choice(override: str) -> bool:
+    """``recipe=goyal_8k``, ``debug=toy``, ``optimizer=sgd``: a choice of config file, not a value."""
+    key = override.lstrip("+~").partition("=")[0]
+    return "." not in key and "/" not in key and (CONF_DIR / key).is_dir()
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    """Hydra's compose, with its parse and missing-group errors as one line (composition errors pass)."""
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="train", overrides=overrides)
+    except OverrideParseException:
+        raise UserError("cannot parse the command line: quote a value that holds '=' or spaces, e.g."
+                        " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'") from None
+    except MissingConfigException as err:
+        first = str(err).splitlines()[0]
+        raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
+
+
+def compose_job(overrides: list[str]) -> DictConfig:
+    """The config a run's job gets, composed in this process (tests, benchmarks): Hydra's node is made the current
+    ``HydraConfig`` (``recipe_name`` reads ``${hydra:runtime.choices.recipe}``), then dropped, as a real run's job
+    config holds no ``hydra`` node."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
+    """Whether `dotted_key`'s parent node has a `_target_` whose signature takes the last name.
+
+    The parent's target comes from the config files chosen (recipe, groups); other value overrides may be
+    the next ones Hydra refuses, so they are left out here."""
+    parent_key, _, name = dotted_key.rpartition(".")
+    try:
+        parent = OmegaConf.select(_compose([o for o in overrides if _is_group_choice(o)]), parent_key)
+        names = static_arguments(parent["_target_"])  # from the source file: importing the Trainer takes ~7 s
+        return name in (names if names is not None else accepted_arguments(get_object(parent["_target_"])))
+    except (UserError, HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return False  # no better hint than "unknown key"
+
+
+def accepted_arguments(target) -> set[str]:
+    """Keyword names ``target`` takes; for a class whose ``__init__`` passes ``**kwargs`` on, its bases' too
+    (our ``Checkpoint`` takes every ``ModelCheckpoint`` argument)."""
+    names: set[str] = set()
+    for owner in (target.__mro__ if inspect.isclass(target) else [target]):
+        init = owner.__init__ if inspect.isclass(target) else owner
+        if inspect.isclass(target) and "__init__" not in owner.__dict__:
+            continue
+        parameters = inspect.signature(init).parameters
+        names |= {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
+    names.discard("self")
+    return names
+
+
+def check_unread_keys(cfg: DictConfig) -> None:
+    """Reject keys added with `+key=value` that no part of the run reads (a silent no-op otherwise)."""
+    for where, allowed, node in (
+        ("", TOP_LEVEL_KEYS, cfg),
+        ("batch.", BATCH_KEYS, cfg.get("batch", {})),
+        ("run.", RUN_KEYS, cfg.get("run", {})),
+    ):
+        unknown = sorted(set(node.keys()) - allowed)
+        if unknown:
+            raise UserError(f"unknown config key '{where}{unknown[0]}': nothing reads it; remove it or fix its spelling")
+
+
+def explain_instantiation_error(err: Exception) -> str:
+    """One line for a `_target_` that rejected its arguments, e.g. a misspelt `+data.foo=1`."""
+    text = " ".join(str(err).split())
+    unexpected = re.search(r"unexpected keyword argument '([^']+)'", text)
+    node = re.search(r"full_key: (\S+)", text)
+    target = re.search(r"target '([^']+)'", text)
+    if unexpected:
+        where = f"{node.group(1)}." if node else ""
+        return (f"unknown config key '{where}{unexpected.group(1)}': {target.group(1) if target else 'its target'}"
+                " takes no such argument; remove it or fix its spelling")
+    if isinstance(err.__cause__, UserError):
+        return str(err.__cause__)
+    return text
+
+
+def check_partial(node: str, bound):
+    """Refuse keys a ``_partial_`` target would reject only when first called, mid-training, as a traceback
+    (e.g. ``optimizer=sgd`` under a recipe that sets the LARS-only ``optimizer.form``). Returns ``bound``."""
+    func, keywords = bound, {}
+    while hasattr(func, "func") and hasattr(func, "keywords"):  # Hydra's partial inside functools.partial
+        keywords.update(func.keywords)
+        func = func.func
+    if func is bound:
+        return bound
+    parameters = inspect.signature(func).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return bound
+    for key in keywords:
+        if key not in parameters:
+            name = f"{func.__module__}.{func.__qualname__}"
+            raise UserError(f"unknown config key '{node}.{key}': {name} takes no such argument;"
+                            f" remove it with ~{node}.{key}")
+    return bound
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False), sort_keys=False)

@@ -1,0 +1,113 @@
+"""Input files checked before Hydra, Lightning or W&B start, so a bad one is the only line the user sees."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+# not from ffcv_datamodule: importing FFCV takes ~10 s, and these checks run before anything heavy
+from lightning_lars.data.beton_header import read_num_samples
+from lightning_lars.core.errors import UserError
+from lightning_lars.core.extras import needs_ffcv, require_ffcv
+
+FFCV_DATA = ("the FFCV DataModule (this recipe's data)",
+             "train from image folders with data=imagefolder data.root=DIR, or time the model alone with data=synthetic")
+MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside the .beton files
+
+# Hydra flags that print (config, help, info) and run no job: nothing to check on disk for them.
+PRINT_ONLY_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+
+
+def prints_only(argv: list[str]) -> bool:
+    """Whether the command line asks Hydra to print something instead of training."""
+    return any(arg.split("=", 1)[0] in PRINT_ONLY_FLAGS for arg in argv)
+
+
+def check_dataset(cfg: DictConfig) -> None:
+    """FFCV installed when the data config needs it; a missing, truncated or foreign ``.beton`` named by the data
+    config: one-line `UserError` naming the command that makes it (the data config's ``prepare_command``); a
+    ``data.num_classes`` that disagrees with the prepared data's ``manifest.json``: one line naming the value to
+    set. An image-folder config (``data.root``): both split folders there, and as many class folders as
+    ``data.num_classes``. Other data configs (synthetic) pass."""
+    data = cfg.get("data") or {}
+    if not needs_ffcv(data.get("_target_")) and _plain_value(data, "root"):
+        if _plain_value(data, "no_aug_from_epoch") is not None:
+            raise UserError(no_aug_message(data.no_aug_from_epoch))
+        check_image_folder(Path(data.root), data.get("num_classes"), _plain_value(data, "prepare_command"))
+        return
+    ffcv_data = needs_ffcv(data.get("_target_"))
+    if ffcv_data and not _installed("ffcv"):  # not installed: said first, as `make prepare` needs FFCV too
+        require_ffcv(*FFCV_DATA)
+    try:
+        command = data.get("prepare_command", "make prepare src=<imagefolder> out=<dir>")
+        paths = [data.get(key) for key in ("train_path", "val_path")]
+        num_classes = data.get("num_classes")
+    except OmegaConfBaseException:  # a path that needs Hydra's runtime: the DataModule checks it later
+        paths, num_classes = [], None
+    betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
+    for path in betons:
+        read_num_samples(path, command)
+    if betons and isinstance(num_classes, int):
+        check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
+    # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with
+    # numba: after the file checks, which need no FFCV.
+    if ffcv_data:
+        require_ffcv(*FFCV_DATA)
+
+
+def _plain_value(data, key: str):
+    """``data[key]`` when it resolves without Hydra's runtime (else None: the DataModule checks it later)."""
+    try:
+        return data.get(key)
+    except OmegaConfBaseException:
+        return None
+
+
+def no_aug_message(epoch) -> str:
+    return (f"data.no_aug_from_epoch={epoch} (train without crop and flip from that epoch) needs the FFCV loader:"
+            " use data=imagenet, or set data.no_aug_from_epoch=null")
+
+
+def missing_folder_message(folder: Path, prepare_command: str | None) -> str:
+    fix = f"prepare it with {prepare_command}" if prepare_command else f"expected {folder}/<class>/<image>"
+    return f"image folder {folder} not found: {fix}"
+
+
+def classes_message(folder: Path, found: int, num_classes: int) -> str:
+    return f"data.num_classes={num_classes} but {folder} has {found} classes: set data.num_classes={found}"
+
+
+def check_image_folder(root: Path, num_classes, prepare_command: str | None) -> None:
+    """``root/train`` and ``root/val`` exist, and ``root/train`` has ``num_classes`` class folders (as ImageFolder
+    counts them: every sub-folder). Before any import, so the mistake is the only line the user sees."""
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise UserError(missing_folder_message(root / split, prepare_command))
+    found = sum(1 for entry in os.scandir(root / "train") if entry.is_dir())
+    if isinstance(num_classes, int) and found != num_classes:
+        raise UserError(classes_message(root / "train", found, num_classes))
+
+
+def _installed(name: str) -> bool:
+    """Whether an import system finds the package, without importing it (an import hook may raise instead)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
+def check_num_classes(manifest_path: Path, num_classes: int) -> None:
+    """Labels beyond ``num_classes`` would be an IndexError deep in the loss; a narrower label set wastes logits
+    silently. Both are a one-line error here. No manifest (a .beton made elsewhere): nothing to compare."""
+    try:
+        prepared = json.loads(manifest_path.read_text()).get("num_classes")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(prepared, int) and prepared != num_classes:
+        raise UserError(f"data.num_classes={num_classes} but the prepared data in {manifest_path.parent} has"
+                        f" {prepared} classes ({manifest_path.name}): set data.num_classes={prepared}")

@@ -1,0 +1,131 @@
+"""The recipe card: what a run of a recipe will do, printed (and plotted) without data or a GPU.
+
+    python -m lightning_lars.recipe.catalog show NAME [--devices G] [--nodes N] [--plot FILE.png] [key=value ...]
+
+Steps per epoch and how the source counted them, warmup/decay/total steps, LR, weight decay and momentum
+at named steps (the values the run's callbacks apply), eval steps, the batch plan on G devices x N nodes,
+the deviations and the published claim. The plan lines are the ones train.py prints for the same config.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.recipe.plan import RecipePlan, plan_recipe
+from lightning_lars.schedules.lr import unwrap_schedule
+
+MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
+
+
+def named_steps(plan: RecipePlan) -> list[tuple[str, int]]:
+    """(name, step) for the steps a reader checks: start, warmup, LR boundaries, batch growth, quarters, end."""
+    total, warmup = plan.total_steps, plan.warmup_steps
+    named = [("first update", 0)]
+    if 0 < warmup < total:
+        named += [("mid-warmup", warmup // 2), ("warmup done", warmup)]
+    keywords, _ = unwrap_schedule(plan.base_lr_schedule)
+    for key in ("milestones", "boundaries"):  # step and piecewise schedules: epochs where the LR drops
+        for epoch in keywords.get(key) or ():
+            named.append((f"LR boundary, epoch {epoch:g}", round(epoch * plan.steps_per_epoch)))
+    previous = plan.global_batch(0)
+    for index, end in enumerate(plan.epoch_end_steps):
+        if end < total and plan.global_batch(end) != previous:
+            previous = plan.global_batch(end)
+            named.append((f"batch grows, epoch {index + 1}", end))
+    named.append(("last update before 1st eval", plan.eval_steps[0] - 1))
+    named += [(f"{q} % of the run", total * q // 100) for q in (25, 50, 75)]
+    named.append(("last update", total - 1))
+    seen, rows = set(), []
+    for name, step in sorted(named, key=lambda item: item[1]):
+        if 0 <= step < total and step not in seen:
+            seen.add(step)
+            rows.append((name, step))
+    return rows
+
+
+def _format(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def card(plan: RecipePlan, devices: int, nodes: int) -> str:
+    published = plan.published
+    lines = [f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
+             f"  source: {published.get('source', '?')}",
+             (f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
+             f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
+             f" on {published.get('hardware', '?')}"),
+             "",
+             (f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
+             " (the lines a run prints):")]
+    lines += [f"  {line}" for line in plan.describe()]
+    if not plan.deviations:
+        lines.append("  deviations: none listed")
+    evals = ", ".join(f"{step} ({plan.epoch_at(step):.4g})" for step in plan.eval_steps)
+    lines += ["", "Evaluations after step (epoch):"]
+    lines += textwrap.wrap(evals, width=110, initial_indent="  ", subsequent_indent="  ")
+    rows = [(name, step, plan.epoch_at(step), plan.values(step)) for name, step in named_steps(plan)]
+    keys = ["lr", "weight_decay", "momentum", "global_batch"]
+    keys += sorted({k for *_, values in rows for k in values} - set(keys))
+    header = ["", "step", "epoch", *keys]
+    table = [[name, str(step), f"{epoch:.3f}", *(_format(values.get(k)) for k in keys)]
+             for name, step, epoch, values in rows]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines += ["", "Values applied at update `step` (updates done before it; epoch: the source's epochs done by then):"]
+    lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(row, widths))) for row in [header, *table]]
+    return "\n".join(lines)
+
+
+def plot(plan: RecipePlan, path: Path) -> Path:
+    """LR, weight decay, momentum (and batch / blend when they vary) over the run, eval points marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--plot needs matplotlib: pip install 'lightning-lars[dev]' (or pip install matplotlib)")
+    stride = max(1, plan.total_steps // MAX_PLOT_POINTS)
+    steps = sorted(set(range(0, plan.total_steps, stride)) | {plan.total_steps - 1})
+    values = [plan.values(s) for s in steps]
+    keys = [k for k in ("lr", "weight_decay", "momentum", "global_batch", "sgd_fraction")
+            if any(v.get(k) is not None for v in values)
+            and (k in ("lr", "weight_decay", "momentum") or len({v.get(k) for v in values}) > 1)]
+    evals = [s - 1 for s in plan.eval_steps]  # the update that completes before each evaluation
+    figure, axes = plt.subplots(len(keys), 1, sharex=True, figsize=(9, 1.9 * len(keys) + 0.9), squeeze=False)
+    for axis, key in zip(axes[:, 0], keys):
+        axis.plot(steps, [v.get(key) for v in values], lw=1.2, color="tab:blue")
+        axis.plot(evals, [plan.values(s).get(key) for s in evals], "o", ms=3.5, color="tab:red",
+                  label="evaluation" if key == "lr" else None)
+        curve = [v.get(key) for v in values]
+        if min(curve) > 0 and max(curve) / min(curve) > 100:  # step schedules: each drop visible
+            axis.set_yscale("log")
+        axis.set_ylabel(key.replace("_", " "))
+        axis.grid(alpha=0.3)
+        if plan.warmup_steps:
+            axis.axvline(plan.warmup_steps, color="gray", ls="--", lw=0.8)
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    axes[0, 0].set_title(f"{plan.recipe}: {plan.total_steps} steps, {plan.steps_per_epoch} steps/epoch"
+                         f" ({plan.epoch_mode}), {len(plan.eval_steps)} evaluations; dashed: end of warmup",
+                         fontsize=9)
+    axes[-1, 0].set_xlabel("optimizer step")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def show(name: str, devices: int = 1, nodes: int = 1, overrides=(), plot_path: str | None = None) -> str:
+    plan = plan_recipe(name, devices=devices, nodes=nodes, overrides=list(overrides))
+    text = card(plan, devices, nodes)
+    if plot_path:
+        text += f"\n\nplot: {plot(plan, Path(plot_path))}"
+    return text

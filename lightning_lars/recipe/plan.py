@@ -1,0 +1,263 @@
+"""What a recipe will do, step by step, computed without data or a GPU: the one place that counts steps.
+
+A recipe states how its source counted an epoch (``epoch_length``), when the source evaluated
+(``evaluation``) and what we could not reproduce (``deviations``). From those, the global batch and the
+train-set size, `make_plan` derives steps per epoch, total, warmup and eval steps and the LR schedule;
+train.py runs exactly that plan and the recipe card (``python -m lightning_lars.recipe.catalog show NAME``) and the
+golden tests print and check it. Step convention: ``step`` is the number of optimizer updates done before
+this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
+completed updates after which an evaluation runs, and the last one is always the final step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_lars.recipe.keys import (
+    check_deviations,
+    check_trainer_keys,
+    epoch_length,
+    eval_steps,
+    positive_int,
+    recipe_error,
+)
+from lightning_lars.config import compose as config
+from lightning_lars.schedules.lr import GrownBatchSchedule, build_lr_schedule, factor_at_epoch, phase_steps
+from lightning_lars.schedules.scaling import BatchPlan, plan_batch
+
+
+@dataclass
+class RecipePlan:
+    """A recipe's run, planned: every count in optimizer steps, every value a pure function of the step."""
+
+    recipe: str
+    num_train_images: int
+    epoch_mode: str
+    epoch_mode_text: str  # how the epoch is counted, with the numbers
+    steps_per_epoch: int
+    epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
+    total_steps: int
+    warmup_steps: int
+    decay_end_step: int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
+    eval_steps: list[int]
+    batch_plan: BatchPlan
+    lr_schedule: Callable[[int], float]  # what update `step` uses (batch growth included)
+    peak_lr: float
+    base_lr_schedule: Callable[[int], float]  # the module's schedule (callbacks.batch_size_control wraps it)
+    deviations: list[dict] = field(default_factory=list)
+    published: dict = field(default_factory=dict)
+    value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
+    base_weight_decay: float = 0.0
+    base_momentum: float | None = None
+
+    @property
+    def total_epochs(self) -> float:
+        return self.epoch_at(self.total_steps)
+
+    def epoch_at(self, step: int) -> float:
+        """Epochs done after ``step`` completed updates, in the source's count (fractional inside an epoch)."""
+        ends = self.epoch_end_steps
+        index = bisect.bisect_right(ends, step)
+        if index >= len(ends):  # past the planned epochs (max_steps beyond them): whole epochs of the last size
+            last = ends[-1] - (ends[-2] if len(ends) > 1 else 0)
+            return len(ends) + (step - ends[-1]) / last
+        start = ends[index - 1] if index else 0
+        return index + (step - start) / (ends[index] - start)
+
+    def values(self, step: int) -> dict[str, float]:
+        """What update ``step`` uses: lr, weight_decay (the decayed group's), momentum, global_batch, ..."""
+        values = {"lr": float(self.lr_schedule(step)), "weight_decay": self.base_weight_decay,
+                  "momentum": self.base_momentum, "global_batch": self.batch_plan.global_size}
+        for hook in self.value_hooks:
+            hook.planned_values(step, values, self)
+        return values
+
+    def lr(self, step: int) -> float:
+        return self.values(step)["lr"]
+
+    def weight_decay(self, step: int) -> float:
+        return self.values(step)["weight_decay"]
+
+    def momentum(self, step: int) -> float | None:
+        return self.values(step)["momentum"]
+
+    def global_batch(self, step: int) -> int:
+        return self.values(step)["global_batch"]
+
+    def summary(self) -> dict:
+        """The plan as plain data, for the logger's hyperparameters and results.json."""
+        return {"num_train_images": self.num_train_images, "epoch_mode": self.epoch_mode,
+                "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
+                "total_epochs": self.total_epochs, "warmup_steps": self.warmup_steps,
+                "decay_end_step": self.decay_end_step, "eval_steps": list(self.eval_steps), "peak_lr": self.peak_lr,
+                **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()}, "deviations": self.deviations}
+
+    def _decay_note(self) -> str:
+        if self.decay_end_step > self.total_steps:
+            return " (past the last step: the LR never reaches its end value)"
+        if self.decay_end_step < self.total_steps:
+            return f" (then flat to step {self.total_steps})"
+        return ""
+
+    def describe(self) -> list[str]:
+        """The plan lines train.py prints and the recipe card repeats (a test keeps them equal)."""
+        evals = self.eval_steps
+        shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
+        plural = "" if len(evals) == 1 else "s"
+        lines = [
+            f"plan: {self.batch_plan.describe()}",
+            (f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
+            f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
+            f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"),
+            f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
+        ]
+        lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
+                  for d in self.deviations]
+        return lines
+
+
+BATCH_SIZE_CONTROL = "lightning_lars.callbacks.techniques.batch_size_control.BatchSizeControl"
+
+
+def _batch_growth(cfg: DictConfig):
+    """The `BatchSizeControl` callback of the recipe, if it has one (it changes epoch lengths). Found by its
+    ``_target_`` name, so that planning imports no callback module (Lightning, ~5 s) unless a recipe has one."""
+    for node in (cfg.get("callbacks") or {}).values():
+        if node is not None and node.get("_target_") == BATCH_SIZE_CONTROL:
+            return instantiate(node)
+    return None
+
+
+def _value_hooks(cfg: DictConfig) -> list:
+    """Callbacks that set a hyperparameter per step and say which (a ``planned_values`` method)."""
+    hooks = []
+    for node in (cfg.get("callbacks") or {}).values():
+        if node is not None and "_target_" in node and hasattr(get_object(node._target_), "planned_values"):
+            hooks.append(instantiate(node))
+    return hooks
+
+
+def _total_steps(cfg: DictConfig, epoch_ends: list[int]) -> int:
+    max_steps = cfg.trainer.get("max_steps")
+    if max_steps is not None and max_steps >= 0:
+        return int(max_steps)
+    return epoch_ends[-1]
+
+
+def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
+    ends, done = [], 0
+    for epoch in range(max(epochs, 1)):
+        done += steps_per_epoch // (factor_at_epoch(epoch, growth.growth) if growth else 1)
+        ends.append(done)
+    return ends
+
+
+def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
+    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images. ``devices=None``
+    (the composition checks) leaves out the callbacks' planned values: reading them imports every callback
+    module, so Lightning, before the data files are checked; the run and the card read them."""
+    check_trainer_keys(recipe, cfg)
+    deviations = check_deviations(recipe, cfg.get("deviations"))
+    batch = cfg.batch
+    if devices is None:  # composition checks: the hardware is not known yet, only the global batch matters
+        plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
+    else:
+        plan = plan_batch(batch.global_size, devices, nodes, batch.max_per_device, batch.bn_group)
+    mode, per_epoch, text = epoch_length(recipe, cfg, num_train_images, plan.global_size)
+    growth = _batch_growth(cfg)
+    max_epochs = cfg.trainer.get("max_epochs")
+    max_steps = cfg.trainer.get("max_steps")
+    epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
+    if epochs == 0 and (max_steps is None or max_steps < 0):
+        raise recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
+    epoch_ends = _epoch_ends(per_epoch, epochs, growth)
+    total = _total_steps(cfg, epoch_ends)
+    if total < 1:
+        raise recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
+    if total > epoch_ends[-1]:  # max_steps beyond max_epochs: extend with whole epochs of the last length
+        last = epoch_ends[-1] - (epoch_ends[-2] if len(epoch_ends) > 1 else 0)
+        while epoch_ends[-1] < total:
+            epoch_ends.append(epoch_ends[-1] + last)
+    evals = eval_steps(recipe, cfg, epoch_ends, total)
+
+    scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
+    if "total_steps" in scheduler and scheduler["total_steps"] is None:
+        scheduler["total_steps"] = total  # a schedule in steps decays over the run unless the recipe says otherwise
+    epochs_of_run = _epochs_at(epoch_ends, total)
+    schedule, peak_lr = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run if growth is None
+                                          else float(epochs))
+    base_schedule = schedule
+    if growth is not None:
+        schedule = GrownBatchSchedule(schedule, per_epoch, growth.growth, growth.scale_lr)
+    warmup, decay_end = phase_steps(base_schedule)  # as the schedule counts them, not epochs x steps
+    if growth is not None:
+        decay_end = total  # the grown schedule reads the base one at the same epoch: it ends with the run
+    optimizer = cfg.optimizer
+    momentum = optimizer.get("momentum")
+    if momentum is None and optimizer.get("betas") is not None:
+        momentum = optimizer.betas[0]
+    hooks = [] if devices is None else [h for h in _value_hooks(cfg)
+                                        if not (growth is not None and type(h) is type(growth))]
+    return RecipePlan(
+        recipe=recipe, num_train_images=num_train_images, epoch_mode=mode, epoch_mode_text=text,
+        steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total, warmup_steps=int(warmup),
+        decay_end_step=int(decay_end), eval_steps=evals, batch_plan=plan, lr_schedule=schedule, peak_lr=peak_lr,
+        base_lr_schedule=base_schedule,
+        deviations=deviations, published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
+        value_hooks=([growth] if growth is not None else []) + hooks,
+        base_weight_decay=float(optimizer.get("weight_decay") or 0.0),
+        base_momentum=None if momentum is None else float(momentum),
+    )
+
+
+def _epochs_at(epoch_ends: list[int], step: int) -> float:
+    index = bisect.bisect_right(epoch_ends, step)
+    if index >= len(epoch_ends):
+        return float(len(epoch_ends))
+    start = epoch_ends[index - 1] if index else 0
+    return index + (step - start) / (epoch_ends[index] - start)
+
+
+def planned_train_images(cfg: DictConfig, recipe: str) -> int:
+    """The train-set size the recipe is planned at without data: ``epoch_length.num_train_images``."""
+    value = (cfg.get("epoch_length") or {}).get("num_train_images")
+    return positive_int(recipe, "epoch_length.num_train_images", value)
+
+
+def check_recipe(cfg: DictConfig, recipe: str) -> None:
+    """The composition-time checks of ``epoch_length``, ``evaluation`` and ``deviations`` (and the trainer
+    keys they replace), at the planned train-set size: a bad recipe fails before anything starts."""
+    make_plan(cfg, recipe, planned_train_images(cfg, recipe), devices=None, nodes=1)
+
+
+def compose_recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The recipe's config as the entry point composes it (same checks, one-line errors)."""
+    return check_command_line([f"recipe={name}", *overrides])[0]
+
+
+def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
+    """The recipe named on the command line (the last one wins, as in Hydra), else the default one."""
+    names = [m.group(1) for o in overrides if (m := re.fullmatch(r"\+?recipe=(.*)", o))]
+    return names[-1] if names else "demo"
+
+
+def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """`lightning_lars.config.compose.check_command_line`, then the recipe's own checks (``epoch_length``,
+    ``evaluation``, ``deviations``): every mistake one line, before anything heavy starts."""
+    cfg, accepted = config.check_command_line(overrides)
+    check_recipe(cfg, recipe_of(overrides))
+    return cfg, accepted
+
+
+def plan_recipe(name: str, devices: int = 1, nodes: int = 1, overrides: list[str] | tuple[str, ...] = ()) -> RecipePlan:
+    """Compose recipe ``name`` (with ``overrides``) and plan it at ``epoch_length.num_train_images`` images
+    (ImageNet-1k: 1,281,167) on ``devices x nodes``: no data, no GPU."""
+    cfg = compose_recipe(name, overrides)
+    return make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)

@@ -1,0 +1,352 @@
+"""Which checkpoint a run resumes from, and the W&B run it continues.
+
+``run.ckpt_path``:
+- ``null``: start fresh; except in a requeued SLURM job, which resumes from its own run folder (as ``last``).
+- ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
+  of the same recipe that has one (``<log_dir>/<recipe>/runs/*``) and whose config (``.hydra/config.yaml``)
+  matches this one but for `IGNORED_KEYS`, resolved values included (`RESOLVED_FILE`: ``$LARS_DATA_DIR`` is
+  the same ``${oc.env:...}`` in both Hydra files however its value changed); a fresh start (with a notice)
+  if none. A newer run with another
+  config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
+  writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
+  Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
+- a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
+
+A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
+directory ``*.ckpt/`` of torch.distributed.checkpoint shards plus Lightning's ``meta.pt`` (everything but the
+weights and optimizer state: loops, callbacks, the W&B run id), which rank 0 writes after the shards: a
+directory without it is an interrupted save.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+from torchmetrics import Metric
+
+from lightning_lars.core.atomic_files import write_text_atomic
+from lightning_lars.core.errors import UserError
+from lightning_lars.runtime.preemption import requeue_job_id
+
+log = logging.getLogger(__name__)
+
+# written by callbacks.checkpointing.ResumeState
+WANDB_KEY = "wandb_run_id"
+PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
+REQUIRED_KEYS = ("state_dict", "loops", "global_step")
+SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
+# Config keys that may change between a run and its resume: how to resume, log and show progress, and the
+# loader's worker count. Everything else (model, data, schedule, batch, ...) must match for `last`.
+IGNORED_KEYS = ("run.", "logger.", "callbacks.progress.", "data.num_workers")
+# Beside .hydra/: the run's config with every ${...} resolved (environment variables, the checkout's path).
+RESOLVED_FILE = "resolved_config.yaml"
+
+
+class DamagedCheckpoint(Exception):
+    """A file that is not a complete Lightning checkpoint."""
+
+
+def load_meta(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`.
+
+    For a directory checkpoint: its ``meta.pt`` (the weights stay in the shards, unread)."""
+    if Path(path).is_dir():
+        return _load_sharded_meta(Path(path))
+    if not zipfile.is_zipfile(path):  # torch.save's format is a zip whose index closes the file
+        raise DamagedCheckpoint(f"{path}: truncated, or not a torch checkpoint")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as error:  # noqa: BLE001
+        # a truncated zip or a stray file raises many types: RuntimeError, UnpicklingError, EOFError, ...
+        raise DamagedCheckpoint(f"{path}: {_first_line(error)}") from None
+    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in REQUIRED_KEYS):
+        raise DamagedCheckpoint(f"{path}: not a Lightning training checkpoint")
+    return checkpoint
+
+
+def _load_sharded_meta(path: Path) -> dict[str, Any]:
+    meta = path / SHARDED_META
+    if not meta.is_file() or not (path / ".metadata").is_file():  # .metadata: the shards' index (torch DCP)
+        raise DamagedCheckpoint(f"{path}: distributed checkpoint without {SHARDED_META} or .metadata (interrupted save)")
+    try:
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False)
+    except Exception as error:  # noqa: BLE001
+        raise DamagedCheckpoint(f"{meta}: {_first_line(error)}") from None
+    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in REQUIRED_KEYS if k != "state_dict"):
+        raise DamagedCheckpoint(f"{path}: not a Lightning training checkpoint")
+    return checkpoint
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def candidates(folder: Path) -> list[Path]:
+    """``*.ckpt`` files and directories under ``folder``, newest first (temp files of an interrupted write are
+    dot-files: skipped). A directory's age is its ``meta.pt``'s, written last."""
+    found = [p for p in folder.rglob("*.ckpt") if (p.is_file() or p.is_dir()) and not p.name.startswith(".")]
+    return sorted(found, key=lambda p: (_written_ns(p), p.name), reverse=True)
+
+
+def _written_ns(path: Path) -> int:
+    meta = path / SHARDED_META
+    return (meta if meta.is_file() else path).stat().st_mtime_ns
+
+
+def newest_good(folders: list[Path]) -> Path | None:
+    """The newest checkpoint that loads, searching ``folders`` in order; warns once about damaged ones."""
+    damaged = []
+    for folder in folders:
+        for path in candidates(folder) if folder.is_dir() else []:
+            try:
+                load_meta(path)
+            except DamagedCheckpoint as error:
+                damaged.append(str(error))
+                continue
+            if damaged:
+                log.warning(f"skipped {len(damaged)} damaged checkpoint(s), newest: {damaged[0]}")
+            return path
+    if damaged:
+        log.warning(f"skipped {len(damaged)} damaged checkpoint(s), newest: {damaged[0]}")
+    return None
+
+
+def search_folders(run_dir: Path, runs_dir: Path) -> list[Path]:
+    """This run's folder first, then earlier runs of the recipe, newest folder first."""
+    earlier = sorted((p for p in runs_dir.glob("*") if p.is_dir() and p.resolve() != run_dir.resolve()),
+                     key=lambda p: p.stat().st_mtime_ns, reverse=True) if runs_dir.is_dir() else []
+    return [run_dir, *earlier]
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def config_differences(current: dict, saved: dict, run_folders: tuple[Path, ...] = ()) -> list[str]:
+    """``key (saved -> current)`` for every key that differs, leaving out `IGNORED_KEYS` and, in resolved
+    configs, values that name one of ``run_folders`` (output and checkpoint dirs: each run has its own)."""
+    now, then = _flat(current), _flat(saved)
+    folders = tuple(str(f) for f in run_folders)
+
+    def per_run(value: Any) -> bool:
+        return bool(folders) and isinstance(value, str) and any(f in value for f in folders)
+
+    keys = sorted(k for k in set(now) | set(then) if not k.startswith(IGNORED_KEYS) and now.get(k) != then.get(k)
+                  and not (per_run(now.get(k)) or per_run(then.get(k))))
+    return [f"{k} ({then.get(k, 'unset')} -> {now.get(k, 'unset')})" for k in keys]
+
+
+def saved_config(run_folder: Path, name: str = ".hydra/config.yaml") -> dict | None:
+    """The config a run folder was made with (Hydra's ``.hydra/config.yaml``, or `RESOLVED_FILE`), or None."""
+    try:
+        return yaml.safe_load((run_folder / name).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _resolved(cfg: DictConfig) -> dict | None:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:  # a value that cannot be resolved here: only the unresolved config compares
+        return None
+
+
+def write_resolved_config(cfg: DictConfig) -> None:
+    """``<output_dir>/resolved_config.yaml``, written at the start of a run (atomically: every rank writes the
+    same text): what `run.ckpt_path=last` compares beside Hydra's unresolved ``.hydra/config.yaml``."""
+    values = _resolved(cfg)
+    if values is None:
+        return
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / RESOLVED_FILE, yaml.safe_dump(values, sort_keys=False))
+
+
+def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
+    a one-line error naming the keys that differ and how to resume anyway."""
+    current, resolved = OmegaConf.to_container(cfg, resolve=False), _resolved(cfg)
+    runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
+    matching, other = [], []
+    for folder in search_folders(run_dir, runs_dir):
+        saved = saved_config(folder) if folder.resolve() != run_dir.resolve() else None
+        differs = config_differences(current, saved) if saved is not None else []
+        saved_resolved = saved_config(folder, RESOLVED_FILE) if saved is not None and not differs else None
+        if resolved is not None and saved_resolved is not None:  # same text; an environment variable may differ
+            differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
+        (other if differs else matching).append((folder, differs))
+    found = newest_good([folder for folder, _ in matching])
+    if found is not None:
+        return found
+    for folder, differs in other:  # newest first: the run the user most likely meant
+        path = newest_good([folder])
+        if path is None:
+            continue
+        shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
+        raise UserError(f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
+                        f" {path}, is from a run whose config differs: {shown}; resume it anyway with"
+                        f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh")
+    return None
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    """The checkpoint ``trainer.fit(ckpt_path=...)`` gets for this config (see the module docstring)."""
+    wanted = cfg.run.ckpt_path
+    run_dir = Path(cfg.paths.output_dir)
+    if wanted is None:
+        if requeue_job_id() is None:
+            return None
+        found = newest_good([run_dir])  # a requeued SLURM job: its run folder is pinned to the job id
+        if found:
+            log.info(f"resuming SLURM job from {found}")
+        return str(found) if found else None
+    if str(wanted) == "last":
+        found = _newest_of_this_config(cfg, run_dir)
+        if found is None:
+            log.warning("run.ckpt_path=last: no checkpoint of this recipe and config yet; starting from scratch")
+            return None
+        log.info(f"resuming from {found}")
+        return str(found)
+    path = Path(str(wanted)).expanduser()
+    if not path.exists():
+        raise UserError(f"checkpoint {path} not found: give an existing .ckpt file or directory, or run.ckpt_path=last"
+                        " for the newest checkpoint of this recipe")
+    try:
+        load_meta(path)
+    except DamagedCheckpoint as error:
+        raise UserError(f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the"
+                        " newest good one") from None
+    return str(path)
+
+
+def keep_checkpoints_together(cfg: DictConfig, ckpt_path: str | None) -> None:
+    """A run resumed from an earlier run folder of its recipe saves its checkpoints in that run's checkpoint
+    folder, so one run's checkpoints stay in one place however often it is resumed."""
+    checkpoint = cfg.get("callbacks", {}).get("checkpoint") if ckpt_path else None
+    if checkpoint is None:
+        return
+    runs = (Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs").resolve()
+    source = Path(ckpt_path).resolve()
+    if runs not in source.parents or Path(cfg.paths.output_dir).resolve() in source.parents:
+        return
+    folder = source.parent if source.parent.name == "checkpoints" else source.parent / "checkpoints"
+    with open_dict(cfg):
+        checkpoint.dirpath = str(folder)
+    log.info(f"checkpoints of this resumed run go to {folder}, beside the ones it resumed from")
+
+
+def wandb_run_id(ckpt_path: str | None) -> str | None:
+    """The W&B run id stored in a checkpoint by `lightning_lars.runtime.checkpointing.ResumeState`, if any."""
+    if ckpt_path is None:
+        return None
+    return load_meta(ckpt_path).get(WANDB_KEY)
+
+
+def logger_kwargs(cfg: DictConfig, ckpt_path: str | None) -> dict[str, Any]:
+    """Extra arguments for the W&B logger so a resumed run continues its W&B run (``id=..., resume="allow"``)."""
+    target = str(cfg.logger.get("_target_", "")) if isinstance(cfg.logger, DictConfig) else ""
+    run_id = wandb_run_id(ckpt_path)
+    if not run_id or "wandb" not in target.lower():
+        return {}
+    log.info(f"W&B: continuing run {run_id}")
+    return {"id": run_id, "resume": "allow"}
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """This process's RNG states as tensors, ints and tuples only: loadable with ``torch.load(weights_only=True)``,
+    Lightning's default (a numpy array in a checkpoint makes that load fail)."""
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    saved = states["numpy"]
+    np.random.set_state((saved["name"], saved["keys"].numpy().astype(np.uint32), saved["pos"], saved["has_gauss"],
+                         saved["cached_gaussian"]))
+    version, internal_state, gauss_next = states["python"]
+    random.setstate((version, tuple(internal_state), gauss_next))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, list):  # "cat" states of torchmetrics
+        return [_cpu(v) for v in value]
+    return value
+
+
+def collect_epoch_aggregates(trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+    """The running epoch-level sums of ``self.log(..., on_epoch=True)`` values and every torchmetrics state."""
+    logged = {}
+    # Lightning has no public handle on the training epoch's logged values: its result collection it is.
+    for key, result in trainer.fit_loop.epoch_loop._results.items():
+        if result.is_tensor and result.meta.on_epoch and not result.has_reset:
+            logged[key] = {"value": _cpu(result.value), "count": _cpu(getattr(result, "cumulated_batch_size", None))}
+    metrics = {
+        name: {"states": {state: _cpu(getattr(module, state)) for state in module._defaults},
+               "update_count": int(module._update_count)}
+        for name, module in pl_module.named_modules() if isinstance(module, Metric)
+    }
+    return {"epoch": trainer.current_epoch, "logged": logged, "metrics": metrics}
+
+
+def restore_metric_states(pl_module: L.LightningModule, aggregates: dict[str, Any]) -> dict[str, Any]:
+    """Puts back the torchmetrics states now; returns ``aggregates`` for `fold_in_logged_sums` after batch one."""
+    modules = dict(pl_module.named_modules())
+    for name, saved in aggregates["metrics"].items():
+        metric = modules.get(name)
+        if not isinstance(metric, Metric):
+            continue
+        for state, value in saved["states"].items():
+            setattr(metric, state, value)
+        metric._update_count = saved["update_count"]
+        metric._computed = None
+    return aggregates
+
+
+def fold_in_logged_sums(trainer: L.Trainer, aggregates: dict[str, Any]) -> None:
+    """Adds the sums saved mid-epoch to the entries that the first resumed batch created.
+
+    Exact: an entry then holds ``0 + x`` = ``x`` and ``x + saved`` equals the unbroken run's ``saved + x``
+    bitwise (float addition commutes). Only within the epoch the checkpoint was taken in.
+    """
+    if trainer.current_epoch != aggregates["epoch"]:
+        return
+    results = trainer.fit_loop.epoch_loop._results
+    for key, saved in aggregates["logged"].items():
+        result = results.get(key)
+        if result is None or not result.is_tensor:
+            continue
+        value = saved["value"].to(result.value.device, result.value.dtype)
+        if result.meta.is_max_reduction:
+            result.value = torch.maximum(result.value, value)
+        elif result.meta.is_min_reduction:
+            result.value = torch.minimum(result.value, value)
+        else:  # mean and sum: running sums
+            result.value = result.value + value
+        if result.meta.is_mean_reduction and saved["count"] is not None:
+            result.cumulated_batch_size = result.cumulated_batch_size + saved["count"].to(result.value.device)

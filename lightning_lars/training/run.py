@@ -1,0 +1,104 @@
+"""A run assembled from its config: datamodule -> model -> callbacks -> logger -> trainer -> fit, with the batch
+plan and the LR scaling made explicit before anything trains (lightning-hydra-template's ``train()``)."""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_info
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_lars.callbacks.monitors.first_step import FirstStepTime
+from lightning_lars.callbacks.monitors.run_history import RunHistory
+from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups
+from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+import lightning_lars.models  # noqa: F401  (timm names alexnet_bn, resnet50_v1; the ${at_least_model_min:} resolver)
+from lightning_lars.config import compose
+from lightning_lars.recipe.plan import RecipePlan, make_plan
+from lightning_lars.report import results as report
+from lightning_lars.report.provenance import provenance
+from lightning_lars.runtime import preemption, resume
+from lightning_lars.runtime.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+from lightning_lars.schedules.scaling import plan_batch
+from lightning_lars.training import target_checks
+
+
+def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
+    """Instantiate every part; returns (trainer, module, datamodule, plan). ``ckpt_path``: the run being resumed;
+    ``started``: ``time.perf_counter()`` when the command started (the entry point's; default: now)."""
+    started = time.perf_counter() if started is None else started
+    target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
+    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
+    strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
+    # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
+    callbacks = [instantiate(c) for c in cfg.callbacks.values()]
+    # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
+    callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint(), SignalCheckpoint(signal_names=["SIGINT"]), RunHistory()]
+    callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line
+    logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+              if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
+    plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
+    # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
+    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins,
+                          check_val_every_n_epoch=None, val_check_interval=1)
+
+    batch = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device,
+                       cfg.batch.bn_group)
+    datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
+    plan = make_plan(cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes)
+    apply_plan(trainer, plan)
+    compose.check_partial("scheduler", plan.base_lr_schedule)
+    optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
+    module = instantiate(cfg.model, optimizer=optimizer, lr_schedule=plan.base_lr_schedule)
+
+    planned_images = cfg.epoch_length.num_train_images
+    if planned_images != plan.num_train_images:
+        rank_zero_info(f"[lightning-lars] the data has {plan.num_train_images} train images, the recipe was planned"
+                       f" at {planned_images} (epoch_length.num_train_images): steps follow the data")
+    for line in plan.describe():
+        rank_zero_info(f"[lightning-lars] {line}")
+    rank_zero_info(f"[lightning-lars] start-up {time.perf_counter() - started:.1f} s (command line to first build)")
+    if trainer.logger is not None:
+        trainer.logger.log_hyperparams({
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "plan": plan.summary(),
+            "provenance": provenance(),
+        })
+    return trainer, module, datamodule, plan.batch_plan
+
+
+def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    started = time.perf_counter()
+    ckpt_path = resume.resolve_ckpt_path(cfg)
+    resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
+    resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
+    trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if cfg.run.validate_at_end and not trainer.interrupted:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics["time/wall_s"] = time.perf_counter() - started
+    if trainer.is_global_zero:
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
+        report.finish(cfg, metrics, trainer)  # table, results.json, W&B summary table and plots
+    return metrics
+
+
+def apply_plan(trainer, plan: RecipePlan) -> None:
+    """Make a built Trainer run ``plan``: accumulation, BN span, total steps, eval steps, epoch length."""
+    trainer.accumulate_grad_batches = plan.batch_plan.accumulation
+    trainer.callbacks.append(BatchNormGroups(plan.batch_plan))  # BN statistics over the recipe's span
+    trainer.callbacks.append(EvaluationSchedule(plan.eval_steps, plan.epoch_at))
+    # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
+    # than the source's padded epoch, so they do not bound the run.
+    trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
+    trainer.fit_loop.max_epochs = -1
+    loader_steps = plan.num_train_images // plan.batch_plan.global_size  # our loaders drop the last partial batch
+    if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
+        # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
+        trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation

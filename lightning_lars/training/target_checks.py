@@ -1,0 +1,94 @@
+"""Values that only a `_target_` can judge, checked before any of them is built (so before a W&B run opens):
+the timm model name, the accelerator and the precision. Hydra would report each as "Error in call to target"
+with the library's traceback text; here each is one line naming the fix."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+
+from omegaconf import DictConfig
+
+from lightning_lars.core.errors import UserError
+
+GPU_NAMES = {"gpu", "cuda"}  # Lightning maps "gpu" to CUDA
+
+
+def check(cfg: DictConfig) -> None:
+    check_arch(cfg.model.get("arch"))
+    check_accelerator(cfg.trainer.get("accelerator"))
+    check_precision(cfg.trainer.get("precision"))
+    check_optimizer(cfg.get("optimizer"))
+
+
+def check_optimizer(optimizer: DictConfig | None) -> None:
+    """The optimizers judge their own hyperparameters (a one-line `UserError` naming the key) when they are built,
+    which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one here on a
+    stand-in parameter so a bad value is reported in seconds. Any other failure is left to the real build, which
+    reports it with its context."""
+    if not optimizer or "_target_" not in optimizer:
+        return
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        build = instantiate(optimizer)
+        if callable(build) and not isinstance(build, torch.optim.Optimizer):
+            build([torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))])
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001  (not ours to judge here: the real build says what is wrong, in context)
+        return
+
+
+def check_arch(arch: str | None) -> None:
+    import timm
+
+    import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
+
+    if arch is None or timm.is_model(arch):
+        return
+    close = difflib.get_close_matches(str(arch), timm.list_models(), n=5, cutoff=0.6)
+    hint = f"close names: {', '.join(close)}" if close else "list them with: python -c \"import timm; print(timm.list_models('resnet*'))\""
+    raise UserError(f"model.arch={arch}: timm has no such model; {hint}")
+
+
+def available_accelerators() -> list[str]:
+    """Accelerator names Lightning knows that work on this machine (always ``cpu``)."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    return sorted(name for name in AcceleratorRegistry.available_accelerators()
+                  if AcceleratorRegistry[name]["accelerator"].is_available())
+
+
+def check_accelerator(accelerator: str | None) -> None:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if accelerator is None or not isinstance(accelerator, str) or accelerator == "auto":
+        return  # an Accelerator object: Lightning checks it
+    here = available_accelerators()
+    name = "cuda" if accelerator in GPU_NAMES else accelerator
+    if name not in AcceleratorRegistry.available_accelerators():
+        raise UserError(f"trainer.accelerator={accelerator} is not an accelerator Lightning knows; on this machine:"
+                        f" {', '.join(['auto', *here])}")
+    if name not in here:
+        raise UserError(f"trainer.accelerator={accelerator}, but this machine has no {name.upper()} device"
+                        f" (available here: {', '.join(here)}); use trainer.accelerator=auto or"
+                        f" trainer.accelerator={here[0]}")
+
+
+def valid_precisions() -> list[str]:
+    """Every precision value Lightning's Trainer takes, as strings (``32-true``, ``bf16-mixed``, ``16``, ...)."""
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    values = [str(v) for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)]
+    return list(dict.fromkeys(values))
+
+
+def check_precision(precision) -> None:
+    if precision is None:
+        return
+    valid = valid_precisions()
+    if str(precision) not in valid:
+        raise UserError(f"trainer.precision={precision} is not a precision Lightning takes; use one of"
+                        f" {', '.join(v for v in valid if '-' in v)} (CPU: 32-true or bf16-mixed)")
