@@ -158,11 +158,11 @@ bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end 
 bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
 	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
 
-format: $(STAMP) ## ruff format + fix
-	$(PY) -m ruff format lightning_lars callbacks tests benchmarks && $(PY) -m ruff check --fix lightning_lars callbacks tests benchmarks
+format: $(STAMP) ## ruff format + fix (the rules: pyproject.toml [tool.ruff])
+	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
 
-lint: $(STAMP) ## ruff check
-	$(PY) -m ruff check lightning_lars callbacks tests benchmarks
+lint: $(STAMP) ## what CI enforces: ruff format --check and ruff check, the whole tree
+	$(PY) -m ruff format --check . && $(PY) -m ruff check .
 
 clean-logs: ## delete run folders under logs/
 	rm -rf logs/*

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe import catalog as recipes
+from lightning_lars.recipe.catalog import RUNS_FILE
 from lightning_lars.report.results import RESULTS_FILE
 
 
@@ -152,7 +154,6 @@ def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[
 
 def record_run(row: dict, runs_file: Path) -> None:
     """Append ``row`` to the runs file; in a checkout, regenerate recipes/README.md from it."""
-    from lightning_lars.recipe import catalog as recipes
 
     runs_file.parent.mkdir(parents=True, exist_ok=True)
     with runs_file.open("a") as out:
@@ -197,7 +198,6 @@ def main(argv: list[str] | None = None) -> None:
     text = report(rows, target, source, args.alpha)
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
-    from lightning_lars.recipe.catalog import RUNS_FILE
 
     record_run(runs_row(args.recipe, args.overrides, records, rows, out), args.runs_file or RUNS_FILE)
 

@@ -28,6 +28,12 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution, requires
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT, is_checkout
 from lightning_lars.core.errors import UserError
 
@@ -53,11 +59,7 @@ class CannotBuild(UserError):
 
 def project_requirements(without: set[str]) -> list[str]:
     """The project's dependencies plus its FFCV extra and the test tools, less the groups in ``without``."""
-    from importlib.metadata import PackageNotFoundError, requires
-
     if is_checkout():
-        import tomllib
-
         project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
         requirements = [*project["dependencies"], *project["optional-dependencies"]["ffcv"]]
     else:
@@ -73,10 +75,6 @@ def project_requirements(without: set[str]) -> list[str]:
 
 def installed_closure(names: tuple[str, ...]) -> set[str]:
     """``names`` and everything they need, as installed in this environment (the locked set under make)."""
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
 
     seen: set[tuple[str, str]] = set()  # (name, extra): torch needs cuda-toolkit[cublas,cudart,...]
     todo = [(canonicalize_name(n), "") for n in names]
@@ -101,8 +99,6 @@ def left_out_by(without: set[str], requirements: list[str]) -> set[str]:
     """Names the target already has: each group left out with all it needs (a GPU image with torch has the
     nvidia-* wheels, triton, sympy, ...), except the project's own direct requirements (numpy, pyyaml, ...),
     kept so that an older copy on the node can be upgraded offline."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
 
     direct = {canonicalize_name(Requirement(r).name) for r in requirements}
     closure = installed_closure(tuple(name for group in without for name in GROUPS[group]))
@@ -214,7 +210,7 @@ def project_wheel(out: Path) -> Path:
         source.mkdir()
         for name in WHEEL_SOURCES:
             path = PROJECT_ROOT / name
-            if path.is_dir():  # links stay links (lightning_lars/conf -> ../conf): setuptools follows them
+            if path.is_dir():  # callbacks/, conf/ and recipes/ go inside the package by pyproject's package-dir
                 shutil.copytree(path, source / name, symlinks=True,
                                 ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
             else:

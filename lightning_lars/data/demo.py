@@ -25,6 +25,8 @@ from PIL import Image, ImageDraw
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.beton_header import read_num_samples
+from lightning_lars.data.prepare import MANIFEST_NAME, convert, run_cli
 
 SUPERSAMPLE = 4  # masks are drawn at 4x the stored size, then box-filtered down: anti-aliased edges
 JPEG_QUALITY = 90  # of the demo JPEG files (PIL/libjpeg quality, 1-95)
@@ -188,7 +190,6 @@ def _write_json_atomic(path, payload):
 
 def _damaged_files(out, manifest):
     """The .beton files in ``out`` whose header, size or sample count disagree with ``manifest``."""
-    from lightning_lars.data.beton_header import read_num_samples
 
     damaged = []
     for split in SPLIT_IDS:
@@ -209,7 +210,6 @@ def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100,
     A no-op (returns None) when complete outputs made with the same parameters exist and ``force`` is
     False; otherwise returns the conversion report of :func:`lightning_lars.data.prepare.convert`.
     """
-    from lightning_lars.data.prepare import MANIFEST_NAME, convert  # FFCV import is slow: only when needed
 
     out = Path(out)
     jpeg_root = out / "jpeg"
@@ -246,7 +246,6 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=None, help="generation and conversion processes (default: all cores)")
     parser.add_argument("--force", action="store_true", help="regenerate and reconvert even if complete")
     args = parser.parse_args(argv)
-    from lightning_lars.data.prepare import run_cli
 
     return run_cli(lambda: prepare_demo(args.out, num_classes=args.num_classes,
                                         train_per_class=args.train_per_class, val_per_class=args.val_per_class,

@@ -53,6 +53,7 @@ TORCH_IMAGE_OPS = {"channels_last", "to_torch_image"}
 
 def torch_side_ffcv_ops() -> tuple[type, ...]:
     """FFCV ops that run as torch code (non-jitted). Anything else is treated as jitted: conservative."""
+    # FFCV imports numba (~7 s on 2 cores): only when an FFCV pipeline is built
     from ffcv.transforms import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, View
 
     return (ToTensor, ToDevice, ToTorchImage, Convert, View, Squeeze, ModuleWrapper, torch.nn.Module)
@@ -184,6 +185,7 @@ def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, se
     ``seed``: random crop and flip draw from (seed, epoch, sample index) (``seeded_ops``; the DataModule sets the
     epoch), so runs and resumed runs repeat exactly. None: FFCV's own ops, seeded from OS entropy per process.
     A ``normalize`` after the tensor ops is left out here: see ``post_transfer_normalize``."""
+    # FFCV (and our seeded ops, which subclass its ops) import numba: only when an FFCV pipeline is built
     from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
     from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
 
@@ -236,7 +238,7 @@ def post_transfer_normalize(ops: Sequence[Op]) -> TorchNormalize | None:
 
 def build_label_ops(device: torch.device) -> list:
     """Label pipeline: int64 labels of shape (batch,), copied to ``device`` without blocking on CUDA."""
-    from ffcv.fields.basics import IntDecoder
+    from ffcv.fields.basics import IntDecoder  # FFCV imports numba: only when an FFCV pipeline is built
     from ffcv.transforms import Squeeze, ToDevice, ToTensor
 
     ops = [IntDecoder(), ToTensor(), Squeeze(1)]  # (batch, 1) -> (batch,); a batch of one stays 1-D

@@ -77,6 +77,7 @@ def _make_writer_class():
             self.description, self.progress = description, progress
 
         def _write_common(self, num_samples, queue_content, work_fn, extra_worker_args):
+            # inside the writer FFCV's DatasetWriter builds on first use (FFCV imports numba, seconds)
             import ctypes
 
             from ffcv.memory_allocator import MemoryAllocator
@@ -158,7 +159,7 @@ def _page_size_for(largest_hw, max_resolution, minimum=DEFAULT_PAGE_SIZE):
 
 def verify_beton(path, labels):
     """Re-open ``path`` with FFCV's Reader; raise RuntimeError unless it holds exactly ``labels``."""
-    from ffcv.reader import Reader
+    from ffcv.reader import Reader  # FFCV imports numba (seconds): only when a file is verified
 
     reader = Reader(str(path))
     if reader.num_samples != len(labels):
@@ -282,7 +283,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     _remove_stale_temporaries(out)
     _warn_about_older_splits(out, splits)
 
-    from ffcv.fields import IntField, RGBImageField
+    from ffcv.fields import IntField, RGBImageField  # FFCV imports numba (seconds): after the input checks
 
     writer_class = _make_writer_class()
     settings = {"max_resolution": max_resolution, "write_mode": write_mode, "jpeg_quality": jpeg_quality,
@@ -312,7 +313,7 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
         for tmp in temporaries.values():
             tmp.unlink(missing_ok=True)
 
-    import ffcv
+    import ffcv  # already imported above by the conversion; its version goes in the manifest
 
     manifest = {
         "src": str(src.resolve()),

@@ -71,6 +71,7 @@ def count_costs(arch: str, batch_size: int, image_size: int = 224, activation_by
     ``activation_bytes`` per element (2: fp16/bf16 training). Gradient bytes are counted in fp32 (4 per
     element), the planner's wire factor converts them. Runs on ``meta``: nothing is computed or allocated.
     """
+    # torch and timm take seconds to import: the planner's tables from stored profiles need neither
     import timm
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -132,7 +133,7 @@ def measure_profile(arch: str, batch_size: int, image_size: int = 224, device: s
     Meant for the GPU a recipe targets (``--measure cuda --save-profile FILE``); a CPU timing is not
     representative of a GPU and varies from run to run, which is why the planner never measures by default.
     """
-    import timm
+    import timm  # torch and timm take seconds to import: only when a profile is measured
     import torch
 
     model = timm.create_model(arch, pretrained=False, num_classes=1000).to(device)

@@ -188,10 +188,10 @@ def format_table(rows: list[dict]) -> str:
 def plot(rows: list[dict], path: str, title: str) -> None:
     """Exposed communication (ms) vs GPUs for every scheme; needs matplotlib (``pip install '.[plot]'``)."""
     try:
-        import matplotlib
+        import matplotlib  # an optional extra (pip install '.[plot]'): only for --plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after use('Agg'): no display on compute nodes
     except ImportError as error:
         raise UserError("--plot needs matplotlib: pip install 'lightning-lars[plot]'") from error
     gpus = [r["gpus"] for r in rows]

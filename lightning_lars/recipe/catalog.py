@@ -17,6 +17,7 @@ import yaml
 
 from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe.card import show
 
 COLUMNS = ("recipe", "top1", "time", "global_batch", "epochs", "hardware", "source")
 RUN_COLUMNS = ("recipe", "hardware", "epochs", "top-1 (mean +- std, n)", "time", "date", "log or W&B run")
@@ -94,7 +95,6 @@ def markdown(runs_path: Path = RUNS_FILE) -> str:
 
 
 def show_main(argv: list[str]) -> None:
-    from lightning_lars.recipe.card import show
 
     parser = argparse.ArgumentParser(prog="python -m lightning_lars.recipe.catalog show",
                                      description="A recipe's card: what a run will do, without data or a GPU.")

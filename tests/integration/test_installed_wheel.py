@@ -61,11 +61,12 @@ def installed(tmp_path_factory):
 def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
     bin_dir, work = installed
     code = ("import lightning_lars, lightning_lars.callbacks.monitors.throughput as t, importlib.util as u;"
-            "from lightning_lars import config;"
-            "print(lightning_lars.__file__); print(t.__file__); print(config.is_checkout());"
-            "print(config.run_root()); print(u.find_spec('callbacks'));"
-            "print((config.CONF_DIR / 'recipe' / 'goyal_8k.yaml').is_file());"
-            "print((config.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())")
+            "from lightning_lars.config import paths;"
+            "print(lightning_lars.__file__); print(t.__file__); print(paths.is_checkout());"
+            "print(paths.run_root()); print(u.find_spec('callbacks'));"
+            "print((paths.RECIPES_DIR / 'goyal_8k.yaml').is_file() and (paths.CONF_DIR / 'train.yaml').is_file()"
+            " and paths.RECIPES_DIR.is_relative_to(paths.PACKAGE_DIR));"
+            "print((paths.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())")
     probe = run([str(bin_dir / "python"), "-c", code], cwd=work)
     assert probe.returncode == 0, probe.stderr[-2000:]
     package, callback, checkout, root, top_level_callbacks, recipe, lock = probe.stdout.split("\n")[:7]

@@ -106,6 +106,21 @@ def test_no_import_circle():
     assert not circles, "\n".join(circles)
 
 
+def said_why(lines: list[str], node: ast.stmt) -> bool:
+    """A comment on the import's lines, or on the import block it belongs to, or on the line above that block."""
+    if any("#" in line for line in lines[node.lineno - 1 : node.end_lineno]):
+        return True
+    index = node.lineno - 2
+    while index >= 0:
+        text = lines[index].strip()
+        if text.startswith("#") or (text.startswith(("import ", "from ")) and "#" in text):
+            return True
+        if text and not text.startswith(("import ", "from ", ")")) and not text.endswith((",", "(")):
+            return False
+        index -= 1
+    return False
+
+
 def test_every_import_inside_a_function_says_why():
     """Imports inside functions only keep start-up fast (a heavy or optional library); each says so on its line
     or the line above."""
@@ -117,10 +132,7 @@ def test_every_import_inside_a_function_says_why():
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(function):
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    said = "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#") or (
-                        "#" in lines[node.end_lineno - 1])
-                    if not said:
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not said_why(lines, node):
                         silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not silent, "in-function imports without a reason:\n" + "\n".join(sorted(set(silent)))
 
