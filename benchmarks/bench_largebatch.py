@@ -4,7 +4,7 @@ One small ResNet trains on the demo data (``python -m lightning_lars.data.demo``
 with a small-batch SGD baseline and, at a batch that is a large share of the data set, with SGD + linear LR
 scaling + warmup (Goyal et al.), LARS, LAMB, Neumann and NLCG; each over ``--seeds`` seeds. The table prints
 top-1 on the demo's validation split, mean +- std over seeds. Every run goes through the project's own stack:
-Hydra compose of ``recipe=demo`` + ``optimizer=NAME`` + overrides, ``lightning_lars.train.build`` (the
+Hydra compose of ``recipe=demo`` + ``optimizer=NAME`` + overrides, ``lightning_lars.training.run.build`` (the
 LightningModule, the schedule callback, the plan), an in-process ``Trainer.fit``.
 
 LRs: each optimizer's LR comes from its paper's recipe in this project, moved to this batch by that paper's
@@ -160,7 +160,7 @@ def train_once(contender: Contender, lr: float, seed: int, data_dir: str, val_pa
     """Top-1 (percent) of one run, or NaN if the divergence guard stopped it."""
     import lightning as L
 
-    from lightning_lars import train
+    from lightning_lars.training import run as train
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
     with tempfile.TemporaryDirectory() as out:

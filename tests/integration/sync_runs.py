@@ -1,6 +1,6 @@
 """Counts host-device synchronisations per optimizer step: ``python sync_runs.py DATA OUT``.
 
-``ours``: the demo recipe built by ``lightning_lars.train.build`` (every callback train.py adds plus
+``ours``: the demo recipe built by ``lightning_lars.training.run.build`` (every callback train.py adds plus
 conf/callbacks/default.yaml's, the BN groups, the plugins), on 2 gloo ranks. ``bare``: the same module and data
 under a plain ``L.Trainer`` (no callbacks, no progress bar, no checkpoints). Both run the same steps with the
 same logging interval, one after the other in the same two processes (bare first); `SyncCounter` (added last)
@@ -19,7 +19,7 @@ from pathlib import Path
 import lightning as L
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
-from lightning_lars import train
+from lightning_lars.training import run as train
 from lightning_lars.config import compose as config
 
 LOG_EVERY, MAX_STEPS = 4, 12

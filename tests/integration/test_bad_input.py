@@ -19,7 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
-from lightning_lars import train
+from lightning_lars.training import run as train
 from lightning_lars.config import compose as config
 from lightning_lars.runtime import resume
 from lightning_lars.runtime import checkpointing

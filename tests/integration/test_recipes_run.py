@@ -1,4 +1,4 @@
-"""Every recipe trains 3 optimizer steps on the demo data on CPU, through train.run, in one process.
+"""Every recipe trains 3 optimizer steps on the demo data on CPU, through training.run.run, in one process.
 
 `debug=toy` shrinks only the sizes; optimizer, schedule shape, model, BN plan and callbacks stay the recipe's.
 On top of it, for time (2 cores, FFCV compiles each recipe's loaders): global batch 16 in micro-batches of 8
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from lightning_lars import train
+from lightning_lars.training import run as train
 from lightning_lars.config import compose as config
 from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 
