@@ -5,6 +5,7 @@ with the library's traceback text; here each is one line naming the fix."""
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 
 from omegaconf import DictConfig
@@ -22,10 +23,10 @@ def check(cfg: DictConfig) -> None:
 
 
 def check_optimizer(optimizer: DictConfig | None) -> None:
-    """The optimizers judge their own hyperparameters (a one-line `UserError` naming the key) when they are built,
-    which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one here on a
-    stand-in parameter so a bad value is reported in seconds. Any other failure is left to the real build, which
-    reports it with its context."""
+    """Our optimizers judge their own hyperparameters when they are built (``ValueError`` / ``TypeError``, as
+    torch's do), which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one
+    here on a stand-in parameter so a bad value is reported in seconds, as a one-line `UserError` naming the key.
+    Any other failure is left to the real build, which reports it with its context."""
     if not optimizer or "_target_" not in optimizer:
         return
     import torch
@@ -37,8 +38,22 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
             build([torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))])
     except UserError:
         raise
+    except (ValueError, TypeError) as error:
+        key = key_named_in(str(error), [str(k) for k in optimizer if not str(k).startswith("_")])
+        if key is None:
+            return  # not a judgement of one of our keys (e.g. an unknown keyword): the real build reports it
+        message = str(error).strip().splitlines()[0]
+        raise UserError(message if f"optimizer.{key}" in message
+                        else f"optimizer.{key}={optimizer[key]}: {message}") from None
     except Exception:  # noqa: BLE001  (not ours to judge here: the real build says what is wrong, in context)
         return
+
+
+def key_named_in(message: str, keys: list[str]) -> str | None:
+    """The first of ``keys`` that ``message`` names as ``key=value`` (``LARS momentum=1.0 is outside ...``)."""
+    found = [(match.start(), key) for key in keys
+             if (match := re.search(rf"(?<![\w.]){re.escape(key)}=", message))]
+    return min(found)[1] if found else None
 
 
 def check_arch(arch: str | None) -> None:
