@@ -65,7 +65,8 @@ class LARS(LayerwiseOptimizer):
                  trust_coefficient: float = 0.001, eps: float = 0.0, nesterov: bool = False,
                  form: str = "nvidia", clip: bool = False, shard_group: dist.ProcessGroup | None = None):
         if form not in FORMS:
-            raise ValueError(f"LARS form {form!r} is unknown; set optimizer.form to one of {', '.join(FORMS)}")
+            raise ValueError(f"LARS form {form!r} is unknown; set optimizer.form to one of"
+                             f" {', '.join(FORMS)}")
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("eps", eps)):
             if value < 0:
                 raise ValueError(f"LARS {name}={value} is negative; set optimizer.{name} >= 0")

@@ -101,7 +101,8 @@ class Neumann(LayerwiseOptimizer):
         for key, ok in checks.items():
             if not ok:
                 value = locals()[key]
-                raise ValueError(f"Neumann {key}={value} must be {limits.get(key, '>= 0')}; set optimizer.{key}")
+                raise ValueError(f"Neumann {key}={value} must be {limits.get(key, '>= 0')};"
+                                 f" set optimizer.{key}")
         for key in ("momentum_time_unit", "sgd_steps", "reset_steps", "reset_growth"):
             if int(locals()[key]) != locals()[key]:
                 raise TypeError(f"Neumann {key}={locals()[key]} must be a whole number; set optimizer.{key}")

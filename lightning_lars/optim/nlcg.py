@@ -97,7 +97,8 @@ class NLCG(LayerwiseOptimizer):
                                     ("precondition", precondition, PRECONDITIONERS),
                                     ("line_search", line_search, LINE_SEARCHES)):
             if value not in choices:
-                raise ValueError(f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of {', '.join(choices)}")
+                raise ValueError(f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of"
+                                 f" {', '.join(choices)}")
         for key, value in (("lr", lr), ("weight_decay", weight_decay), ("trust_coefficient", trust_coefficient)):
             if value is None or value < 0:
                 raise ValueError(f"NLCG {key}={value} is negative; set optimizer.{key} >= 0")
@@ -107,7 +108,8 @@ class NLCG(LayerwiseOptimizer):
         if line_search_period < 1:
             raise ValueError(period_message)
         if not line_search_threshold > 0:
-            raise ValueError(f"NLCG line_search_threshold={line_search_threshold} must be > 0 (1.0 is the authors')")
+            raise ValueError(f"NLCG line_search_threshold={line_search_threshold} must be > 0"
+                             " (1.0 is the authors')")
         # step: updates done; num_losses: steps that had a loss for the line search (host ints, no device sync)
         defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None, "step": 0, "num_losses": 0}
         self.update_rule, self.precondition, self.line_search = update_rule, precondition, line_search

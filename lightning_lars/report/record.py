@@ -1,8 +1,9 @@
 """What a finished run hands the report, as plain data: the callbacks' records and the trainer's counts.
 
-The callbacks and the trainer stay above this layer: `lightning_lars.training.run` fills a `RunRecord` from their
-public state once fit is over, and everything in ``report`` reads only the record. A field a run did not record
-(its callback was left out) stays at its empty default, and the report says so instead of guessing.
+The callbacks and the trainer stay above this layer: `lightning_lars.training.run_record` fills a
+`RunRecord` from their public state once fit is over, and everything in ``report`` reads only the record. A
+field a run did not record (its callback was left out) stays at its empty default, and the report says so
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 class HParamSamples:
     """The learning rate, weight decay and momentum of param group 0, planned and applied.
 
-    ``applied``: ``(step, epoch, lr, weight_decay, momentum)`` as the optimizer used them (momentum None for an
-    optimizer without one). ``total_steps``: optimizer steps planned for the run (None: unknown).
+    ``applied``: ``(step, epoch, lr, weight_decay, momentum)`` as the optimizer used them (momentum None for
+    an optimizer without one). ``total_steps``: optimizer steps planned for the run (None: unknown).
     ``lr_schedule`` and ``weight_decay_schedule``: pure ``step -> value`` functions of the plan (None: none
     planned; weight decay then stays ``base_weight_decay``). ``base_*``: the optimizer's configured values.
     """

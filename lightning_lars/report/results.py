@@ -54,8 +54,8 @@ def summary_rows(cfg, metrics: dict[str, float], record: RunRecord) -> list[tupl
         ("images/s (train, all devices)", f"{images_per_sec:,.0f}", "-"),
     ]
     if throughput is not None:
-        rows.append(("data wait (share of train time)", f"{100 * throughput['perf/data_wait_fraction']:.1f} %",
-                     "-"))
+        wait = throughput["perf/data_wait_fraction"]
+        rows.append(("data wait (share of train time)", f"{100 * wait:.1f} %", "-"))
     target = record.target
     if target is not None and target.target_top1 is not None:
         reached = (f"{target.time_to_target_s:.1f} s, {target.epochs_to_target:.2f} epochs" if target.reached

@@ -23,7 +23,8 @@ from lightning_lars.report.record import HParamSamples, RunRecord
 
 
 def run_record(trainer: L.Trainer) -> RunRecord:
-    """What ``trainer`` did, once fit (and the final validation) is over; fields of callbacks it lacks stay empty."""
+    """What ``trainer`` did, once fit (and the final validation) is over; the fields of callbacks it lacks
+    stay empty."""
     throughput = find_callback(trainer, ThroughputCallback)
     history = find_callback(trainer, RunHistory)
     target = find_callback(trainer, TimeToTarget)
@@ -58,9 +59,9 @@ def hparam_samples(trainer: L.Trainer) -> HParamSamples | None:
     if follows is not None and base_weight_decay is not None:
         weight_decay_schedule = functools.partial(follows.weight_decay_at, lr_schedule=lr_schedule,
                                                   base_weight_decay=base_weight_decay)
-    return HParamSamples(applied=tuple(monitor.history), total_steps=monitor.total_steps, lr_schedule=lr_schedule,
-                         weight_decay_schedule=weight_decay_schedule, base_weight_decay=base_weight_decay,
-                         base_momentum=keywords.get("momentum"))
+    return HParamSamples(applied=tuple(monitor.history), total_steps=monitor.total_steps,
+                         lr_schedule=lr_schedule, weight_decay_schedule=weight_decay_schedule,
+                         base_weight_decay=base_weight_decay, base_momentum=keywords.get("momentum"))
 
 
 def hardware_of(trainer: L.Trainer) -> str:

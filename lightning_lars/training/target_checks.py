@@ -24,9 +24,9 @@ def check(cfg: DictConfig) -> None:
 
 def check_optimizer(optimizer: DictConfig | None) -> None:
     """Our optimizers judge their own hyperparameters when they are built (``ValueError`` / ``TypeError``, as
-    torch's do), which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one
-    here on a stand-in parameter so a bad value is reported in seconds, as a one-line `UserError` naming the key.
-    Any other failure is left to the real build, which reports it with its context."""
+    torch's do), which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build
+    one here on a stand-in parameter so a bad value is reported in seconds, as a one-line `UserError` naming
+    the key. Any other failure is left to the real build, which reports it with its context."""
     if not optimizer or "_target_" not in optimizer:
         return
     import torch
@@ -50,7 +50,7 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
 
 
 def key_named_in(message: str, keys: list[str]) -> str | None:
-    """The first of ``keys`` that ``message`` names as ``key=value`` (``LARS momentum=1.0 is outside ...``)."""
+    """The first of ``keys`` that ``message`` names as ``key=value`` (``LARS momentum=1.0 is ...``)."""
     found = [(match.start(), key) for key in keys
              if (match := re.search(rf"(?<![\w.]){re.escape(key)}=", message))]
     return min(found)[1] if found else None

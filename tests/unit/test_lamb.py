@@ -139,8 +139,8 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
     assert ops(3) == ops(24)
 
 
-@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"eps": -1.0}, {"weight_decay": -1.0}, {"betas": (0.9, 1.0)},
-                                    {"max_grad_norm": -1.0}])
+@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"eps": -1.0}, {"weight_decay": -1.0},
+                                    {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}])
 def test_bad_arguments_raise_value_error_naming_the_key(kwargs):
     (key,) = kwargs
     if key != "max_grad_norm":  # an Adam argument: torch's Adam refuses the same value with the same type

@@ -1,8 +1,8 @@
-"""report.png as a person reads it, drawn from a real fit's `RunRecord` (its callbacks' numbers as plain data):
-LR, weight decay and momentum planned against applied; the trust ratio of every adapted layer at every sample, not
-only step 0 (where layers behind a zero-initialised BN read 1.0); val top-1 with the target line; loss; images/s.
-Read from the figure's own lines and image, so a panel that silently lost its data fails here, not only in a
-person's eyes."""
+"""report.png as a person reads it, drawn from a real fit's `RunRecord` (its callbacks' numbers as plain
+data): LR, weight decay and momentum planned against applied; the trust ratio of every adapted layer at every
+sample, not only step 0 (where layers behind a zero-initialised BN read 1.0); val top-1 with the target line;
+loss; images/s. Read from the figure's own lines and image, so a panel that silently lost its data fails here,
+not only in a person's eyes."""
 
 import matplotlib.pyplot as plt
 import numpy as np
