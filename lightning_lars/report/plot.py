@@ -25,7 +25,7 @@ PLANNED_POINTS = 500  # samples of the pure schedule function
 
 def _epoch_axis(ax) -> None:
     """At most 6 epoch ticks: a short run's fractional epochs (0.0365, 0.0370, ...) otherwise overlap."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # matplotlib only once a report is drawn (it is optional)
 
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
 
@@ -66,7 +66,7 @@ def _lr_panel(ax, samples: HParamSamples | None) -> None:
 
 
 def _wd_momentum_panel(ax, samples: HParamSamples | None) -> None:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # matplotlib only once a report is drawn (it is optional)
 
     rows = [h for h in (samples.applied if samples else ()) if len(h) >= 5]
     if not rows:
@@ -125,7 +125,7 @@ def _loss_panel(ax, rows: tuple[dict[str, float], ...]) -> None:
 
 
 def _trust_panel(fig, ax, trust: TrustRecord | None) -> None:
-    import numpy as np
+    import numpy as np  # with matplotlib, only once a report is drawn
 
     rows = trust.per_layer if trust is not None else ()
     if not rows:
@@ -154,10 +154,10 @@ def _throughput_panel(ax, epoch_rows: tuple[dict[str, float], ...]) -> None:
 def write_report_png(cfg, record: RunRecord, out_dir: Path) -> Path | None:
     """Draw the six panels into ``out_dir/report.png`` (written atomically); None if matplotlib is missing."""
     try:
-        import matplotlib
+        import matplotlib  # optional: without it the run ends with a one-line notice
 
         matplotlib.use("Agg")  # files only: no display on clusters
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after the backend is chosen
     except ImportError:
         print("report.png not written: matplotlib is not installed (pip install matplotlib)", flush=True)
         return None

@@ -29,8 +29,9 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
     the key. Any other failure is left to the real build, which reports it with its context."""
     if not optimizer or "_target_" not in optimizer:
         return
+    # torch and the optimizer only once the command line passed its own checks (seconds to import)
     import torch
-    from hydra.utils import instantiate
+    from hydra.utils import instantiate  # with torch, as above
 
     try:
         build = instantiate(optimizer)
@@ -57,7 +58,7 @@ def key_named_in(message: str, keys: list[str]) -> str | None:
 
 
 def check_arch(arch: str | None) -> None:
-    import timm
+    import timm  # heavy: only once the command line passed its own checks
 
     import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 
@@ -70,14 +71,14 @@ def check_arch(arch: str | None) -> None:
 
 def available_accelerators() -> list[str]:
     """Accelerator names Lightning knows that work on this machine (always ``cpu``)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
 
     return sorted(name for name in AcceleratorRegistry.available_accelerators()
                   if AcceleratorRegistry[name]["accelerator"].is_available())
 
 
 def check_accelerator(accelerator: str | None) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
 
     if accelerator is None or not isinstance(accelerator, str) or accelerator == "auto":
         return  # an Accelerator object: Lightning checks it
@@ -94,7 +95,7 @@ def check_accelerator(accelerator: str | None) -> None:
 
 def valid_precisions() -> list[str]:
     """Every precision value Lightning's Trainer takes, as strings (``32-true``, ``bf16-mixed``, ``16``, ...)."""
-    from lightning.fabric.connector import _PRECISION_INPUT
+    from lightning.fabric.connector import _PRECISION_INPUT  # heavy: only when a value is checked
 
     values = [str(v) for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)]
     return list(dict.fromkeys(values))
