@@ -7,9 +7,10 @@ import time
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
-
-from lightning_lars.callbacks.techniques.evaluation import planned_epochs
 from lightning_lars.callbacks.monitors.hparam_monitor import epoch_of
+from lightning_lars.callbacks.techniques.evaluation import planned_epochs
+
+from lightning_lars.report.record import TargetRecord
 
 
 class TimeToTarget(L.Callback):
@@ -97,6 +98,12 @@ class TimeToTarget(L.Callback):
             out["target/time_to_target_s"] = self.time_to_target_s
             out["target/epochs_to_target"] = self.epochs_to_target
         return out
+
+    def record(self) -> TargetRecord:
+        """The evaluations and the time to target, as the run report reads them."""
+        return TargetRecord(target_top1=self.target_top1, evals=tuple(self.evals),
+                            time_to_target_s=self.time_to_target_s, epochs_to_target=self.epochs_to_target,
+                            summary=self.summary())
 
     def state_dict(self):
         return {"elapsed_s": self.elapsed_s(), "evals": list(self.evals),

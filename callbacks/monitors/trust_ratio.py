@@ -6,6 +6,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_lars.report.record import TrustRecord
+
 QUANTILES = {"min": 0.0, "p25": 0.25, "median": 0.5, "p75": 0.75, "max": 1.0}
 
 
@@ -91,6 +93,11 @@ class TrustRatioMonitor(L.Callback):
             self.history = self.history[::2]
         if len(self.layer_history) > self.max_history // 10:  # 161 floats each for ResNet-50: keep fewer
             self.layer_history = self.layer_history[::2]
+
+    def record(self) -> TrustRecord:
+        """The quantiles, the per-layer ratios and the newest snapshot, as the run report reads them."""
+        return TrustRecord(quantiles=tuple(self.history), per_layer=tuple(self.layer_history),
+                           last=dict(self.last) if self.last is not None else None)
 
     def state_dict(self):
         return {"history": list(self.history), "layer_history": list(self.layer_history),

@@ -11,7 +11,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -54,12 +53,13 @@ class LAMB(LayerwiseOptimizer):
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0, bias_correction: bool = True,
                  shard_group: dist.ProcessGroup | None = None):
-        if lr < 0 or eps < 0 or weight_decay < 0:
-            raise UserError(f"LAMB lr={lr}, eps={eps}, weight_decay={weight_decay} must all be >= 0")
+        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+            if value < 0:
+                raise ValueError(f"LAMB {name}={value} must be >= 0; set optimizer.{name}")
         if not all(0.0 <= b < 1.0 for b in betas):
-            raise UserError(f"LAMB betas={tuple(betas)} must lie in [0, 1); set optimizer.betas")
+            raise ValueError(f"LAMB betas={tuple(betas)} must lie in [0, 1); set optimizer.betas")
         if max_grad_norm is not None and max_grad_norm < 0:
-            raise UserError(f"LAMB max_grad_norm={max_grad_norm} is negative; use null to disable clipping")
+            raise ValueError(f"LAMB max_grad_norm={max_grad_norm} is negative; use null to disable clipping")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                         "bias_correction": bias_correction, "trust_adaptation": None, "step": 0}
         self.max_grad_norm = max_grad_norm

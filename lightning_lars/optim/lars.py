@@ -6,7 +6,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -66,16 +65,17 @@ class LARS(LayerwiseOptimizer):
                  trust_coefficient: float = 0.001, eps: float = 0.0, nesterov: bool = False,
                  form: str = "nvidia", clip: bool = False, shard_group: dist.ProcessGroup | None = None):
         if form not in FORMS:
-            raise UserError(f"LARS form {form!r} is unknown; set optimizer.form to one of {', '.join(FORMS)}")
+            raise ValueError(f"LARS form {form!r} is unknown; set optimizer.form to one of"
+                             f" {', '.join(FORMS)}")
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("eps", eps)):
             if value < 0:
-                raise UserError(f"LARS {name}={value} is negative; set optimizer.{name} >= 0")
+                raise ValueError(f"LARS {name}={value} is negative; set optimizer.{name} >= 0")
         if not 0.0 <= momentum < 1.0:
-            raise UserError(f"LARS momentum={momentum} is outside [0, 1); set optimizer.momentum")
+            raise ValueError(f"LARS momentum={momentum} is outside [0, 1); set optimizer.momentum")
         if trust_coefficient <= 0:
-            raise UserError(f"LARS trust_coefficient={trust_coefficient} must be > 0 (0.001 is usual)")
+            raise ValueError(f"LARS trust_coefficient={trust_coefficient} must be > 0 (0.001 is usual)")
         if nesterov and momentum == 0:
-            raise UserError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
+            raise ValueError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
         defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
                     "trust_coefficient": trust_coefficient, "eps": eps, "nesterov": nesterov, "form": form,
                     "clip": clip, "trust_adaptation": None, "wd_coefficient": 1.0}

@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -102,10 +101,11 @@ class Neumann(LayerwiseOptimizer):
         for key, ok in checks.items():
             if not ok:
                 value = locals()[key]
-                raise UserError(f"Neumann {key}={value} must be {limits.get(key, '>= 0')}; set optimizer.{key}")
+                raise ValueError(f"Neumann {key}={value} must be {limits.get(key, '>= 0')};"
+                                 f" set optimizer.{key}")
         for key in ("momentum_time_unit", "sgd_steps", "reset_steps", "reset_growth"):
             if int(locals()[key]) != locals()[key]:
-                raise UserError(f"Neumann {key}={locals()[key]} must be a whole number; set optimizer.{key}")
+                raise TypeError(f"Neumann {key}={locals()[key]} must be a whole number; set optimizer.{key}")
         defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None}
         self.alpha, self.beta, self.gamma = alpha, beta, gamma
         self.mu_min, self.mu_max, self.momentum_time_unit = mu_min, mu_max, int(momentum_time_unit)

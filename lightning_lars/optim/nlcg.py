@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
 from lightning_lars.optim.dots import global_dots
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
@@ -98,14 +97,19 @@ class NLCG(LayerwiseOptimizer):
                                     ("precondition", precondition, PRECONDITIONERS),
                                     ("line_search", line_search, LINE_SEARCHES)):
             if value not in choices:
-                raise UserError(f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of {', '.join(choices)}")
+                raise ValueError(f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of"
+                                 f" {', '.join(choices)}")
         for key, value in (("lr", lr), ("weight_decay", weight_decay), ("trust_coefficient", trust_coefficient)):
             if value is None or value < 0:
-                raise UserError(f"NLCG {key}={value} is negative; set optimizer.{key} >= 0")
-        if isinstance(line_search_period, bool) or not isinstance(line_search_period, int) or line_search_period < 1:
-            raise UserError(f"NLCG line_search_period={line_search_period!r} must be an integer >= 1 (steps)")
+                raise ValueError(f"NLCG {key}={value} is negative; set optimizer.{key} >= 0")
+        period_message = f"NLCG line_search_period={line_search_period!r} must be an integer >= 1 (steps)"
+        if isinstance(line_search_period, bool) or not isinstance(line_search_period, int):
+            raise TypeError(period_message)
+        if line_search_period < 1:
+            raise ValueError(period_message)
         if not line_search_threshold > 0:
-            raise UserError(f"NLCG line_search_threshold={line_search_threshold} must be > 0 (1.0 is the authors')")
+            raise ValueError(f"NLCG line_search_threshold={line_search_threshold} must be > 0"
+                             " (1.0 is the authors')")
         # step: updates done; num_losses: steps that had a loss for the line search (host ints, no device sync)
         defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None, "step": 0, "num_losses": 0}
         self.update_rule, self.precondition, self.line_search = update_rule, precondition, line_search

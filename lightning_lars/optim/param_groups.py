@@ -45,7 +45,7 @@ def record_unsharded_shapes(model: nn.Module) -> int:
     """Tag every parameter that an FSDP1 unit inside ``model`` (or ``model`` itself) flattened with its original
     shape, read from the unit's flat parameter (``_params``/``_shapes``: FSDP1's own bookkeeping, private but
     stable since torch 2.0). Needs ``use_orig_params=True``. Returns the number of parameters tagged."""
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel  # FSDP only for FSDP runs (slow to import)
 
     tagged = 0
     for unit in FullyShardedDataParallel.fsdp_modules(model):

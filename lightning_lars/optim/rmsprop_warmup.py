@@ -39,11 +39,11 @@ class RMSpropWarmup(Optimizer):
                  alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0):
         for name, value in (("lr", lr), ("rmsprop_lr", rmsprop_lr), ("weight_decay", weight_decay)):
             if value < 0:
-                raise UserError(f"RMSpropWarmup {name}={value} is negative; set optimizer.{name} >= 0")
+                raise ValueError(f"RMSpropWarmup {name}={value} is negative; set optimizer.{name} >= 0")
         if not 0.0 <= momentum < 1.0 or not 0.0 <= alpha < 1.0:
-            raise UserError(f"RMSpropWarmup momentum={momentum} and alpha={alpha} must lie in [0, 1)")
+            raise ValueError(f"RMSpropWarmup momentum={momentum} and alpha={alpha} must lie in [0, 1)")
         if eps <= 0:
-            raise UserError(f"RMSpropWarmup eps={eps} must be > 0 (it guards sqrt(m) = 0)")
+            raise ValueError(f"RMSpropWarmup eps={eps} must be > 0 (it guards sqrt(m) = 0)")
         defaults = {"lr": lr, "rmsprop_lr": rmsprop_lr, "momentum": momentum, "alpha": alpha, "eps": eps,
                     "weight_decay": weight_decay, "sgd_fraction": None, "trust_adaptation": None}
         super().__init__(params, defaults)

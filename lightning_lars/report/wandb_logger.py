@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from lightning_lars.core.errors import UserError
+
 DEFAULT_SERVER = "https://api.wandb.ai"
 
 
@@ -53,7 +55,7 @@ class FallbackWandbLogger(WandbLogger):
 
     @property
     def experiment(self):
-        import wandb
+        import wandb  # only once the experiment is used: W&B takes seconds to import
 
         try:
             return super().experiment
@@ -79,6 +81,10 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str
     ``probe_timeout_s``: seconds to wait for a TCP connection to the server; ``init_timeout_s``: seconds
     ``wandb.init`` may take online before the run goes offline.
     """
+    # WandbLogger uploads the files ModelCheckpoint reports to it; our Checkpoint reports none
+    if kwargs.get("log_model"):
+        raise UserError("logger.log_model is not supported: checkpoints stay in the run folder"
+                        " (<output_dir>/checkpoints); drop logger.log_model")
     reason = "asked for" if (mode or os.environ.get("WANDB_MODE")) else "no credentials configured"
     mode = mode or os.environ.get("WANDB_MODE") or ("online" if has_credentials() else "offline")
     Path(save_dir).mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,8 @@
   as it was and says so in one counted warning; training goes on. Lightning's own ``_atomic_save`` stages
   the file in ``/tmp`` and moves it with ``shutil.move``, which is a copy onto the target (not atomic, no
   fsync) whenever ``/tmp`` and the run dir are different file systems, as on most clusters.
-- `Checkpoint`: Lightning's ``ModelCheckpoint`` that never deletes an older checkpoint after a failed write.
+- `Checkpoint`: saves every N steps and/or epochs, ``last.ckpt`` and the final state, on Lightning's public
+  API only, and never deletes an older checkpoint after a failed write.
 - `ResumeState`: adds to every checkpoint what Lightning leaves out: the RNG states of every rank and the
   W&B run id (read back by `lightning_lars.runtime.resume` so the resumed run continues the same W&B run).
 - `SignalCheckpoint`: on SIGUSR1 (our sbatch's warning before preemption, ``--signal=SIGUSR1@90``) or
@@ -29,12 +30,18 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint as LightningCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_lars.runtime import resume
-from lightning_lars.runtime.preemption import Preempted, is_submitit_handler, preemption_signals, requeue_job_id
+from lightning_lars.runtime.preemption import (
+    Preempted,
+    is_submitit_handler,
+    preemption_signals,
+    requeue_job_id,
+)
 
 log = logging.getLogger(__name__)
 # Lightning logs "`weights_only` was not set, defaulting to `False`." at every save without the argument, as
@@ -117,53 +124,156 @@ def checkpoint_io(trainer: L.Trainer) -> AtomicCheckpointIO | None:
     return io if isinstance(io, AtomicCheckpointIO) else None
 
 
-class Checkpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` (same arguments) that keeps the older checkpoints when the newest write failed,
-    takes ``every_n_train_steps`` and ``every_n_epochs`` together, and always saves the final state.
+class Checkpoint(LightningCheckpoint):
+    """Saves the full training state every N optimizer steps and/or epochs, ``last.ckpt`` beside it, and
+    always the final state; an older checkpoint is never deleted after a newer write failed.
 
-    - ``ModelCheckpoint`` deletes the previous top-k or ``last`` file right after saving a new one; after a
-      failed write that deletion would leave no checkpoint at all. With `AtomicCheckpointIO` a failed write is
-      counted, and here the deletion is skipped until a write succeeds again ("keeping <file>" names only a
-      file that exists).
-    - Lightning refuses both triggers at once; here each runs Lightning's own code path: the step trigger in
-      ``on_train_batch_end``, the epoch trigger at epoch end (steps already saved are not saved twice).
-    - The steps after the last save (``max_steps`` not a multiple of the interval, epochs off) are saved at the
-      end of training, as top-k file and ``last``: a finished run's checkpoint is its final state.
+    Built on Lightning's public API only (the ``Checkpoint`` base class, which Lightning runs after every
+    other callback and returns as ``trainer.checkpoint_callback``; ``trainer.save_checkpoint``; the
+    strategy's ``remove_checkpoint``), so a Lightning release cannot change it silently:
+
+    - step trigger: at the end of a batch whose optimizer step count is a multiple of ``every_n_train_steps``;
+      epoch trigger: at the end of every ``every_n_epochs``-th training epoch (or validation, see below); both
+      may be on together, and a step already saved is not saved twice.
+    - ``last.ckpt`` (``save_last``) is written whenever a top-k file is, and at the end.
+    - the steps after the last save (``max_steps`` not a multiple of the interval, epochs off) are saved at
+      the end of training, as top-k file and ``last``: a finished run's checkpoint is its final state.
+    - with `AtomicCheckpointIO` a failed write is counted, and the file it should have replaced is kept
+      ("keeping <file>" names only a file that exists) until a write succeeds again.
+
+    Args:
+        dirpath: folder of the checkpoints (None: ``<trainer.default_root_dir>/checkpoints``).
+        filename: name of the top-k files, formatted with ``epoch`` and ``step``. No "=" in it: Hydra's
+            override grammar rejects an unquoted "=" in a value, so `run.ckpt_path=.../epoch=0-step=4.ckpt`
+            would not even parse.
+        save_last: also write ``last.ckpt`` (overwritten, atomically) at every save.
+        save_top_k: newest top-k files kept (-1: all; 0: none, ``last.ckpt`` only).
+        every_n_train_steps: optimizer steps between saves (None or 0: off).
+        every_n_epochs: training epochs between saves (None or 0: off; with both triggers None: 1).
+        save_on_train_epoch_end: run the epoch trigger at the training epoch's end (True) or at the end of
+            each validation (False); None: at the epoch's end when validation runs once per epoch or never.
     """
 
-    def __init__(self, *args, filename: str | None = "epoch{epoch}-step{step}", auto_insert_metric_name: bool = False,
-                 every_n_train_steps: int | None = None, every_n_epochs: int | None = None, **kwargs):
-        # No "=" in our file names (Lightning's default is "epoch=0-step=4"): Hydra's override grammar rejects
-        # an unquoted "=" in a value, so `run.ckpt_path=.../epoch=0-step=4.ckpt` would not even parse.
-        both = bool(every_n_train_steps) and bool(every_n_epochs)
-        super().__init__(*args, filename=filename, auto_insert_metric_name=auto_insert_metric_name,
-                         every_n_train_steps=every_n_train_steps, every_n_epochs=None if both else every_n_epochs,
-                         **kwargs)
-        if both:  # Lightning validates one trigger in __init__; its epoch-end hooks read this attribute
-            self._every_n_epochs = every_n_epochs
+    def __init__(self, dirpath: str | os.PathLike | None = None, filename: str = "epoch{epoch}-step{step}",
+                 save_last: bool = False, save_top_k: int = 1, every_n_train_steps: int | None = None,
+                 every_n_epochs: int | None = None, save_on_train_epoch_end: bool | None = None):
+        if save_top_k < -1:
+            raise ValueError(f"save_top_k={save_top_k} must be -1 (all), 0 (last.ckpt only) or how many"
+                             " to keep")
+        for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value} must be >= 0 (0 or null: off)")
+        try:
+            filename.format(epoch=0, step=0)
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"filename={filename!r} may name only {{epoch}} and {{step}}") from error
+        self.dirpath = str(dirpath) if dirpath is not None else None
+        self.filename = filename
+        self.save_last = save_last
+        self.save_top_k = save_top_k
+        if not every_n_train_steps and not every_n_epochs:
+            every_n_epochs = 1  # as Lightning's ModelCheckpoint: no trigger given means every epoch
+        self.every_n_train_steps = every_n_train_steps or 0
+        self.every_n_epochs = every_n_epochs or 0
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.best_model_path = ""  # the newest top-k file (what DivergenceGuard names when save_last is off)
+        self.last_model_path = ""
+        self._kept: list[str] = []  # top-k files saved, oldest first
+        self._last_step_saved = 0  # no save before the first optimizer step
         self._last_write_failed = False
 
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        io = checkpoint_io(trainer)
-        failed_before = io.num_failed_writes if io else 0
-        super()._save_checkpoint(trainer, filepath)
-        self._last_write_failed = bool(io) and io.num_failed_writes > failed_before
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        dirpath = self.dirpath or os.path.join(trainer.default_root_dir, "checkpoints")
+        self.dirpath = trainer.strategy.broadcast(dirpath)  # rank 0's folder on every rank
 
-    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        if not os.path.exists(filepath):  # its own write failed earlier: nothing to keep or remove
-            return
-        if self._last_write_failed:
-            log.warning(f"keeping {filepath}: the newer checkpoint could not be written")
-            return
-        super()._remove_checkpoint(trainer, filepath)
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        due = self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0
+        if due and not self._skip(trainer):
+            self._save_top_k(trainer)
+            self._save_last(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._on_train_epoch_end(trainer):
+            self._epoch_trigger(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._on_train_epoch_end(trainer):
+            self._epoch_trigger(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._should_skip_saving_checkpoint(trainer):  # steps trained since the last save
-            candidates = self._monitor_candidates(trainer)
-            if self.monitor is None or self.monitor in candidates:
-                self._save_topk_checkpoint(trainer, candidates)
-            self._save_last_checkpoint(trainer, candidates)
-        super().on_train_end(trainer, pl_module)
+        if not self._skip(trainer):  # steps trained since the last save
+            self._save_top_k(trainer)
+            self._save_last(trainer)
+        elif self.save_last and not self.last_model_path and not trainer.fast_dev_run:
+            self._save_last(trainer)  # a run of no steps still leaves last.ckpt
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dirpath": self.dirpath, "kept": list(self._kept), "best_model_path": self.best_model_path,
+                "last_model_path": self.last_model_path}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # the resumed run trims the files of the run it continues (only those in its own folder, see _remove)
+        self._kept = list(state_dict.get("kept", []))
+        self.best_model_path = state_dict.get("best_model_path", "")
+        if state_dict.get("dirpath") == self.dirpath:
+            self.last_model_path = state_dict.get("last_model_path", "")
+
+    def _on_train_epoch_end(self, trainer: L.Trainer) -> bool:
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        if trainer.check_val_every_n_epoch != 1:
+            return False  # validation at its own interval: the epoch's end is no time to wait for it
+        num_val_batches = trainer.num_val_batches
+        num_val_batches = sum(num_val_batches) if isinstance(num_val_batches, list) else num_val_batches
+        return num_val_batches == 0 or trainer.val_check_interval == 1.0
+
+    def _epoch_trigger(self, trainer: L.Trainer) -> None:
+        if self._skip(trainer):
+            return
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._save_top_k(trainer)
+        if self._last_step_saved == trainer.global_step:  # last.ckpt only beside a new top-k file
+            self._save_last(trainer)
+
+    def _skip(self, trainer: L.Trainer) -> bool:
+        return (bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
+                or self._last_step_saved == trainer.global_step)  # this step is saved already
+
+    def _save_top_k(self, trainer: L.Trainer) -> None:
+        if self.save_top_k == 0:
+            return
+        name = self.filename.format(epoch=trainer.current_epoch, step=trainer.global_step)
+        path = os.path.join(self.dirpath, f"{name}.ckpt")
+        self._save(trainer, path)
+        self.best_model_path = path
+        if path not in self._kept:
+            self._kept.append(path)
+        while self.save_top_k > 0 and len(self._kept) > self.save_top_k:
+            self._remove(trainer, self._kept.pop(0))
+
+    def _save_last(self, trainer: L.Trainer) -> None:
+        if self.save_last:
+            self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
+            self._save(trainer, self.last_model_path)
+
+    def _save(self, trainer: L.Trainer, path: str) -> None:
+        io = checkpoint_io(trainer)
+        failed_before = io.num_failed_writes if io else 0
+        trainer.save_checkpoint(path, weights_only=False)  # the full state: exact resume
+        self._last_step_saved = trainer.global_step
+        self._last_write_failed = bool(io) and io.num_failed_writes > failed_before
+
+    def _remove(self, trainer: L.Trainer, path: str) -> None:
+        """Delete an older top-k file, unless it is not ours (another folder, the checkpoint this run resumed)
+        or the newer write failed."""
+        resumed_from = Path(trainer.ckpt_path).absolute() if trainer.ckpt_path else None
+        if (Path(self.dirpath).absolute() not in Path(path).absolute().parents
+                or Path(path).absolute() == resumed_from or not os.path.exists(path)):
+            return  # not ours to delete, or its own write failed earlier: nothing to keep or remove
+        if self._last_write_failed:
+            log.warning(f"keeping {path}: the newer checkpoint could not be written")
+            return
+        trainer.strategy.remove_checkpoint(path)
 
 
 class ResumeState(L.Callback):

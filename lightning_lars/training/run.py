@@ -10,12 +10,12 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
+import lightning_lars.models  # noqa: F401  (timm names alexnet_bn, resnet50_v1; the ${at_least_model_min:} resolver)
 from lightning_lars.callbacks.monitors.first_step import FirstStepTime
 from lightning_lars.callbacks.monitors.run_history import RunHistory
 from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups
 from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
-import lightning_lars.models  # noqa: F401  (timm names alexnet_bn, resnet50_v1; the ${at_least_model_min:} resolver)
 from lightning_lars.config import compose
 from lightning_lars.recipe.plan import RecipePlan, make_plan
 from lightning_lars.report import results as report
@@ -24,6 +24,7 @@ from lightning_lars.runtime import preemption, resume
 from lightning_lars.runtime.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from lightning_lars.schedules.scaling import plan_batch
 from lightning_lars.training import target_checks
+from lightning_lars.training.run_record import run_record
 
 
 def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
@@ -85,7 +86,8 @@ def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if trainer.is_global_zero:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
-        report.finish(cfg, metrics, trainer)  # table, results.json, W&B summary table and plots
+        # table, results.json, report.png, W&B summary table and plots: from the run's numbers as plain data
+        report.finish(cfg, metrics, run_record(trainer), trainer.loggers)
     return metrics
 
 

@@ -5,6 +5,7 @@ with the library's traceback text; here each is one line naming the fix."""
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 
 from omegaconf import DictConfig
@@ -22,14 +23,15 @@ def check(cfg: DictConfig) -> None:
 
 
 def check_optimizer(optimizer: DictConfig | None) -> None:
-    """The optimizers judge their own hyperparameters (a one-line `UserError` naming the key) when they are built,
-    which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build one here on a
-    stand-in parameter so a bad value is reported in seconds. Any other failure is left to the real build, which
-    reports it with its context."""
+    """Our optimizers judge their own hyperparameters when they are built (``ValueError`` / ``TypeError``, as
+    torch's do), which Lightning does late, in ``configure_optimizers``, after the data and the trainer: build
+    one here on a stand-in parameter so a bad value is reported in seconds, as a one-line `UserError` naming
+    the key. Any other failure is left to the real build, which reports it with its context."""
     if not optimizer or "_target_" not in optimizer:
         return
+    # torch and the optimizer only once the command line passed its own checks (seconds to import)
     import torch
-    from hydra.utils import instantiate
+    from hydra.utils import instantiate  # with torch, as above
 
     try:
         build = instantiate(optimizer)
@@ -37,12 +39,26 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
             build([torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))])
     except UserError:
         raise
+    except (ValueError, TypeError) as error:
+        key = key_named_in(str(error), [str(k) for k in optimizer if not str(k).startswith("_")])
+        if key is None:
+            return  # not a judgement of one of our keys (e.g. an unknown keyword): the real build reports it
+        message = str(error).strip().splitlines()[0]
+        raise UserError(message if f"optimizer.{key}" in message
+                        else f"optimizer.{key}={optimizer[key]}: {message}") from None
     except Exception:  # noqa: BLE001  (not ours to judge here: the real build says what is wrong, in context)
         return
 
 
+def key_named_in(message: str, keys: list[str]) -> str | None:
+    """The first of ``keys`` that ``message`` names as ``key=value`` (``LARS momentum=1.0 is ...``)."""
+    found = [(match.start(), key) for key in keys
+             if (match := re.search(rf"(?<![\w.]){re.escape(key)}=", message))]
+    return min(found)[1] if found else None
+
+
 def check_arch(arch: str | None) -> None:
-    import timm
+    import timm  # heavy: only once the command line passed its own checks
 
     import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 
@@ -55,14 +71,14 @@ def check_arch(arch: str | None) -> None:
 
 def available_accelerators() -> list[str]:
     """Accelerator names Lightning knows that work on this machine (always ``cpu``)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
 
     return sorted(name for name in AcceleratorRegistry.available_accelerators()
                   if AcceleratorRegistry[name]["accelerator"].is_available())
 
 
 def check_accelerator(accelerator: str | None) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
 
     if accelerator is None or not isinstance(accelerator, str) or accelerator == "auto":
         return  # an Accelerator object: Lightning checks it
@@ -79,7 +95,7 @@ def check_accelerator(accelerator: str | None) -> None:
 
 def valid_precisions() -> list[str]:
     """Every precision value Lightning's Trainer takes, as strings (``32-true``, ``bf16-mixed``, ``16``, ...)."""
-    from lightning.fabric.connector import _PRECISION_INPUT
+    from lightning.fabric.connector import _PRECISION_INPUT  # heavy: only when a value is checked
 
     values = [str(v) for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)]
     return list(dict.fromkeys(values))

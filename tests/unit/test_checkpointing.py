@@ -20,16 +20,14 @@ import yaml
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
-from lightning_lars.runtime import preemption
-from lightning_lars.runtime import resume
-from lightning_lars.runtime import checkpointing
+from lightning_lars.core.errors import UserError
+from lightning_lars.runtime import checkpointing, preemption, resume
 from lightning_lars.runtime.checkpointing import (
     AtomicCheckpointIO,
     Checkpoint,
     ResumeState,
     SignalCheckpoint,
 )
-from lightning_lars.core.errors import UserError
 from lightning_lars.runtime.preemption import Preempted
 
 SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
@@ -366,3 +364,28 @@ def test_slurm_job_gets_one_run_folder_and_requeue_id(monkeypatch, tmp_path):
     assert preemption.requeue_job_id() == "77_3"
     monkeypatch.setenv("SLURM_JOB_NAME", "bash")  # an interactive allocation is not a batch job to requeue
     assert preemption.requeue_job_id() is None
+
+
+def test_checkpoint_is_the_trainers_only_checkpoint_callback_and_runs_last(tmp_path):
+    """Lightning's own bookkeeping is the oracle: it adds no ModelCheckpoint beside ours and runs ours after
+    every other callback (so a DivergenceGuard raises before a diverged state is saved)."""
+    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2)
+    trainer = boring_trainer(tmp_path, [ckpt, ResumeState()], max_steps=2, limit_val_batches=0)
+    trainer.fit(BoringModel())
+    assert trainer.checkpoint_callbacks == [ckpt] and trainer.checkpoint_callback is ckpt
+    assert trainer.callbacks[-1] is ckpt and ckpt.dirpath == str(tmp_path / "ckpt")
+
+
+def test_newest_file_kept_across_a_resume_but_never_the_one_resumed_from(tmp_path):
+    folder = tmp_path / "ckpt"
+    boring_trainer(tmp_path, [Checkpoint(dirpath=folder, every_n_train_steps=2, save_last=True)], max_steps=4,
+                   limit_val_batches=0).fit(BoringModel())
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch0-step4.ckpt", "last.ckpt"]
+    resumed_from = folder / "epoch0-step4.ckpt"
+    ckpt = Checkpoint(dirpath=folder, every_n_train_steps=2, save_last=True)
+    resumed = boring_trainer(tmp_path, [ckpt], max_steps=8, limit_val_batches=0)
+    resumed.fit(BoringModel(), ckpt_path=resumed_from)
+    # step 6 replaced nothing (step 4 is the checkpoint the run resumed from); step 8 replaced step 6
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch0-step4.ckpt", "epoch0-step8.ckpt", "last.ckpt"]
+    assert resume.load_meta(folder / "last.ckpt")["global_step"] == 8
+    assert resume.load_meta(ckpt.best_model_path)["global_step"] == 8

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
@@ -140,9 +139,14 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
     assert ops(3) == ops(24)
 
 
-@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}])
-def test_bad_arguments_raise_user_error(kwargs):
-    with pytest.raises(UserError):
+@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"eps": -1.0}, {"weight_decay": -1.0},
+                                    {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}])
+def test_bad_arguments_raise_value_error_naming_the_key(kwargs):
+    (key,) = kwargs
+    if key != "max_grad_norm":  # an Adam argument: torch's Adam refuses the same value with the same type
+        with pytest.raises(ValueError):
+            torch.optim.Adam(_model().parameters(), **kwargs)
+    with pytest.raises(ValueError, match=f"{key}="):
         LAMB(_model().parameters(), **kwargs)
 
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
@@ -241,8 +240,8 @@ def test_descends_the_rosenbrock_function():
 
 @pytest.mark.parametrize("kwargs", [{"form": "tf"}, {"momentum": 1.0}, {"lr": -1.0}, {"eps": -1.0},
                                     {"trust_coefficient": 0.0}, {"nesterov": True, "momentum": 0.0}])
-def test_bad_arguments_raise_user_error(kwargs):
-    with pytest.raises(UserError):
+def test_bad_arguments_raise_value_error_as_torch_optimizers_do(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
         LARS(_model().parameters(), **kwargs)
 
 

@@ -158,10 +158,15 @@ def test_resume_mid_run_equals_uninterrupted():
     ("line_search_threshold", 0.0),
 ])
 def test_bad_hyperparameters_name_the_key(key, value):
-    with pytest.raises(UserError) as caught:
+    with pytest.raises(ValueError) as caught:  # as torch's optimizers: the command line names optimizer.<key>
         NLCG(_model().parameters(), **{key: value})
     message = str(caught.value)
     assert "\n" not in message and f"{key}=" in message
+
+
+def test_a_period_that_is_no_whole_number_is_a_type_error():
+    with pytest.raises(TypeError, match="line_search_period=2.5 must be an integer >= 1"):
+        NLCG(_model().parameters(), line_search_period=2.5)
 
 
 def test_steps_without_a_loss_warn_and_skip_the_line_search():

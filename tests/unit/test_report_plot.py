@@ -1,23 +1,24 @@
-"""report.png as a person reads it (issue 15.9), drawn from a real fit's callbacks: LR, weight decay and momentum
-planned against applied; the trust ratio of every adapted layer at every sample, not only step 0 (where layers
-behind a zero-initialised BN read 1.0); val top-1 with the target line; loss; images/s. Read from the figure's
-own lines and image, so a panel that silently lost its data fails here, not only in a person's eyes."""
-
-from types import SimpleNamespace
+"""report.png as a person reads it, drawn from a real fit's `RunRecord` (its callbacks' numbers as plain
+data): LR, weight decay and momentum planned against applied; the trust ratio of every adapted layer at every
+sample, not only step 0 (where layers behind a zero-initialised BN read 1.0); val top-1 with the target line;
+loss; images/s. Read from the figure's own lines and image, so a panel that silently lost its data fails here,
+not only in a person's eyes."""
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from callback_harness import classifier, images, loader, trainer
+from lightning_lars.callbacks.monitors.hparam_monitor import HParamMonitor
+from lightning_lars.callbacks.monitors.run_history import RunHistory
+from lightning_lars.callbacks.monitors.time_to_target import TimeToTarget
+from lightning_lars.callbacks.monitors.trust_ratio import TrustRatioMonitor
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from omegaconf import OmegaConf
 from PIL import Image
 
 from lightning_lars.report import plot as report_plot
-from lightning_lars.callbacks.monitors.hparam_monitor import HParamMonitor
-from lightning_lars.callbacks.monitors.run_history import RunHistory
-from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
-from lightning_lars.callbacks.monitors.time_to_target import TimeToTarget
-from lightning_lars.callbacks.monitors.trust_ratio import TrustRatioMonitor
+from lightning_lars.report.record import RunRecord
+from lightning_lars.training.run_record import run_record
 
 STEPS_PER_EPOCH, EPOCHS = 4, 2  # 32 images in batches of 8
 CFG = OmegaConf.create({"recipe_name": "demo", "seed": 0, "batch": {"global_size": 8}, "published": {"top1": "-"}})
@@ -27,11 +28,11 @@ def schedule(step):  # a ramp: every applied point must sit on the planned line 
     return 0.5 * (step + 1) / (STEPS_PER_EPOCH * EPOCHS)
 
 
-def draw(monkeypatch, trainer_, out_dir):
+def draw(monkeypatch, record, out_dir):
     """``write_report_png``'s figure, kept open to be read (it closes the figure after saving)."""
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
-    path = report_plot.write_report_png(CFG, trainer_, out_dir)
+    path = report_plot.write_report_png(CFG, record, out_dir)
     (figure,) = figures
     panels = {ax.get_title().split(" (")[0]: ax for ax in figure.axes if ax.get_title()}
     return path, figure, panels
@@ -46,7 +47,7 @@ def test_the_six_panels_hold_what_the_run_did(tmp_path, monkeypatch):
                  TimeToTarget(target_top1=60.0, stop_at_target=False)]
     fit = trainer(callbacks, tmp_path, max_epochs=EPOCHS, limit_val_batches=1)
     fit.fit(classifier("lars", lr_schedule=schedule, weight_decay=1e-4), loader(images(32)), loader(images(8, seed=1)))
-    path, figure, panels = draw(monkeypatch, fit, tmp_path)
+    path, figure, panels = draw(monkeypatch, run_record(fit), tmp_path)
     try:
         with Image.open(path) as picture:
             assert picture.format == "PNG" and picture.size == (1440, 810)
@@ -83,8 +84,7 @@ def test_the_six_panels_hold_what_the_run_did(tmp_path, monkeypatch):
 
 
 def test_a_panel_without_data_says_why(tmp_path, monkeypatch):
-    bare = SimpleNamespace(callbacks=[], lightning_module=None, callback_metrics={}, global_step=0, world_size=1)
-    _, figure, panels = draw(monkeypatch, bare, tmp_path)
+    _, figure, panels = draw(monkeypatch, RunRecord(), tmp_path)  # a run whose monitors were all left out
     try:
         assert not panels  # an empty panel has no title: none pretends to show data
         texts = [" ".join(t.get_text() for t in ax.texts) for ax in figure.axes]
