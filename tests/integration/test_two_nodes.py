@@ -1,7 +1,6 @@
 """Two "nodes" on one machine: the real entry point, the demo recipe, our hooked DDP; all ranks agree."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -24,12 +24,6 @@ class SaveWeightsPerRank(L.Callback):
     def on_train_end(self, trainer, pl_module):
         torch.save({"weights": pl_module.state_dict(), "global_step": trainer.global_step},
                    self.out_dir / f"rank{trainer.global_rank}.pt")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):

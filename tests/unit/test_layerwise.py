@@ -9,7 +9,7 @@ import copy
 
 import pytest
 import torch
-from torch import nn
+from helpers import small_mlp
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
@@ -40,14 +40,9 @@ OPTIMIZERS = {
 COUNTERS = {"lamb": {"step": STEPS}, "nlcg": {"step": STEPS, "num_losses": STEPS}, "neumann": {"step": STEPS}}
 
 
-def _model(dtype: torch.dtype) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2)).to(dtype)
-
-
 def _trained(name: str, grouped: bool, dtype: torch.dtype):
     build = OPTIMIZERS[name][0]
-    model = _model(dtype)
+    model = small_mlp((4, 3, 2), dtype, relu=False)
     optimizer = build(param_groups(model, DECAY) if grouped else model.parameters())
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1)).to(dtype)
 
