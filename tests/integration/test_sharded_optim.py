@@ -13,12 +13,12 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import free_port
 from torch import nn
 
 from lightning_lars.core.errors import UserError
@@ -168,16 +168,10 @@ def _worker(rank: int, port: int, queue) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_sharded_steps_match_unsharded():
     queue = mp.get_context("spawn").Queue()
-    mp.start_processes(_worker, args=(_free_port(), queue), nprocs=WORLD, start_method="spawn")
+    mp.start_processes(_worker, args=(free_port(), queue), nprocs=WORLD, start_method="spawn")
     results = dict(queue.get(timeout=30) for _ in range(WORLD))
     for rank, cases in sorted(results.items()):
         few, many = cases.pop("ops")

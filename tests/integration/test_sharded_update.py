@@ -4,8 +4,8 @@ optimizer's state, and a fresh sharded optimizer resumes from it."""
 
 import pytest
 import torch.multiprocessing as mp
+from helpers import free_port
 from sharded_update_workers import compare
-from topology_workers import free_port
 
 pytestmark = pytest.mark.slow
 

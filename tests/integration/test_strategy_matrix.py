@@ -16,7 +16,6 @@ One spawn per strategy; the optimizers loop inside (spawning costs more than the
 from __future__ import annotations
 
 import os
-import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import free_port
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
@@ -223,12 +223,6 @@ def worker(rank: int, port: int, queue) -> None:
             except Exception as error:  # noqa: BLE001  (a mismatched collective raises here; report, go on)
                 results[kind, name] = f"raised {type(error).__name__}: {str(error).splitlines()[0][:300]}"
     queue.put(("done", rank, results))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 KINDS = ["ddp", "ddp_bucketed", "ddp_bucketed_hook_norms", "fsdp2", "fsdp1"]

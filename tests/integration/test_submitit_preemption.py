@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,12 @@ from pathlib import Path
 import pytest
 import submitit
 import torch
+from helpers import free_port
 from resume_runs import OVERRIDES, ROOT, env, make_demo_data
 from submitit_job import TrainJob
 
 pytestmark = pytest.mark.slow
 JOB_ID = "4242"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def srun_tasks(tmp_path: Path, folder: Path, attempt: str, port: int) -> list[tuple[subprocess.Popen, Path]]:

@@ -14,10 +14,11 @@ import lightning as L
 import pytest
 import torch
 import torch.multiprocessing as mp
+from helpers import free_port
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
-from topology_workers import DEVICES, NODES, compare, free_port, small_net
+from topology_workers import DEVICES, NODES, compare, small_net
 from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = pytest.mark.slow

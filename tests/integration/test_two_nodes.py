@@ -1,7 +1,6 @@
 """Two "nodes" on one machine: the real entry point, the demo recipe, our hooked DDP; all ranks agree."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import TESTS_DIR, free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -26,12 +26,6 @@ class SaveWeightsPerRank(L.Callback):
                    self.out_dir / f"rank{trainer.global_rank}.pt")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
     data_dir = tmp_path / "data"  # its own small copy of the demo data: the test needs no earlier make demo
     made = subprocess.run([sys.executable, "-m", "lightning_lars.data.demo", "--out", str(data_dir / "demo"),
@@ -41,7 +35,8 @@ def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") and k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK")}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(NUM_NODES),
-               WANDB_MODE="offline", PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent)]))
+               WANDB_MODE="offline",  # the nodes import this module (its callback), which imports helpers
+               PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent), str(TESTS_DIR)]))
     command = [
         # debug=toy: 3 steps of global batch 64 on CPU (32 images per "node")
         sys.executable, "-m", "lightning_lars.train", "recipe=demo", "debug=toy", f"trainer.num_nodes={NUM_NODES}",

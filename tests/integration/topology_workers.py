@@ -2,10 +2,10 @@
 spawned processes imports only torch and the hooks, which keeps the 4-process test's start-up short."""
 
 import os
-import socket
 
 import torch
 import torch.distributed as dist
+from helpers import small_conv_net
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.parallel.bucket_hook import register
@@ -22,20 +22,9 @@ HOOKS = {"torus2d": (Torus2DAllReduceState, torus_2d_allreduce_hook),
          "hierarchical": (HierarchicalAllReduceState, hierarchical_allreduce_hook)}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def small_net() -> torch.nn.Module:
-    """Conv + BN + linear with 1-18 KiB gradient tensors (odd sizes: the torus pads its slices)."""
-    torch.manual_seed(0)
-    layers, width = [], 3
-    for out in (8, 16, 13):
-        layers += [torch.nn.Conv2d(width, out, 3), torch.nn.BatchNorm2d(out), torch.nn.ReLU()]
-        width = out
-    return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, 10))
+    """Conv + BN + linear with 1-18 KiB gradient tensors (odd width 13: the torus pads its slices)."""
+    return small_conv_net(widths=(8, 16, 13), last_conv=None)
 
 
 def batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,12 +1,12 @@
 """The grouped all-reduce hook in one gloo process: grouping, averaging, norms, config."""
 
 import random
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import free_port, small_conv_net
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
@@ -24,28 +24,11 @@ from lightning_lars.parallel.strategy import BucketedDDPStrategy
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def one_process_group():
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
-
-
-def small_net() -> torch.nn.Module:
-    """A conv net with 1-18 KiB gradient tensors, so KiB-sized buckets and groups are non-trivial."""
-    torch.manual_seed(0)
-    layers, width = [], 3
-    for out in (8, 16, 16):
-        layers += [torch.nn.Conv2d(width, out, 3), torch.nn.BatchNorm2d(out), torch.nn.ReLU()]
-        width = out
-    layers += [torch.nn.Conv2d(width, 32, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(32, 10))
 
 
 def backward(model: torch.nn.Module, seed: int) -> None:
@@ -72,7 +55,7 @@ def test_plan_groups_covers_every_bucket_once_in_order_and_closes_at_caps():
 
 
 def test_hook_forms_planned_groups_and_keeps_gradients_on_one_rank(one_process_group):
-    reference, model = small_net(), small_net()
+    reference, model = small_conv_net(), small_conv_net()
     ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)  # ~1 KiB buckets: five per backward
     state = GroupedAllReduceState(group_caps_mb=[0.001, 0.016], compute_grad_norms=True)
     bucket_bytes = []
@@ -115,7 +98,7 @@ def test_hook_from_config_is_accepted_by_ddp(one_process_group):
     assert strategy._ddp_kwargs["bucket_cap_mb"] == cfg.bucket_cap_mb
     state = strategy._ddp_comm_state
     assert state.group_caps_mb == [1.0, 4.0, 16.0, 25.0] and state.compression is None
-    model = small_net()
+    model = small_conv_net()
     ddp = DistributedDataParallel(model)
     register(ddp, state, strategy._ddp_comm_hook)  # DDP checks the partial's signature and name here
     backward(ddp, 0)

@@ -3,12 +3,12 @@ order, real DDP's buckets (default and bucket_cap_mb_list), and the seed run's l
 
 import math
 import re
-import socket
 
 import pytest
 import timm
 import torch
 import torch.distributed as dist
+from helpers import free_port
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.parallel.backward_profile import (
@@ -67,10 +67,7 @@ def test_profile_order_is_a_real_backward_order(profile):
 
 @pytest.fixture
 def one_process_group():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 

@@ -13,6 +13,7 @@ import functools
 import lightning as L
 import pytest
 import torch
+from helpers import small_mlp
 from torch import nn
 
 from lightning_lars.callbacks.techniques.weight_decay_schedule import WeightDecaySchedule
@@ -91,8 +92,7 @@ def fjsgd_reference(weights, grads_per_step, lrs, wd_coeffs, *, adapted, wds, mu
 
 
 def test_fujitsu_lars_form_is_the_fjsgd_kernel():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).double()
+    model = small_mlp()
     generator = torch.Generator().manual_seed(1)
     grads_per_step = [[torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
                       for _ in range(5)]

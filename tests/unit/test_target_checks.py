@@ -1,40 +1,187 @@
-"""A bad optimizer value on the command line: the optimizer raises ValueError / TypeError as torch's do, and
-`check_optimizer` turns it into one `UserError` line naming the config key, before anything is built."""
+"""The checks run before any ``_target_`` is built agree with the libraries that would otherwise fail later:
+a model name with timm (``timm.is_model``, ``timm.create_model``), an accelerator with Lightning's
+``AcceleratorRegistry`` and ``Trainer``, a precision with the ``Trainer``'s own validation, an optimizer's
+hyperparameters with the optimizer built for real from the shipped ``conf/optimizer`` configs."""
 
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import lightning as L
 import pytest
+import timm
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.accelerators import AcceleratorRegistry
 from omegaconf import OmegaConf
 
+import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm, as a run does)
 from lightning_lars.core.errors import UserError
-from lightning_lars.optim.lars import LARS
-from lightning_lars.optim.nlcg import NLCG
-from lightning_lars.training.target_checks import check_optimizer
+from lightning_lars.training.target_checks import (
+    available_accelerators,
+    check_accelerator,
+    check_arch,
+    check_optimizer,
+    check_precision,
+    valid_precisions,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+QUIET_TRAINER = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+                 "enable_model_summary": False}
 
 
-def optimizer_config(target: str, **values):
-    return OmegaConf.create({"_target_": target, "_partial_": True, **values})
+def outcome(call, *args) -> type[BaseException] | None:
+    """The exception type ``call(*args)`` raises, or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            call(*args)
+    except Exception as error:  # noqa: BLE001  (the type is the answer)
+        return type(error)
+    return None
 
 
-@pytest.mark.parametrize("cls, key, value, kind", [
-    (LARS, "momentum", 1.0, ValueError), (LARS, "weight_decay", -1e-4, ValueError),
-    (NLCG, "line_search_period", 0, ValueError), (NLCG, "line_search_period", 2.5, TypeError),
-])
-def test_an_optimizers_own_error_becomes_one_line_naming_the_key(cls, key, value, kind):
-    with pytest.raises(kind) as raised:  # the oracle: what the optimizer itself says
-        cls(_params(), **{key: value})
-    with pytest.raises(UserError) as refused:
-        check_optimizer(optimizer_config(f"{cls.__module__}.{cls.__name__}", **{key: value}))
-    message = str(refused.value)
-    assert "\n" not in message and f"optimizer.{key}" in message and str(raised.value) in message
+# --- model names -------------------------------------------------------------------------------------------
+
+TIMM_SAMPLE = timm.list_models()[::250]  # about 6 names across timm's whole list
+TYPOS = ["resnet5O", "resnet-50", "ResNet50", "vit_base_patch16", "alexnet_bnn", "resnet50.no_such_tag_x", ""]
 
 
-def test_good_values_and_failures_of_no_key_pass_through():
-    check_optimizer(optimizer_config("lightning_lars.optim.lars.LARS", momentum=0.9))
+@pytest.mark.parametrize("arch", ["resnet50", "resnet50.a1_in1k", "alexnet_bn", "test_resnet", *TIMM_SAMPLE,
+                                  *TYPOS])
+def test_a_model_name_is_refused_exactly_when_timm_has_no_such_model(arch):
+    refused = outcome(check_arch, arch)
+    assert refused in (None, UserError)
+    assert (refused is None) == timm.is_model(arch)
+
+
+@pytest.mark.parametrize("arch", ["test_resnet", "resnet5O", "tset_resnet"])
+def test_a_name_accepted_here_is_one_timm_builds(arch):
+    """The second oracle: ``timm.create_model`` itself (``test_resnet``: timm's 0.4 M-parameter model)."""
+    assert (outcome(check_arch, arch) is None) == (outcome(timm.create_model, arch) is None)
+
+
+def test_a_typo_names_the_model_meant_and_only_real_models():
+    with pytest.raises(UserError) as caught:
+        check_arch("resnet5O")
+    message = str(caught.value)
+    assert message.startswith("model.arch=resnet5O: timm has no such model; close names: ")
+    close = message.split("close names: ")[1].split(", ")
+    assert "resnet50" in close
+    assert all(timm.is_model(name) for name in close)
+
+
+def test_a_name_like_no_other_says_how_to_list_them():
+    with pytest.raises(UserError) as caught:
+        check_arch("qqqqqqqqqqqqqqqq")
+    assert "close names" not in str(caught.value)
+    assert "timm.list_models(" in str(caught.value)
+
+
+def test_no_name_is_left_to_the_model_default():
+    check_arch(None)
+
+
+# --- accelerators ------------------------------------------------------------------------------------------
+
+ACCELERATORS = ["auto", "cpu", "gpu", "cuda", "mps", "tpu", "xla", "gpuu", "CPU"]
+
+
+@pytest.mark.parametrize("accelerator", ACCELERATORS)
+def test_an_accelerator_passes_exactly_when_the_trainer_takes_it(accelerator):
+    passes = outcome(check_accelerator, accelerator) is None
+    takes = outcome(lambda: L.Trainer(accelerator=accelerator, devices=1, **QUIET_TRAINER)) is None
+    assert passes == takes
+
+
+@pytest.mark.parametrize("accelerator", ACCELERATORS)
+def test_an_unknown_name_and_a_missing_device_are_told_apart(accelerator):
+    """Unknown: not a name in Lightning's registry ("gpu" is Lightning's alias of "cuda"); missing: a name the
+    registry knows whose ``Accelerator.is_available()`` is false on this machine."""
+    name = "cuda" if accelerator == "gpu" else accelerator
+    known = name == "auto" or name in AcceleratorRegistry.available_accelerators()
+    here = name == "auto" or (known and AcceleratorRegistry[name]["accelerator"].is_available())
+    if here:
+        check_accelerator(accelerator)
+        return
+    with pytest.raises(UserError) as caught:
+        check_accelerator(accelerator)
+    message = str(caught.value)
+    assert message.startswith(f"trainer.accelerator={accelerator}")
+    assert ("not an accelerator Lightning knows" in message) == (not known)
+    assert (f"this machine has no {name.upper()} device" in message) == known
+
+
+def test_the_accelerators_named_as_available_are_those_torch_finds():
+    assert "cpu" in available_accelerators()
+    assert ("cuda" in available_accelerators()) == torch.cuda.is_available()
+    assert ("mps" in available_accelerators()) == torch.backends.mps.is_available()
+
+
+# --- precision ---------------------------------------------------------------------------------------------
+
+NOT_PRECISIONS = ["fp32", "32-mixed", "bf16-fp32", "8", 33, "16-true-mixed", "", "double", "half"]
+
+
+def trainer_calls_it_invalid(precision) -> bool:
+    """Lightning's own validation of the value (a missing optional package, e.g. transformer_engine, or a
+    device-specific refusal is not a verdict on the value)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L.Trainer(accelerator="cpu", devices=1, precision=precision, **QUIET_TRAINER)
+    except ValueError as error:
+        return "is invalid" in str(error)
+    except Exception:  # noqa: BLE001
+        return False
+    return False
+
+
+@pytest.mark.parametrize("precision", [*valid_precisions(), 32, 16, 64, *NOT_PRECISIONS])
+def test_a_precision_is_refused_exactly_when_the_trainer_calls_it_invalid(precision):
+    refused = outcome(check_precision, precision)
+    assert refused in (None, UserError)
+    assert (refused is UserError) == trainer_calls_it_invalid(precision)
+
+
+def test_the_valid_precisions_include_what_the_cpu_runs_use():
+    assert {"32-true", "bf16-mixed", "16-mixed", "64-true", "32", "16"} <= set(valid_precisions())
+    with pytest.raises(UserError) as caught:
+        check_precision("fp32")
+    suggested = str(caught.value).split("use one of ")[1].split(" (")[0].split(", ")
+    assert "32-true" in suggested and "bf16-mixed" in suggested
+    assert not any(trainer_calls_it_invalid(value) for value in suggested)
+
+
+# --- optimizer hyperparameters -----------------------------------------------------------------------------
+
+OPTIMIZER_CASES = [
+    ("lars", {}),
+    ("lars", {"momentum": 1.5}),
+    ("lars", {"form": "no_such_form"}),
+    ("lars", {"trust_coefficient": 0.0}),
+    ("lamb", {}),
+    ("lamb", {"weight_decay": -1.0}),
+    ("sgd", {}),
+    ("sgd", {"momentum": -1.0}),  # torch's own ValueError: left to the real build, which says it in context
+]
+
+
+@pytest.mark.parametrize("name, changes", OPTIMIZER_CASES, ids=lambda v: str(v))
+def test_an_optimizer_config_is_refused_exactly_when_building_it_raises_a_user_error(name, changes):
+    """The shipped ``conf/optimizer/<name>.yaml`` with ``changes``, built for real on a model's parameters
+    (what Lightning's ``configure_optimizers`` does later) as the oracle."""
+    config = OmegaConf.merge(OmegaConf.load(REPO / "conf" / "optimizer" / f"{name}.yaml"), changes)
+    config.setdefault("lr", 0.1)
+    model = torch.nn.Linear(3, 2)
+    built = outcome(lambda: instantiate(config)(model.parameters()))
+    checked = outcome(check_optimizer, config)
+    assert checked in (None, UserError)
+    assert (checked is UserError) == (built is UserError)
+
+
+def test_no_optimizer_or_no_target_is_nothing_to_check():
     check_optimizer(None)
-    # an unknown keyword names no key's value: left to the real build, which says so in context
-    check_optimizer(optimizer_config("lightning_lars.optim.lars.LARS", no_such_key=1))
-
-
-def _params():
-    import torch
-
-    return [torch.nn.Parameter(torch.zeros(2, 2))]
+    check_optimizer(OmegaConf.create({"lr": -1.0}))
