@@ -1,6 +1,6 @@
 """Time to feedback: a mistake's one-line error, and a `debug=toy` run, vs importing the stack they avoid.
 
-Targets (issue 15, benchmark only): an error in under 2 s, `debug=toy` in under 20 s on 2 cores. Each case is a
+Targets (benchmark only): an error in under 2 s, `debug=toy` in under 20 s on 2 cores. Each case is a
 fresh ``python -m lightning_lars.train`` process, timed to exit (median of ``--repeats``); the baseline is
 ``python -c "import torch, lightning"``, what every error cost when the entry point imported the stack first.
 Toy runs: the toy as configured (the demo's JPEGs through torchvision) against the same toy on the demo's FFCV

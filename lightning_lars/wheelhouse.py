@@ -38,7 +38,7 @@ from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT, is_checkout
 from lightning_lars.core.errors import UserError
 
 GROUPS = {
-    # what a GPU machine's image already has (issue 13: torch 2.11, lightning 2.6, timm, torchmetrics, torchvision)
+    # what a GPU machine's image already has (torch 2.11, lightning 2.6, timm, torchmetrics, torchvision)
     "torch": ("torch", "torchvision", "lightning", "timm", "torchmetrics"),
     "ffcv": ("ffcv", "numba", "opencv-python"),
 }

@@ -1,4 +1,4 @@
-"""Issue 15, a new user's first hour, through the real entry points (``python -m lightning_lars.train``,
+"""A new user's first hour, through the real entry points (``python -m lightning_lars.train``,
 ``make``, ``python -m lightning_lars.data.prepare``): mistakes that need the heavy stack are one line (exit 2,
 no traceback, no empty W&B run); Ctrl-C checkpoints and prints the command that resumes; the printed command
 resumes into the same checkpoint folder, with step and epoch checkpoints together and the final state saved;

@@ -1,4 +1,4 @@
-"""Issue 12.6: no host-device synchronisation per step. Between log steps our whole stack (the demo recipe as
+"""No host-device synchronisation per step. Between log steps our whole stack (the demo recipe as
 train.py builds it: every callback, BN groups, plugins) runs exactly as many ``aten::_local_scalar_dense``
 (``.item()``, ``bool(tensor)``: on a GPU each waits for the device) per optimizer step as bare Lightning with
 the same module, counted by torch.profiler on 2 gloo ranks (tests/integration/sync_runs.py). Before, the

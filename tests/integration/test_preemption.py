@@ -1,4 +1,4 @@
-"""Issue 7.3, SLURM preemption: SIGUSR1 -> checkpoint at a step boundary -> ``scontrol requeue`` -> the requeued
+"""SLURM preemption: SIGUSR1 -> checkpoint at a step boundary -> ``scontrol requeue`` -> the requeued
 job (same command, same job id) resumes by itself and ends bitwise where an unbroken run ends.
 
 SLURM is simulated the way a batch job sees it: SLURM_* variables and a stand-in ``scontrol`` on PATH that

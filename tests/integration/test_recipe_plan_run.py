@@ -41,7 +41,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
     assert card.returncode == 0, card.stderr[-2000:]
 
     lines = (trained.stdout + trained.stderr).splitlines()
-    # the plan's one measured line (issue 15, point 10) follows the first step; a card cannot know it
+    # the plan's one measured line follows the first step; a card cannot know it
     first_step = [line for line in lines if "[lightning-lars] plan: first optimizer step done" in line]
     assert len(first_step) == 1, lines[-40:]
     printed = [line.split("[lightning-lars] ", 1)[1] for line in lines if line not in first_step

@@ -1,4 +1,4 @@
-"""Issue 7.3: SIGKILL in the middle of an epoch, resume with run.ckpt_path=last, and the run ends bitwise where
+"""SIGKILL in the middle of an epoch, resume with run.ckpt_path=last, and the run ends bitwise where
 an unbroken run ends: weights, optimizer state and metrics, in the same W&B run. Real entry point, CPU."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12.3: under srun the loader gets the task's own CPU affinity (a process really bound by taskset, with
+"""Under srun the loader gets the task's own CPU affinity (a process really bound by taskset, with
 the variables srun sets), not that share divided again by the GPUs per node; processes Lightning starts itself
 share the node's cores. Subprocesses (taskset binds a whole process): slow tier."""
 

@@ -1,4 +1,4 @@
-"""Issue 12.4: preemption under Hydra's submitit launcher. submitit's jobs are warned with SIGUSR2
+"""Preemption under Hydra's submitit launcher. submitit's jobs are warned with SIGUSR2
 (``--signal=USR2@<signal_delay_s>``, or ``SUBMITIT_PREEMPT_SIGNAL``), not SIGUSR1; its own handler, on rank 0
 only, re-pickles the job, runs ``scontrol requeue`` and exits mid-step while the other ranks wait, and no
 checkpoint of the model is written.

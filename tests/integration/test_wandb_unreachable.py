@@ -1,4 +1,4 @@
-"""Issue 12.5: W&B on compute nodes without internet. With a key present and the server unreachable, a real
+"""W&B on compute nodes without internet. With a key present and the server unreachable, a real
 ``wandb.init`` (no mock) must end in an offline run within a bounded time, with a one-line notice; before,
 wandb retried for 90 s and ``CommError`` ended the run in ``build()``. Loopback addresses only.
 

@@ -220,7 +220,7 @@ def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
 
 
 def test_step_checkpoints_with_epochs_off_still_save_the_final_state(tmp_path):
-    # issue 15.8: with epochs off, the 10 steps after step 60 were never saved
+    # with epochs off, the 10 steps after step 60 were never saved
     ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=None, save_top_k=-1,
                       save_last=True)
     boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())

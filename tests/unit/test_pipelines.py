@@ -157,7 +157,7 @@ def test_torchvision_baseline_refusals(tmp_path):
 
 
 def test_torch_normalize_copies_its_statistics_to_a_device_once():
-    """A copy of mean/std from pageable host memory at every batch makes the host wait for the GPU (issue 12.6).
+    """A copy of mean/std from pageable host memory at every batch makes the host wait for the GPU.
     The meta device stands in for a GPU: a copy to it is a real ``aten::_to_copy``, seen by the profiler."""
     normalize = pipelines.TorchNormalize(pipelines.IMAGENET_MEAN, pipelines.IMAGENET_STD)
     images = torch.zeros((2, 3, 4, 4), dtype=torch.uint8, device="meta")

@@ -15,7 +15,7 @@ from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, 
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
 MLPERF = [name for name in RECIPES if "mlperf" in name or name in ("fujitsu_86k", "nado_nesterov_32k")]
-ISSUE_RECIPES = {  # the runs issue 4 names, all rows of records.md
+ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
     "goyal_8k", "you_alexnet_bn_8k", "you_resnet50_32k", "resnet50_32k", "you_alexnet_32k", "akiba_32k",
     "jia_64k", "mikami_68k", "ying_tpu_32k", "google_mlperf06_32k", "google_mlperf07_64k", "fujitsu_86k",
     "fujitsu_81k", "nvidia_mlperf10_3264", "nvidia_mlperf06_60k", "lamb_32k", "nado_nesterov_32k",

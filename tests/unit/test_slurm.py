@@ -1,4 +1,4 @@
-"""Issue 12.3: SLURM as it behaves. The sbatch text asks for each task's share of the node, all its memory and
+"""SLURM as it behaves. The sbatch text asks for each task's share of the node, all its memory and
 an appending log (the loader's thread count under srun: tests/integration/test_slurm_affinity.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15.1: `debug=toy` runs every recipe's model: the toy image size is the demo's 32 px or the smallest the
+"""`debug=toy` runs every recipe's model: the toy image size is the demo's 32 px or the smallest the
 model takes (AlexNet-BN pools 32 px images to 0x0), judged by running the real model, not by a table."""
 
 import pytest
