@@ -115,7 +115,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
         except ConfigCompositionException as err:
             key = re.search(r"Could not override '([^']+)'", str(err))
             plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
-            if key and plussed != user and _is_trainer_argument(key.group(1)):  # not set by the config yet
+            if key and plussed != user and _takes_without_plus(err, key.group(1)):  # not set by the config yet
                 user = plussed
                 continue
             raise UserError(explain_composition_error(err, user)) from None
@@ -124,26 +124,38 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     return cfg, [rewritten.get(o, o) for o in overrides]
 
 
-def _is_trainer_argument(dotted_key: str) -> bool:
+def _takes_without_plus(err: ConfigCompositionException, dotted_key: str) -> bool:
+    """A key the config does not set but its node takes: a Lightning Trainer argument, or one of a schema's
+    ``ALSO_TAKES`` (``model.model_kwargs``)."""
     parent, _, name = dotted_key.rpartition(".")
-    return parent == "trainer" and name in TRAINER_ARGUMENTS
+    owner = re.search(r"not in '(\w+)'", str(err.__cause__))
+    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(owner and name in schema.also_takes(owner[1]))
 
 
 def explain_composition_error(err: ConfigCompositionException, overrides: list[str] = ()) -> str:
     """One line for Hydra's composition failure: OmegaConf's reason, which names the ``full_key``, and the fix
-    the schema implies (its type, or its fields for a key it lacks)."""
-    reason = str(err.__cause__ or err)
-    first = reason.splitlines()[0].rstrip(".")
+    the schema implies (its type, or its fields for a key it lacks). A config file's mistake names the file."""
+    lines = str(err.__cause__ or err).splitlines()
+    in_file = re.match(r"In '([^']+)': \w+ raised while composing config:", lines[0])
+    if in_file and len(lines) > 1:  # a value in a config file (a user's recipe), not on the command line
+        lines = lines[1:]
+    where = f"in {in_file.group(1)}.yaml: " if in_file else ""
+    first, reason = lines[0].rstrip("."), "\n".join(lines)
     full_key = re.search(r"full_key: (\S+)", reason)
     override = re.search(r"(?:Error merging override|Could not override) '?([^'\s]+)", str(err))
     given = override.group(1).rstrip("'.") if override else ""  # key=value, or the key alone
-    key = full_key.group(1) if full_key else given.lstrip("+~").partition("=")[0]
+    given_key = given.lstrip("+~").partition("=")[0]
+    key = full_key.group(1) if full_key else given_key
     owner = re.search(r"not in '(\w+)'", first)
     if owner and dataclasses.is_dataclass(getattr(schema, owner.group(1), None)):  # a key the schema lacks
-        fields = ", ".join(f.name for f in dataclasses.fields(getattr(schema, owner.group(1))))
-        given_key = given.lstrip("+").partition("=")[0]
-        shown = key if key.startswith(given_key) else f"{given_key}: {key}"  # an item of a list: its own key
-        return f"unknown config key '{shown}': nothing reads it; remove it or fix its spelling (its keys: {fields})"
+        if key == "recipe" and in_file:
+            return f"{where}the recipe's keys land under 'recipe': start the file with the line # @package _global_"
+        fields = ", ".join([f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
+                           + [f"+{name}" for name in schema.also_takes(owner.group(1))])
+        inside = key.startswith(given_key) and ("." in key or owner.group(1) == "TrainConfig")
+        shown = key if inside else f"{given_key or owner.group(1)}: {key}"  # an item of a list: its own key
+        return (f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
+                f" (its keys: {fields})")
     if "is not in struct" in first:  # a key the config does not set in an open group
         given = next((o for o in overrides if o.startswith(f"{key}=")), f"{key}=VALUE")
         return (f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
@@ -151,7 +163,7 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     if full_key:
         kind = schema.field_type(key)
         fix = f"; set {key} to {schema.describe(kind)}" if kind is not None else ""
-        return f"{given.lstrip('+') if '=' in given else key}: {first}{fix}"
+        return f"{where}{given.lstrip('+') if '=' in given else key}: {first}{fix}"
     return " ".join(str(err).split())
 
 

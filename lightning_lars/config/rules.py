@@ -68,11 +68,14 @@ def check_schema_keys(node: Any, where: str = "") -> None:
     if schema is None or not dataclasses.is_dataclass(schema):
         return
     fields = [f.name for f in dataclasses.fields(schema)]
+    also = getattr(schema, "ALSO_TAKES", ())
     for key in node:
         full_key = f"{where}.{key}" if where else str(key)
+        if key in also:
+            continue
         if key not in fields:
             raise UserError(f"unknown config key '{full_key}': nothing reads it; remove it or fix its spelling"
-                            f" (its keys: {', '.join(fields)})")
+                            f" (its keys: {', '.join([*fields, *(f'+{name}' for name in also)])})")
         if OmegaConf.is_missing(node, key):
             raise UserError(f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
                             " the recipe)")

@@ -14,11 +14,12 @@ arguments, checked when it is built.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -95,7 +96,42 @@ class TrainConfig:
     paths: Any = None
 
 
-ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)
+@dataclass
+class ModelConfig:
+    """conf/model/alexnet_bn.yaml's keys: `lightning_lars.training.module.ImageClassifier`'s arguments that a
+    config sets (the optimizer and the schedule come from the plan). `ALSO_TAKES`: its other arguments, which a
+    user may add (no field: ``--cfg job`` prints only what the YAML sets)."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("l2_in_loss", "model_kwargs")
+
+    _target_: str = "lightning_lars.training.module.ImageClassifier"
+    arch: str = MISSING  # a timm model name
+    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]  # resolved when the model is built
+    exclusion_rule: str = "ndim<=1"  # tensors without weight decay and trust ratio (lightning_lars/optim)
+    zero_init_last: bool | None = None  # the last BN gamma of each residual block at 0; None: no residual blocks
+    fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
+    label_smoothing: float = 0.0
+    channels_last: bool = False
+
+
+@dataclass
+class ResNetModelConfig(ModelConfig):
+    """conf/model/resnet.yaml's keys: the ResNet's, with TF's L2 term in the loss."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("model_kwargs",)
+
+    l2_in_loss: float = 0.0  # weight of sum(l2_loss) over non-BN tensors added to the loss
+
+
+store = ConfigStore.instance()
+store.store(name=SCHEMA_NAME, node=TrainConfig)
+store.store(group="schema/model", name="alexnet_bn", node=ModelConfig)
+store.store(group="schema/model", name="resnet", node=ResNetModelConfig)
+
+
+def also_takes(type_name: str) -> tuple[str, ...]:
+    """The keys a schema dataclass (by name, as OmegaConf's messages give it) accepts beyond its fields."""
+    return getattr(getattr(sys.modules[__name__], type_name, None), "ALSO_TAKES", ())
 
 
 def field_type(dotted_key: str) -> Any:
