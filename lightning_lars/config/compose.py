@@ -29,7 +29,7 @@ from lightning_lars.config.paths import (  # noqa: F401
     is_checkout,
     run_root,
 )
-from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS
+from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, unknown_argument
 from lightning_lars.core.errors import UserError
 
 
@@ -156,6 +156,8 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
         shown = key if inside else f"{given_key or owner.group(1)}: {key}"  # an item of a list: its own key
         return (f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
                 f" (its keys: {fields})")
+    if "is not in struct" in first and key.startswith("trainer.") and key.count(".") == 1:
+        return unknown_argument(key.partition(".")[2])  # Lightning's own argument would have got its + above
     if "is not in struct" in first:  # a key the config does not set in an open group
         given = next((o for o in overrides if o.startswith(f"{key}=")), f"{key}=VALUE")
         return (f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"

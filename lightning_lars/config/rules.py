@@ -13,7 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, TRAINER_TARGET, accepts, describe
+from lightning_lars.config.trainer_arguments import (
+    TRAINER_ARGUMENTS,
+    TRAINER_TARGET,
+    accepts,
+    describe,
+    unknown_argument,
+)
 from lightning_lars.core.errors import UserError
 
 # Keys read as integers >= 1; True where -1 also counts (Lightning's "no limit").
@@ -108,8 +114,7 @@ def check_trainer(values: dict) -> None:
         if key.startswith("_") and key.endswith("_"):  # _target_, _partial_, ...: Hydra's, not the Trainer's
             continue
         if key not in TRAINER_ARGUMENTS:
-            raise UserError(f"unknown config key 'trainer.{key}': Lightning's Trainer takes no such argument;"
-                            " remove it or fix its spelling")
+            raise UserError(unknown_argument(key))
         accepted = TRAINER_ARGUMENTS[key]
         if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
             raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")

@@ -13,6 +13,8 @@ Each entry: the Python types and literal values the argument's annotation names 
 
 from __future__ import annotations
 
+import difflib
+
 ANYTHING = "anything"
 
 TRAINER_ARGUMENTS: dict[str, tuple | str] = {
@@ -80,3 +82,10 @@ def describe(accepted: tuple | str) -> str:
     """``an integer or null``, ``true or false``, ``one of 64, 32, ...``: what a user may write."""
     words = {int: "an integer", float: "a number", bool: "true or false", str: "text", None: "null"}
     return " or ".join(words[a] if a in words else repr(a) for a in accepted) if accepted != ANYTHING else "anything"
+
+
+def unknown_argument(name: str) -> str:
+    """The one-line error for ``trainer.<name>``, with the nearest real argument (``max_step``: ``max_steps``)."""
+    nearest = difflib.get_close_matches(name, TRAINER_ARGUMENTS, n=1)
+    hint = f"did you mean trainer.{nearest[0]}?" if nearest else "remove it or fix its spelling"
+    return f"unknown config key 'trainer.{name}': Lightning's Trainer takes no such argument; {hint}"
