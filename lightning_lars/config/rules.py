@@ -135,7 +135,7 @@ def check_sizes(values: dict) -> None:
             allowed = "an integer >= 1" + (" (or -1: no limit)" if minus_one_ok else "")
             raise UserError(f"{key}={_text(value)}: expected {allowed}")
     seed = values["seed"]
-    if not 0 <= seed < SEED_RANGE:
+    if not _is_left_to_the_run(seed) and not 0 <= seed < SEED_RANGE:
         raise UserError(f"seed={seed}: expected an integer in 0..{SEED_RANGE - 1}")
 
 
@@ -166,7 +166,7 @@ def check_evaluation(spec: dict) -> None:
         raise UserError("evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"
                         " (with every_n_steps, set evaluation.every_n_epochs=null)")
     for key in ("offset_epochs", "offset_steps"):
-        if spec[key] < 0:
+        if isinstance(spec[key], int) and spec[key] < 0:
             raise UserError(f"evaluation.{key}={spec[key]}: expected an integer >= 0")
     if spec["every_n_epochs"] is not None and spec["offset_steps"]:
         raise UserError("evaluation.offset_steps goes with every_n_steps; use evaluation.offset_epochs")
