@@ -44,6 +44,7 @@ def register_recipes() -> None:
 
 register_recipes()
 
+
 def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     """Our recipes plus those in ``extra_dirs`` (the ``recipe/`` folders of a user's ``hydra.searchpath``)."""
     return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})

@@ -125,8 +125,9 @@ class ResNetModelConfig(ModelConfig):
 
 store = ConfigStore.instance()
 store.store(name=SCHEMA_NAME, node=TrainConfig)
-store.store(group="schema/model", name="alexnet_bn", node=ModelConfig)
-store.store(group="schema/model", name="resnet", node=ResNetModelConfig)
+# at the top level, not in a group: `--help` lists groups as choices, and these are no choice of the user's
+store.store(name="alexnet_bn_model_schema", node=ModelConfig)
+store.store(name="resnet_model_schema", node=ResNetModelConfig)
 
 
 def also_takes(type_name: str) -> tuple[str, ...]:

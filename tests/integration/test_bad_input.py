@@ -19,9 +19,9 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
-from lightning_lars import train
 from lightning_lars.config import compose as config
 from lightning_lars.runtime import checkpointing, resume
+from lightning_lars.training.run import run
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +142,7 @@ def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
     GlobalHydra.instance().clear()
     cfg = config.compose_job([*OVERRIDES, f"paths.data_dir={shared / 'data'}",
                               f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}", *extra])
-    return train.run(cfg)
+    return run(cfg)
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def test_the_model_schema_is_the_image_classifiers_signature(model_schema):
                                                  ("alexnet_bn", schema.ModelConfig)])
 def test_each_model_file_sets_its_schemas_fields_in_order(model, model_schema):
     text = yaml.safe_load((config.CONF_DIR / "model" / f"{model}.yaml").read_text())
-    assert text["defaults"] == [f"/schema/model/{model}@_here_", "_self_"]
+    assert text["defaults"] == [f"/{model}_model_schema@_here_", "_self_"]
     assert [key for key in text if key != "defaults"] == [f.name for f in dataclasses.fields(model_schema)]
 
 
