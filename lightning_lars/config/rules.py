@@ -1,18 +1,23 @@
 """What the typed schema (`lightning_lars.config.schema`) cannot say, checked on the composed config: sizes that
 must be positive, keys read only in one mode, one of two keys, the trainer keys that ``evaluation`` replaces, and
-the kinds of values under the open groups (the Trainer's from `trainer_arguments`, our optimizers' and schedules'
-numbers). Each failure is a one-line `UserError` naming the key and the fix.
+the kinds of values under the open groups (the Trainer's from `trainer_arguments`, the others' from the config
+files). Each failure is a one-line `UserError` naming the key and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
+import re
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -36,14 +41,13 @@ POSITIVE_INTS = {
     "evaluation.every_n_epochs": False,
     "evaluation.every_n_steps": False,
 }
+EXPONENT_WITHOUT_DOT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML was built with it
 SEED_RANGE = 2**32  # numpy's and Lightning's seed_everything accept 0 .. 2**32 - 1
-# Arguments of our optimizers and schedules (lightning_lars/optim, lightning_lars/schedules) read as numbers: the
-# groups stay open (int or float: a float schema field would print `base_lr: 10` as `10.0`), so their kind is here.
-NUMBER_ARGUMENTS = {
-    "optimizer": ("lr", "momentum", "weight_decay", "eps", "trust_coefficient", "max_grad_norm", "gamma"),
-    "scheduler": ("base_lr", "base_batch", "start_lr", "end_lr", "end_lr_ratio", "power", "gamma", "warmup_epochs",
-                  "warmup_steps", "total_steps", "decay_steps"),
-}
+# Groups whose keys are their `_target_`'s arguments, with no schema: a value given there must have the kind (number
+# or bool) the config files give the key (OmegaConf 2.3 has no int-or-float type, and a float field would print
+# `base_lr: 10` as `10.0`). The Trainer has its own table; the model its schema.
+KIND_CHECKED_GROUPS = ("optimizer", "scheduler", "data", "callbacks", "logger", "strategy")
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
 REPLACED_BY_EVALUATION = {
     "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
@@ -57,7 +61,7 @@ def check(cfg: DictConfig) -> None:
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     check_trainer(values)
     check_sizes(values)
-    check_numbers(values)
+    check_kinds(values)
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
     check_deviations(values["deviations"])
@@ -139,14 +143,42 @@ def check_sizes(values: dict) -> None:
         raise UserError(f"seed={seed}: expected an integer in 0..{SEED_RANGE - 1}")
 
 
-def check_numbers(values: dict) -> None:
-    """Our optimizers' and schedules' numeric arguments: ``scheduler.base_lr=abc`` fails here, not mid-run."""
-    for group, names in NUMBER_ARGUMENTS.items():
-        node = values.get(group) or {}
-        for name in names:
-            value = node.get(name)
-            if not _is_left_to_the_run(value) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise UserError(f"{group}.{name}={_text(value)}: expected a number")
+def _kind(value: Any) -> str:
+    if isinstance(value, str) and EXPONENT_WITHOUT_DOT.fullmatch(value):
+        return "number"  # `1e-4`: a float to OmegaConf's YAML loader, a string to YAML 1.1's (PyYAML)
+    return "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "other"
+
+
+def _collect_kinds(prefix: str, node: dict, seen: dict[str, set[str]]) -> None:
+    for key, value in node.items():
+        if isinstance(value, dict):
+            _collect_kinds(f"{prefix}.{key}", value, seen)
+        elif key != "defaults" and not _is_left_to_the_run(value):
+            seen[f"{prefix}.{key}"].add(_kind(value))
+
+
+@functools.cache
+def reference_kinds() -> dict[str, str]:
+    """"number" or "bool" for each key of `KIND_CHECKED_GROUPS` that conf/<group>/*.yaml and the recipes set only
+    to numbers or only to bools (about 15 ms to read them all with libyaml)."""
+    seen: dict[str, set[str]] = collections.defaultdict(set)
+    for group in KIND_CHECKED_GROUPS:
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            _collect_kinds(group, yaml.load(path.read_text(), Loader=YAML_LOADER) or {}, seen)
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        recipe = yaml.load(path.read_text(), Loader=YAML_LOADER) or {}
+        for group in KIND_CHECKED_GROUPS:
+            _collect_kinds(group, recipe.get(group) or {}, seen)
+    return {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
+
+
+def check_kinds(values: dict) -> None:
+    """``scheduler.base_lr=abc`` or ``callbacks.checkpoint.save_last=maybe`` fails here, not mid-run."""
+    for key, kind in reference_kinds().items():
+        value = _raw(values, key)
+        if not _is_left_to_the_run(value) and _kind(value) != kind:
+            wanted = "a number" if kind == "number" else "true or false"
+            raise UserError(f"{key}={_text(value)}: expected {wanted} (as the config files give {key})")
 
 
 def check_epoch_length(spec: dict) -> None:

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from lightning_lars.config import compose as config
-from lightning_lars.config import schema
+from lightning_lars.config import rules, schema
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
 
@@ -128,6 +128,10 @@ def test_a_rule_between_values_is_one_line_naming_the_key(overrides, start):
     ("+trainer.max_step=1", "unknown config key 'trainer.max_step': Lightning's Trainer takes no such argument"),
     ("scheduler.base_lr=abc", "scheduler.base_lr=abc: expected a number"),
     ("optimizer.weight_decay=true", "optimizer.weight_decay=true: expected a number"),
+    ("optimizer.nesterov=1", "optimizer.nesterov=1: expected true or false"),
+    ("callbacks.checkpoint.save_last=maybe", "callbacks.checkpoint.save_last=maybe: expected true or false"),
+    ("callbacks.trust_ratio.every_n_steps=abc", "callbacks.trust_ratio.every_n_steps=abc: expected a number"),
+    ("data.resolution=big", "data.resolution=big: expected a number"),
 ])
 def test_values_under_the_open_groups_are_checked_by_kind(override, start):
     assert one_line_error(override).startswith(start)
@@ -200,3 +204,26 @@ def test_a_users_recipe_without_the_package_line_is_told_to_add_it(tmp_path):
     (tmp_path / "recipe" / "mine.yaml").write_text("defaults:\n  - demo\n  - _self_\nseed: 3\n")
     with pytest.raises(UserError, match="start the file with the line # @package _global_"):
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
+
+
+def test_the_kinds_the_open_groups_are_checked_against_are_the_config_files_as_omegaconf_reads_them():
+    """The rules read the files with libyaml (milliseconds); OmegaConf's own loader, which Hydra composes with, is
+    the oracle: ``1e-4`` is a float to it."""
+    seen: dict[str, set[str]] = {}
+
+    def collect(prefix, node):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                collect(f"{prefix}.{key}", value)
+            elif key != "defaults" and value not in (None, "???") and not (isinstance(value, str) and "${" in value):
+                kind = "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "other"
+                seen.setdefault(f"{prefix}.{key}", set()).add(kind)
+
+    for group in rules.KIND_CHECKED_GROUPS:
+        for path in (config.CONF_DIR / group).glob("*.yaml"):
+            collect(group, OmegaConf.to_container(OmegaConf.load(path)))
+        for path in config.RECIPES_DIR.glob("*.yaml"):
+            collect(group, OmegaConf.to_container(OmegaConf.load(path)).get(group) or {})
+    expected = {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
+    assert rules.reference_kinds() == expected
+    assert expected["optimizer.weight_decay"] == "number"  # written 1e-4 in conf/optimizer/lars.yaml
