@@ -1,7 +1,8 @@
-"""Config checks that Hydra does not do: known recipes, keys nothing reads, one-line errors."""
+"""Composing the config and its command line: known recipes, the schema's and rules' checks, one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import inspect
 import re
@@ -14,17 +15,23 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
-    HydraException,
     MissingConfigException,
     OverrideParseException,
 )
-from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lightning_lars.config import values as config_values
-from lightning_lars.config.paths import CONF_DIR, PACKAGE_DIR, PROJECT_ROOT, RECIPES_DIR, is_checkout, run_root  # noqa: F401
+from lightning_lars.config import rules, schema  # schema: stores train_schema in the ConfigStore
+from lightning_lars.config.paths import (  # noqa: F401
+    CONF_DIR,
+    PACKAGE_DIR,
+    PROJECT_ROOT,
+    RECIPES_DIR,
+    is_checkout,
+    run_root,
+)
+from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, unknown_argument
 from lightning_lars.core.errors import UserError
-from lightning_lars.config.static_signature import static_arguments
+
 
 # The recipes are Hydra's ``recipe`` group: stored in Hydra's ConfigStore from RECIPES_DIR (the top-level recipes/
 # of a checkout, lightning_lars/recipes in the wheel), so no conf/recipe folder or link is needed. A user's own
@@ -36,14 +43,6 @@ def register_recipes() -> None:
 
 
 register_recipes()
-
-# Top-level keys and the keys of the nodes that train.py reads itself (no `_target_` to reject extras).
-TOP_LEVEL_KEYS = {
-    "data", "model", "optimizer", "scheduler", "batch", "trainer", "strategy", "callbacks", "logger",
-    "paths", "seed", "published", "recipe_name", "run", "epoch_length", "evaluation", "deviations",
-}
-BATCH_KEYS = {"global_size", "max_per_device", "bn_group"}
-RUN_KEYS = {"validate_at_end", "ckpt_path"}
 
 
 def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -93,9 +92,10 @@ def check_overrides(overrides: list[str]) -> DictConfig:
 
 
 def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """The composed config and the overrides as Hydra must get them: a ``key=value`` that the node's
-    ``_target_`` takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works
-    as a Trainer user expects). Every mistake is a one-line `UserError`; values are checked for type and range.
+    """The composed config and the overrides as Hydra must get them: a ``trainer.KEY=value`` that Lightning's
+    Trainer takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works as a Trainer
+    user expects). Hydra checks types against `lightning_lars.config.schema` while it composes, then
+    `lightning_lars.config.rules` checks what types cannot say; every mistake is a one-line `UserError`.
     """
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
@@ -114,25 +114,60 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
             cfg = _compose(user)
             break
         except ConfigCompositionException as err:
-            message = " ".join(str(err).split())
-            key = re.search(r"Could not override '([^']+)'", message)
+            key = re.search(r"Could not override '([^']+)'", str(err))
             plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
-            if key and plussed != user and _target_accepts(user, key.group(1)):  # not set by the config yet
+            if key and plussed != user and _takes_without_plus(err, key.group(1)):  # not set by the config yet
                 user = plussed
                 continue
-            if key:
-                raise UserError(
-                    f"unknown config key '{key.group(1)}': nothing reads it; check the spelling against"
-                    " `python -m lightning_lars.train --cfg job`"
-                ) from None
-            raise UserError(message) from None
-    check_unread_keys(cfg)
-    choices = [o for o in user if _is_group_choice(o) or o.lstrip("+").startswith("hydra.searchpath=")]
-    # the types the config files give, before the user's values; `make demo` (no values) composes once, not twice
-    config_values.check_override_types(user, cfg if choices == user else _compose(choices), cfg)
-    config_values.check_sizes(cfg)
+            raise UserError(explain_composition_error(err, user)) from None
+    rules.check(cfg)
     rewritten = dict(zip(given, user))
     return cfg, [rewritten.get(o, o) for o in overrides]
+
+
+def _takes_without_plus(err: ConfigCompositionException, dotted_key: str) -> bool:
+    """A key the config does not set but its node takes: a Lightning Trainer argument, or one of a schema's
+    ``ALSO_TAKES`` (``model.model_kwargs``)."""
+    parent, _, name = dotted_key.rpartition(".")
+    owner = re.search(r"not in '(\w+)'", str(err.__cause__))
+    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(owner and name in schema.also_takes(owner[1]))
+
+
+def explain_composition_error(err: ConfigCompositionException, overrides: list[str] = ()) -> str:
+    """One line for Hydra's composition failure: OmegaConf's reason, which names the ``full_key``, and the fix
+    the schema implies (its type, or its fields for a key it lacks). A config file's mistake names the file."""
+    lines = str(err.__cause__ or err).splitlines()
+    in_file = re.match(r"In '([^']+)': \w+ raised while composing config:", lines[0])
+    if in_file and len(lines) > 1:  # a value in a config file (a user's recipe), not on the command line
+        lines = lines[1:]
+    where = f"in {in_file.group(1)}.yaml: " if in_file else ""
+    first, reason = lines[0].rstrip("."), "\n".join(lines)
+    full_key = re.search(r"full_key: (\S+)", reason)
+    override = re.search(r"(?:Error merging override|Could not override) '?([^'\s]+)", str(err))
+    given = override.group(1).rstrip("'.") if override else ""  # key=value, or the key alone
+    given_key = given.lstrip("+~").partition("=")[0]
+    key = full_key.group(1) if full_key else given_key
+    owner = re.search(r"not in '(\w+)'", first)
+    if owner and dataclasses.is_dataclass(getattr(schema, owner.group(1), None)):  # a key the schema lacks
+        if key == "recipe" and in_file:
+            return f"{where}the recipe's keys land under 'recipe': start the file with the line # @package _global_"
+        fields = ", ".join([f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
+                           + [f"+{name}" for name in schema.also_takes(owner.group(1))])
+        inside = key.startswith(given_key) and ("." in key or owner.group(1) == "TrainConfig")
+        shown = key if inside else f"{given_key or owner.group(1)}: {key}"  # an item of a list: its own key
+        return (f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
+                f" (its keys: {fields})")
+    if "is not in struct" in first and key.startswith("trainer.") and key.count(".") == 1:
+        return unknown_argument(key.partition(".")[2])  # Lightning's own argument would have got its + above
+    if "is not in struct" in first:  # a key the config does not set in an open group
+        given = next((o for o in overrides if o.startswith(f"{key}=")), f"{key}=VALUE")
+        return (f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
+                f" lightning_lars.train --cfg job`, or add a key of your own with +{given}")
+    if full_key:
+        kind = schema.field_type(key)
+        fix = f"; set {key} to {schema.describe(kind)}" if kind is not None else ""
+        return f"{where}{given.lstrip('+') if '=' in given else key}: {first}{fix}"
+    return " ".join(str(err).split())
 
 
 def _is_group_choice(override: str) -> bool:
@@ -164,48 +199,6 @@ def compose_job(overrides: list[str]) -> DictConfig:
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg
-
-
-def _target_accepts(overrides: list[str], dotted_key: str) -> bool:
-    """Whether `dotted_key`'s parent node has a `_target_` whose signature takes the last name.
-
-    The parent's target comes from the config files chosen (recipe, groups); other value overrides may be
-    the next ones Hydra refuses, so they are left out here."""
-    parent_key, _, name = dotted_key.rpartition(".")
-    try:
-        parent = OmegaConf.select(_compose([o for o in overrides if _is_group_choice(o)]), parent_key)
-        names = static_arguments(parent["_target_"])  # from the source file: importing the Trainer takes ~7 s
-        return name in (names if names is not None else accepted_arguments(get_object(parent["_target_"])))
-    except (UserError, HydraException, ImportError, AttributeError, KeyError, TypeError, ValueError):
-        return False  # no better hint than "unknown key"
-
-
-def accepted_arguments(target) -> set[str]:
-    """Keyword names ``target`` takes; for a class whose ``__init__`` passes ``**kwargs`` on, its bases' too
-    (our ``Checkpoint`` takes every ``ModelCheckpoint`` argument)."""
-    names: set[str] = set()
-    for owner in (target.__mro__ if inspect.isclass(target) else [target]):
-        init = owner.__init__ if inspect.isclass(target) else owner
-        if inspect.isclass(target) and "__init__" not in owner.__dict__:
-            continue
-        parameters = inspect.signature(init).parameters
-        names |= {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-            break
-    names.discard("self")
-    return names
-
-
-def check_unread_keys(cfg: DictConfig) -> None:
-    """Reject keys added with `+key=value` that no part of the run reads (a silent no-op otherwise)."""
-    for where, allowed, node in (
-        ("", TOP_LEVEL_KEYS, cfg),
-        ("batch.", BATCH_KEYS, cfg.get("batch", {})),
-        ("run.", RUN_KEYS, cfg.get("run", {})),
-    ):
-        unknown = sorted(set(node.keys()) - allowed)
-        if unknown:
-            raise UserError(f"unknown config key '{where}{unknown[0]}': nothing reads it; remove it or fix its spelling")
 
 
 def explain_instantiation_error(err: Exception) -> str:
@@ -244,4 +237,4 @@ def check_partial(node: str, bound):
 
 
 def to_yaml(cfg: DictConfig) -> str:
-    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False), sort_keys=False)
+    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), sort_keys=False)

@@ -20,15 +20,8 @@ from typing import Any
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_lars.recipe.keys import (
-    check_deviations,
-    check_trainer_keys,
-    epoch_length,
-    eval_steps,
-    positive_int,
-    recipe_error,
-)
 from lightning_lars.config import compose as config
+from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
 from lightning_lars.schedules.lr import GrownBatchSchedule, build_lr_schedule, factor_at_epoch, phase_steps
 from lightning_lars.schedules.scaling import BatchPlan, plan_batch
 
@@ -163,8 +156,7 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images. ``devices=None``
     (the composition checks) leaves out the callbacks' planned values: reading them imports every callback
     module, so Lightning, before the data files are checked; the run and the card read them."""
-    check_trainer_keys(recipe, cfg)
-    deviations = check_deviations(recipe, cfg.get("deviations"))
+    deviations = OmegaConf.to_container(cfg.deviations, resolve=True)  # four strings each: config.schema
     batch = cfg.batch
     if devices is None:  # composition checks: the hardware is not known yet, only the global batch matters
         plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
@@ -226,14 +218,14 @@ def _epochs_at(epoch_ends: list[int], step: int) -> float:
 
 
 def planned_train_images(cfg: DictConfig, recipe: str) -> int:
-    """The train-set size the recipe is planned at without data: ``epoch_length.num_train_images``."""
-    value = (cfg.get("epoch_length") or {}).get("num_train_images")
-    return positive_int(recipe, "epoch_length.num_train_images", value)
+    """The train-set size the recipe is planned at without data: ``epoch_length.num_train_images`` (a positive
+    integer: config.schema and config.rules checked it at composition)."""
+    return int(cfg.epoch_length.num_train_images)
 
 
 def check_recipe(cfg: DictConfig, recipe: str) -> None:
-    """The composition-time checks of ``epoch_length``, ``evaluation`` and ``deviations`` (and the trainer
-    keys they replace), at the planned train-set size: a bad recipe fails before anything starts."""
+    """The checks that need the planned run (an evaluation offset past the last step, a global batch the source's
+    workers do not divide), at the planned train-set size: a bad recipe fails before anything starts."""
     make_plan(cfg, recipe, planned_train_images(cfg, recipe), devices=None, nodes=1)
 
 
@@ -249,8 +241,8 @@ def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
 
 
 def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """`lightning_lars.config.compose.check_command_line`, then the recipe's own checks (``epoch_length``,
-    ``evaluation``, ``deviations``): every mistake one line, before anything heavy starts."""
+    """`lightning_lars.config.compose.check_command_line` (schema and rules), then the checks that need the planned
+    run: every mistake one line, before anything heavy starts."""
     cfg, accepted = config.check_command_line(overrides)
     check_recipe(cfg, recipe_of(overrides))
     return cfg, accepted

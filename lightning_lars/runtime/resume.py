@@ -159,7 +159,7 @@ def saved_config(run_folder: Path, name: str = ".hydra/config.yaml") -> dict | N
 
 def _resolved(cfg: DictConfig) -> dict | None:
     try:
-        return OmegaConf.to_container(cfg, resolve=True)
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # epoch_length.mode: an Enum
     except OmegaConfBaseException:  # a value that cannot be resolved here: only the unresolved config compares
         return None
 
@@ -178,7 +178,7 @@ def write_resolved_config(cfg: DictConfig) -> None:
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
     a one-line error naming the keys that differ and how to resume anyway."""
-    current, resolved = OmegaConf.to_container(cfg, resolve=False), _resolved(cfg)
+    current, resolved = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), _resolved(cfg)
     runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
     matching, other = [], []
     for folder in search_folders(run_dir, runs_dir):

@@ -64,7 +64,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     rank_zero_info(f"[lightning-lars] start-up {time.perf_counter() - started:.1f} s (command line to first build)")
     if trainer.logger is not None:
         trainer.logger.log_hyperparams({
-            "config": OmegaConf.to_container(cfg, resolve=True),
+            "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),  # the schema's Enum as text
             "plan": plan.summary(),
             "provenance": provenance(),
         })

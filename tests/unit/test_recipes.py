@@ -10,7 +10,6 @@ from omegaconf import OmegaConf
 
 from lightning_lars.recipe import catalog as recipe_table
 from lightning_lars.config.compose import RECIPES_DIR
-from lightning_lars.recipe.keys import evaluation_spec
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
@@ -104,7 +103,7 @@ def test_mlperf_runs_are_judged_like_mlperf(name):
     cfg = recipe(name)
     assert cfg.callbacks.time_to_target.target_top1 == 75.9
     assert cfg.callbacks.time_to_target.stop_at_target is True
-    spec = evaluation_spec(name, cfg)  # the evaluation key, or the legacy trainer one
+    spec = cfg.evaluation
     assert spec["every_n_epochs"] == 4 or spec["every_n_steps"]  # MLPerf: every 4 epochs; the TPU code counts steps
     crop = cfg.data.pipeline.train[0].random_resized_crop
     scale, ratio = TRAIN_CROPS.get(name, ([0.05, 1.0], [0.75, 1.33]))

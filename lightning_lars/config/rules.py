@@ -1,0 +1,215 @@
+"""What the typed schema (`lightning_lars.config.schema`) cannot say, checked on the composed config: sizes that
+must be positive, keys read only in one mode, one of two keys, the trainer keys that ``evaluation`` replaces, and
+the kinds of values under the open groups (the Trainer's from `trainer_arguments`, the others' from the config
+files). Each failure is a one-line `UserError` naming the key and the fix.
+
+Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import re
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
+from lightning_lars.config.trainer_arguments import (
+    TRAINER_ARGUMENTS,
+    TRAINER_TARGET,
+    accepts,
+    describe,
+    unknown_argument,
+)
+from lightning_lars.core.errors import UserError
+
+# Keys read as integers >= 1; True where -1 also counts (Lightning's "no limit").
+POSITIVE_INTS = {
+    "batch.global_size": False,
+    "batch.max_per_device": False,
+    "batch.bn_group": False,
+    "trainer.max_epochs": True,  # -1: no epoch limit (with max_steps)
+    "trainer.max_steps": True,  # -1: no step limit
+    "data.num_classes": False,
+    "epoch_length.num_train_images": False,
+    "epoch_length.workers": False,
+    "epoch_length.steps": False,
+    "evaluation.every_n_epochs": False,
+    "evaluation.every_n_steps": False,
+}
+EXPONENT_WITHOUT_DOT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML was built with it
+SEED_RANGE = 2**32  # numpy's and Lightning's seed_everything accept 0 .. 2**32 - 1
+# Groups whose keys are their `_target_`'s arguments, with no schema: a value given there must have the kind (number
+# or bool) the config files give the key (OmegaConf 2.3 has no int-or-float type, and a float field would print
+# `base_lr: 10` as `10.0`). The Trainer has its own table; the model its schema.
+KIND_CHECKED_GROUPS = ("optimizer", "scheduler", "data", "callbacks", "logger", "strategy")
+# Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
+REPLACED_BY_EVALUATION = {
+    "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
+    "val_check_interval": "set evaluation.every_n_steps (and evaluation.offset_steps) instead",
+}
+
+
+def check(cfg: DictConfig) -> None:
+    """Every rule, in the order a user fixes them: keys the schema does not have, then values."""
+    check_schema_keys(cfg)
+    values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    check_trainer(values)
+    check_sizes(values)
+    check_kinds(values)
+    check_epoch_length(values["epoch_length"])
+    check_evaluation(values["evaluation"])
+    check_deviations(values["deviations"])
+
+
+def check_schema_keys(node: Any, where: str = "") -> None:
+    """In the schema's sections: no key the dataclass lacks (``+run.resume=true`` adds one, as Hydra lets ``+``
+    add to any node) and no value left ``???``."""
+    if isinstance(node, ListConfig):
+        for index in range(len(node)):
+            check_schema_keys(node._get_node(index), f"{where}[{index}]")
+        return
+    schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return
+    fields = [f.name for f in dataclasses.fields(schema)]
+    also = getattr(schema, "ALSO_TAKES", ())
+    for key in node:
+        full_key = f"{where}.{key}" if where else str(key)
+        if key in also:
+            continue
+        if key not in fields:
+            raise UserError(f"unknown config key '{full_key}': nothing reads it; remove it or fix its spelling"
+                            f" (its keys: {', '.join([*fields, *(f'+{name}' for name in also)])})")
+        if OmegaConf.is_missing(node, key):
+            raise UserError(f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
+                            " the recipe)")
+        check_schema_keys(node._get_node(key), full_key)
+
+
+def _raw(values: dict, dotted_key: str) -> Any:
+    node: Any = values
+    for part in dotted_key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _is_left_to_the_run(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and ("${" in value or value == "???"))
+
+
+def check_trainer(values: dict) -> None:
+    """Lightning's Trainer takes these keys with these kinds; ``evaluation`` replaces its own evaluation knobs."""
+    trainer = values.get("trainer") or {}
+    for key, fix in REPLACED_BY_EVALUATION.items():
+        if trainer.get(key) is not None:
+            raise UserError(f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
+                            f" trainer.{key}")
+    if trainer.get("_target_") != TRAINER_TARGET:
+        return
+    for key, value in trainer.items():
+        if key.startswith("_") and key.endswith("_"):  # _target_, _partial_, ...: Hydra's, not the Trainer's
+            continue
+        if key not in TRAINER_ARGUMENTS:
+            raise UserError(unknown_argument(key))
+        accepted = TRAINER_ARGUMENTS[key]
+        if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
+            raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_sizes(values: dict) -> None:
+    """The sizes the run is planned from: positive integers (``batch.max_per_device=0`` or
+    ``trainer.max_epochs=0`` would be accepted by Lightning and train nothing, or divide by zero later)."""
+    for key, minus_one_ok in POSITIVE_INTS.items():
+        value = _raw(values, key)
+        if _is_left_to_the_run(value):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and not (minus_one_ok and value == -1)):
+            allowed = "an integer >= 1" + (" (or -1: no limit)" if minus_one_ok else "")
+            raise UserError(f"{key}={_text(value)}: expected {allowed}")
+    seed = values["seed"]
+    if not _is_left_to_the_run(seed) and not 0 <= seed < SEED_RANGE:
+        raise UserError(f"seed={seed}: expected an integer in 0..{SEED_RANGE - 1}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str) and EXPONENT_WITHOUT_DOT.fullmatch(value):
+        return "number"  # `1e-4`: a float to OmegaConf's YAML loader, a string to YAML 1.1's (PyYAML)
+    return "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "other"
+
+
+def _collect_kinds(prefix: str, node: dict, seen: dict[str, set[str]]) -> None:
+    for key, value in node.items():
+        if isinstance(value, dict):
+            _collect_kinds(f"{prefix}.{key}", value, seen)
+        elif key != "defaults" and not _is_left_to_the_run(value):
+            seen[f"{prefix}.{key}"].add(_kind(value))
+
+
+@functools.cache
+def reference_kinds() -> dict[str, str]:
+    """"number" or "bool" for each key of `KIND_CHECKED_GROUPS` that conf/<group>/*.yaml and the recipes set only
+    to numbers or only to bools (about 15 ms to read them all with libyaml)."""
+    seen: dict[str, set[str]] = collections.defaultdict(set)
+    for group in KIND_CHECKED_GROUPS:
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            _collect_kinds(group, yaml.load(path.read_text(), Loader=YAML_LOADER) or {}, seen)
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        recipe = yaml.load(path.read_text(), Loader=YAML_LOADER) or {}
+        for group in KIND_CHECKED_GROUPS:
+            _collect_kinds(group, recipe.get(group) or {}, seen)
+    return {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
+
+
+def check_kinds(values: dict) -> None:
+    """``scheduler.base_lr=abc`` or ``callbacks.checkpoint.save_last=maybe`` fails here, not mid-run."""
+    for key, kind in reference_kinds().items():
+        value = _raw(values, key)
+        if not _is_left_to_the_run(value) and _kind(value) != kind:
+            wanted = "a number" if kind == "number" else "true or false"
+            raise UserError(f"{key}={_text(value)}: expected {wanted} (as the config files give {key})")
+
+
+def check_epoch_length(spec: dict) -> None:
+    """``workers`` only (and always) in mode padded, ``steps`` only (and always) in mode fixed."""
+    mode = spec["mode"]
+    for key, needs in (("workers", "padded"), ("steps", "fixed")):
+        if mode == needs and spec[key] is None:
+            raise UserError(f"epoch_length.{key} is not set: mode {needs} needs it (epoch_length.{key}=N)")
+        if mode != needs and spec[key] is not None:
+            raise UserError(f"epoch_length.{key} is only read in mode {needs} (mode is {mode}); remove it with"
+                            f" epoch_length.{key}=null")
+
+
+def check_evaluation(spec: dict) -> None:
+    """Exactly one of every_n_epochs / every_n_steps, each offset with its own period, offsets >= 0."""
+    if (spec["every_n_epochs"] is None) == (spec["every_n_steps"] is None):
+        raise UserError("evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"
+                        " (with every_n_steps, set evaluation.every_n_epochs=null)")
+    for key in ("offset_epochs", "offset_steps"):
+        if isinstance(spec[key], int) and spec[key] < 0:
+            raise UserError(f"evaluation.{key}={spec[key]}: expected an integer >= 0")
+    if spec["every_n_epochs"] is not None and spec["offset_steps"]:
+        raise UserError("evaluation.offset_steps goes with every_n_steps; use evaluation.offset_epochs")
+    if spec["every_n_steps"] is not None and spec["offset_epochs"]:
+        raise UserError("evaluation.offset_epochs goes with every_n_epochs; use evaluation.offset_steps")
+
+
+def check_deviations(deviations: list[dict]) -> None:
+    """The schema makes each field text; a blank one says nothing."""
+    for index, entry in enumerate(deviations):
+        for name, text in entry.items():
+            if not text.strip():
+                raise UserError(f"deviations[{index}].{name} is empty: every deviation needs technique, published,"
+                                " ours and why")

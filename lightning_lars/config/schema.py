@@ -1,0 +1,164 @@
+"""The root config's own sections as typed dataclasses, stored in Hydra's ConfigStore as ``train_schema``.
+
+conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file (train.yaml, the groups, the
+recipe, the command line) merges into these types: OmegaConf rejects a wrong type (``batch.global_size=abc``), an
+unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.resume=true``) while Hydra composes,
+and `lightning_lars.config.compose` turns its message into one line. The defaults here equal train.yaml's, which
+sets them again with the comments a user reads; field order is the order ``--cfg job`` prints.
+
+Checks a type cannot state (positive sizes, one of two keys, a key read only in one mode) are in
+`lightning_lars.config.rules`. The groups (data, model, ...) stay open: their keys are the ``_target_``'s
+arguments, checked when it is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+SCHEMA_NAME = "train_schema"
+
+
+class EpochMode(Enum):
+    """How the source counted an epoch (`lightning_lars.recipe.keys.count_steps_per_epoch`)."""
+
+    drop_last = "drop_last"
+    padded = "padded"
+    fixed = "fixed"
+
+
+@dataclass
+class BatchConfig:
+    global_size: int = MISSING  # images per optimizer step, summed over devices and accumulation steps
+    max_per_device: int = 256  # images per forward pass on one device
+    bn_group: int | None = None  # samples per BN statistic; None: the per-device batch
+
+
+@dataclass
+class RunConfig:
+    ckpt_path: str | None = None
+    validate_at_end: bool = False
+
+
+@dataclass
+class EpochLengthConfig:
+    mode: EpochMode = EpochMode.drop_last
+    workers: int | None = None  # mode padded only: the source's data-parallel workers
+    steps: int | None = None  # mode fixed only: the source's optimizer steps per epoch
+    num_train_images: int = 1281167  # ILSVRC-2012 train
+
+
+@dataclass
+class EvaluationConfig:
+    every_n_epochs: int | None = 1  # exactly one of every_n_epochs / every_n_steps
+    every_n_steps: int | None = None
+    offset_epochs: int = 0
+    offset_steps: int = 0
+
+
+@dataclass
+class Deviation:
+    """What we could not reproduce: all four fields, as text."""
+
+    technique: str = MISSING
+    published: str = MISSING
+    ours: str = MISSING
+    why: str = MISSING
+
+
+@dataclass
+class TrainConfig:
+    recipe_name: str = "${hydra:runtime.choices.recipe}"
+    seed: int = 0
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    epoch_length: EpochLengthConfig = field(default_factory=EpochLengthConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    deviations: list[Deviation] = field(default_factory=list)
+    published: dict[str, Any] = field(default_factory=dict)
+    # the groups: open nodes, filled by conf/<group>/*.yaml and the recipe
+    data: Any = None
+    model: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    trainer: Any = None
+    strategy: Any = None
+    callbacks: Any = None
+    logger: Any = None
+    paths: Any = None
+
+
+@dataclass
+class ModelConfig:
+    """conf/model/alexnet_bn.yaml's keys: `lightning_lars.training.module.ImageClassifier`'s arguments that a
+    config sets (the optimizer and the schedule come from the plan). `ALSO_TAKES`: its other arguments, which a
+    user may add (no field: ``--cfg job`` prints only what the YAML sets)."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("l2_in_loss", "model_kwargs")
+
+    _target_: str = "lightning_lars.training.module.ImageClassifier"
+    arch: str = MISSING  # a timm model name
+    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]  # resolved when the model is built
+    exclusion_rule: str = "ndim<=1"  # tensors without weight decay and trust ratio (lightning_lars/optim)
+    zero_init_last: bool | None = None  # the last BN gamma of each residual block at 0; None: no residual blocks
+    fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
+    label_smoothing: float = 0.0
+    channels_last: bool = False
+
+
+@dataclass
+class ResNetModelConfig(ModelConfig):
+    """conf/model/resnet.yaml's keys: the ResNet's, with TF's L2 term in the loss."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("model_kwargs",)
+
+    l2_in_loss: float = 0.0  # weight of sum(l2_loss) over non-BN tensors added to the loss
+
+
+store = ConfigStore.instance()
+store.store(name=SCHEMA_NAME, node=TrainConfig)
+# at the top level, not in a group: `--help` lists groups as choices, and these are no choice of the user's
+store.store(name="alexnet_bn_model_schema", node=ModelConfig)
+store.store(name="resnet_model_schema", node=ResNetModelConfig)
+
+
+def also_takes(type_name: str) -> tuple[str, ...]:
+    """The keys a schema dataclass (by name, as OmegaConf's messages give it) accepts beyond its fields."""
+    return getattr(getattr(sys.modules[__name__], type_name, None), "ALSO_TAKES", ())
+
+
+def field_type(dotted_key: str) -> Any:
+    """The annotation of ``dotted_key`` (``batch.global_size``, ``deviations[0].why``) in the schema, or None
+    where the key is outside it (the groups, ``published``)."""
+    kind: Any = TrainConfig
+    for part in dotted_key.split("."):
+        name, _, index = part.partition("[")
+        if not dataclasses.is_dataclass(kind):
+            return None
+        kind = typing.get_type_hints(kind).get(name)
+        if index and typing.get_origin(kind) is list:
+            kind = typing.get_args(kind)[0]
+    return kind
+
+
+def describe(kind: Any) -> str:
+    """What a user may write for a value of type ``kind``: "an integer", "one of drop_last, padded, fixed", ..."""
+    arguments = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(arguments) == 1:
+        return f"{describe(arguments[0])} or null"
+    if typing.get_origin(kind) is list:
+        return f"a list of {describe(arguments[0])}"
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of " + ", ".join(member.name for member in kind)
+    if dataclasses.is_dataclass(kind):
+        return "{" + ", ".join(f.name for f in dataclasses.fields(kind)) + "}"
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+    return words.get(kind, "a value of its type (`python -m lightning_lars.train --cfg job` shows the current one)")
