@@ -40,7 +40,7 @@ from lightning_lars.runtime.preemption import requeue_job_id
 
 log = logging.getLogger(__name__)
 
-# written by callbacks.checkpointing.ResumeState
+# written by lightning_lars.runtime.checkpointing.ResumeState
 WANDB_KEY = "wandb_run_id"
 PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
 REQUIRED_KEYS = ("state_dict", "loops", "global_step")

@@ -6,6 +6,7 @@ import timm
 import torch
 from hydra import compose, initialize_config_dir
 
+import lightning_lars.models  # noqa: F401  (the ${at_least_model_min:} resolver the toy config reads)
 from lightning_lars.config import compose as config
 
 
