@@ -10,8 +10,8 @@ class ScheduleCallback(L.Callback):
     trainer's logging interval.
 
     The schedule is a frozen ``step -> lr`` object (`lightning_lars.schedules.lr`), so resuming from a
-    checkpoint needs no scheduler state: ``global_step`` alone gives the LR. ``global_step`` counts optimizer steps, so with
-    gradient accumulation every micro-batch of one step sees the same LR.
+    checkpoint needs no scheduler state: ``global_step`` alone gives the LR. ``global_step`` counts optimizer
+    steps, so with gradient accumulation every micro-batch of one step sees the same LR.
     """
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

@@ -16,12 +16,13 @@ class WeightDecaySchedule(L.Callback):
     schedule is pure (`lightning_lars.schedules.source.FujitsuWeightDecay`), so a resumed run needs no state.
 
     Args:
-        schedule: ``step -> coefficient``; or, as a recipe writes it (``_partial_: true``, its fields bound),
-            the schedule's constructor, called here with nothing left to bind.
+        schedule: ``step -> coefficient``; or, as a recipe writes it (``_partial_: true`` on a schedule class,
+            its fields bound), the class's constructor, called here with nothing left to bind.
     """
 
     def __init__(self, schedule: Callable[[int], float] | functools.partial):
-        self.schedule = schedule() if isinstance(schedule, functools.partial) else schedule
+        constructor = isinstance(schedule, functools.partial) and isinstance(schedule.func, type)
+        self.schedule = schedule() if constructor else schedule
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         coefficient = float(self.schedule(trainer.global_step))
