@@ -8,7 +8,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.schedules.lr import GrownBatchSchedule, batch_growth, factor_at_epoch, schedule_keywords
+from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
 
 
 class BatchSizeControl(L.Callback):
@@ -29,31 +29,34 @@ class BatchSizeControl(L.Callback):
             raise UserError(f"callbacks.batch_size_control.growth needs epoch: factor >= 1 pairs, got {dict(growth)}")
         self.scale_lr = scale_lr
         self.base_accumulation: int | None = None
+        self.batch_growth: BatchGrowth | None = None  # built at setup, on the LR schedule's epoch clock
         self._loader_batches: int | None = None  # micro-batches per epoch the loader gives
         self._trimmed_to: int | None = None  # what we set fit_loop.max_batches to
 
     def setup(self, trainer, pl_module, stage):
         if stage != "fit" or isinstance(pl_module.lr_schedule, GrownBatchSchedule):
             return
-        steps_per_epoch = schedule_keywords(pl_module.lr_schedule)["steps_per_epoch"]
+        steps_per_epoch = pl_module.lr_schedule.steps_per_epoch
         too_big = {e: f for e, f in self.growth.items() if steps_per_epoch // f == 0}
         if too_big:
             raise UserError(f"batch growth {too_big} leaves no full step in an epoch of {steps_per_epoch} steps;"
                             " lower the factor or batch.global_size")
         self.base_accumulation = trainer.accumulate_grad_batches
-        self.steps_per_epoch = steps_per_epoch
-        pl_module.lr_schedule = GrownBatchSchedule(pl_module.lr_schedule, steps_per_epoch, self.growth, self.scale_lr)
+        self.batch_growth = BatchGrowth.from_table(steps_per_epoch, self.growth)
+        pl_module.lr_schedule = GrownBatchSchedule(base=pl_module.lr_schedule, growth=self.batch_growth,
+                                                   scale_lr=self.scale_lr)
 
     def planned_values(self, step: int, values: dict, plan) -> None:
         """For the recipe card (`lightning_lars.recipe.plan`): the global batch at ``step`` (the plan's LR
         schedule is already the grown one, `GrownBatchSchedule`)."""
-        _, factor = batch_growth(step, steps_per_epoch=plan.steps_per_epoch, growth=self.growth)
+        _, factor = BatchGrowth.from_table(plan.steps_per_epoch, self.growth).at(step)
         values["global_batch"] = values["global_batch"] * factor
 
     def on_train_epoch_start(self, trainer, pl_module):
-        factor = factor_at_epoch(trainer.current_epoch, self.growth)
+        epoch = trainer.current_epoch
+        factor = self.batch_growth.factor_at_epoch(epoch)
         trainer.accumulate_grad_batches = self.base_accumulation * factor
-        micro_batches = self.steps_per_epoch // factor * trainer.accumulate_grad_batches
+        micro_batches = self.batch_growth.steps_in_epoch(epoch) * trainer.accumulate_grad_batches
         if self._trimmed_to is None or trainer.fit_loop.max_batches != self._trimmed_to:
             self._loader_batches = trainer.fit_loop.max_batches  # fresh from the loader, not our trim
         available = self._loader_batches
@@ -66,4 +69,5 @@ class BatchSizeControl(L.Callback):
             trainer.val_check_batch = micro_batches
         trainer.fit_loop.max_batches = self._trimmed_to = micro_batches
         rank_zero_info(f"[lightning-lars] epoch {trainer.current_epoch}: global batch x{factor}"
-                       f" ({trainer.accumulate_grad_batches} accumulation steps, {self.steps_per_epoch // factor} steps)")
+                       f" ({trainer.accumulate_grad_batches} accumulation steps,"
+                       f" {self.batch_growth.steps_in_epoch(epoch)} steps)")

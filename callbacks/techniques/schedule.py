@@ -9,9 +9,9 @@ class ScheduleCallback(L.Callback):
     """Sets ``group["lr"] = schedule(global_step)`` on every param group and logs it as ``train/lr`` at the
     trainer's logging interval.
 
-    The schedule is a pure function (`lightning_lars.schedules.lr`), so resuming from a checkpoint needs no
-    scheduler state: ``global_step`` alone gives the LR. ``global_step`` counts optimizer steps, so with
-    gradient accumulation every micro-batch of one step sees the same LR.
+    The schedule is a frozen ``step -> lr`` object (`lightning_lars.schedules.lr`), so resuming from a
+    checkpoint needs no scheduler state: ``global_step`` alone gives the LR. ``global_step`` counts optimizer
+    steps, so with gradient accumulation every micro-batch of one step sees the same LR.
     """
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import lightning as L
 
-from lightning_lars.schedules.lr import schedule_keywords
-
 
 class WeightDecayFollowsLR(L.Callback):
     """Before every optimizer step: ``weight_decay = wd * lr(step) / peak_lr`` on every param group.
@@ -17,8 +15,8 @@ class WeightDecayFollowsLR(L.Callback):
 
     @staticmethod
     def weight_decay_at(step: int, lr_schedule, base_weight_decay: float) -> float:
-        """``base * lr(step) / peak_lr``: pure, for any schedule train.py built."""
-        return base_weight_decay * lr_schedule(step) / schedule_keywords(lr_schedule)["peak_lr"]
+        """``base * lr(step) / peak_lr``: pure, for any schedule the plan built (each has its ``peak_lr``)."""
+        return base_weight_decay * lr_schedule(step) / lr_schedule.peak_lr
 
     def planned_values(self, step: int, values: dict, plan) -> None:
         """For the recipe card (`lightning_lars.recipe.plan`): the decay this callback applies at ``step``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import lightning as L
@@ -12,14 +13,16 @@ class WeightDecaySchedule(L.Callback):
 
     LARS form ``"fujitsu"`` multiplies each group's ``weight_decay`` by this coefficient in the update (the
     FJSGD kernel's ``wds * best_wd_coeff``) and keeps the plain ``weight_decay`` in the trust ratio. The
-    schedule is pure (`lightning_lars.schedules.source.fujitsu_wd_coefficient`), so a resumed run needs no state.
+    schedule is pure (`lightning_lars.schedules.source.FujitsuWeightDecay`), so a resumed run needs no state.
 
     Args:
-        schedule: ``step -> coefficient`` (a Hydra ``_partial_``).
+        schedule: ``step -> coefficient``; or, as a recipe writes it (``_partial_: true`` on a schedule class,
+            its fields bound), the class's constructor, called here with nothing left to bind.
     """
 
-    def __init__(self, schedule: Callable[[int], float]):
-        self.schedule = schedule
+    def __init__(self, schedule: Callable[[int], float] | functools.partial):
+        constructor = isinstance(schedule, functools.partial) and isinstance(schedule.func, type)
+        self.schedule = schedule() if constructor else schedule
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         coefficient = float(self.schedule(trainer.global_step))

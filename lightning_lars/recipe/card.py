@@ -14,7 +14,6 @@ from pathlib import Path
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import RecipePlan, plan_recipe
-from lightning_lars.schedules.lr import unwrap_schedule
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 
@@ -25,10 +24,8 @@ def named_steps(plan: RecipePlan) -> list[tuple[str, int]]:
     named = [("first update", 0)]
     if 0 < warmup < total:
         named += [("mid-warmup", warmup // 2), ("warmup done", warmup)]
-    keywords, _ = unwrap_schedule(plan.base_lr_schedule)
-    for key in ("milestones", "boundaries"):  # step and piecewise schedules: epochs where the LR drops
-        for epoch in keywords.get(key) or ():
-            named.append((f"LR boundary, epoch {epoch:g}", round(epoch * plan.steps_per_epoch)))
+    for step in plan.lr_schedule.drop_steps:  # step and piecewise schedules: where the LR drops
+        named.append((f"LR boundary, epoch {plan.epoch_at(step):g}", step))
     previous = plan.global_batch(0)
     for index, end in enumerate(plan.epoch_end_steps):
         if end < total and plan.global_batch(end) != previous:
@@ -85,10 +82,10 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
 def plot(plan: RecipePlan, path: Path) -> Path:
     """LR, weight decay, momentum (and batch / blend when they vary) over the run, eval points marked."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the dev extra), and only --plot needs it
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        matplotlib.use("Agg")  # no display: the plot goes to a file
+        import matplotlib.pyplot as plt  # after choosing the backend
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install 'lightning-lars[dev]' (or pip install matplotlib)")
     stride = max(1, plan.total_steps // MAX_PLOT_POINTS)

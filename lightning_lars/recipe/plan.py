@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_lars.config import compose as config
 from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
-from lightning_lars.schedules.lr import GrownBatchSchedule, build_lr_schedule, factor_at_epoch, phase_steps
+from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
+from lightning_lars.schedules.build import build_lr_schedule
+from lightning_lars.schedules.phases import LRSchedule
 from lightning_lars.schedules.scaling import BatchPlan, plan_batch
 
 
@@ -41,9 +42,9 @@ class RecipePlan:
     decay_end_step: int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
     eval_steps: list[int]
     batch_plan: BatchPlan
-    lr_schedule: Callable[[int], float]  # what update `step` uses (batch growth included)
+    lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
     peak_lr: float
-    base_lr_schedule: Callable[[int], float]  # the module's schedule (callbacks.batch_size_control wraps it)
+    base_lr_schedule: LRSchedule  # the module's schedule (callbacks.batch_size_control wraps it)
     deviations: list[dict] = field(default_factory=list)
     published: dict = field(default_factory=dict)
     value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
@@ -144,10 +145,10 @@ def _total_steps(cfg: DictConfig, epoch_ends: list[int]) -> int:
     return epoch_ends[-1]
 
 
-def _epoch_ends(steps_per_epoch: int, epochs: int, growth) -> list[int]:
+def _epoch_ends(steps_per_epoch: int, epochs: int, growth: BatchGrowth | None) -> list[int]:
     ends, done = [], 0
     for epoch in range(max(epochs, 1)):
-        done += steps_per_epoch // (factor_at_epoch(epoch, growth.growth) if growth else 1)
+        done += growth.steps_in_epoch(epoch) if growth else steps_per_epoch
         ends.append(done)
     return ends
 
@@ -164,12 +165,13 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
         plan = plan_batch(batch.global_size, devices, nodes, batch.max_per_device, batch.bn_group)
     mode, per_epoch, text = epoch_length(recipe, cfg, num_train_images, plan.global_size)
     growth = _batch_growth(cfg)
+    batch_growth = BatchGrowth.from_table(per_epoch, growth.growth) if growth is not None else None
     max_epochs = cfg.trainer.get("max_epochs")
     max_steps = cfg.trainer.get("max_steps")
     epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
     if epochs == 0 and (max_steps is None or max_steps < 0):
         raise recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
-    epoch_ends = _epoch_ends(per_epoch, epochs, growth)
+    epoch_ends = _epoch_ends(per_epoch, epochs, batch_growth)
     total = _total_steps(cfg, epoch_ends)
     if total < 1:
         raise recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
@@ -182,15 +184,12 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
     if "total_steps" in scheduler and scheduler["total_steps"] is None:
         scheduler["total_steps"] = total  # a schedule in steps decays over the run unless the recipe says otherwise
-    epochs_of_run = _epochs_at(epoch_ends, total)
-    schedule, peak_lr = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run if growth is None
-                                          else float(epochs))
-    base_schedule = schedule
+    # a grown batch shortens epochs: the base schedule spans the planned epochs, read at the same epoch
+    epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
+    base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)
+    schedule = base_schedule
     if growth is not None:
-        schedule = GrownBatchSchedule(schedule, per_epoch, growth.growth, growth.scale_lr)
-    warmup, decay_end = phase_steps(base_schedule)  # as the schedule counts them, not epochs x steps
-    if growth is not None:
-        decay_end = total  # the grown schedule reads the base one at the same epoch: it ends with the run
+        schedule = GrownBatchSchedule(base=base_schedule, growth=batch_growth, scale_lr=growth.scale_lr)
     optimizer = cfg.optimizer
     momentum = optimizer.get("momentum")
     if momentum is None and optimizer.get("betas") is not None:
@@ -199,9 +198,9 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
                                         if not (growth is not None and type(h) is type(growth))]
     return RecipePlan(
         recipe=recipe, num_train_images=num_train_images, epoch_mode=mode, epoch_mode_text=text,
-        steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total, warmup_steps=int(warmup),
-        decay_end_step=int(decay_end), eval_steps=evals, batch_plan=plan, lr_schedule=schedule, peak_lr=peak_lr,
-        base_lr_schedule=base_schedule,
+        steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total,
+        warmup_steps=schedule.warmup_steps, decay_end_step=schedule.decay_end_step, eval_steps=evals,
+        batch_plan=plan, lr_schedule=schedule, peak_lr=schedule.peak_lr, base_lr_schedule=base_schedule,
         deviations=deviations, published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
         value_hooks=([growth] if growth is not None else []) + hooks,
         base_weight_decay=float(optimizer.get("weight_decay") or 0.0),

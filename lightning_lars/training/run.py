@@ -53,7 +53,8 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     apply_plan(trainer, plan)
     compose.check_partial("scheduler", plan.base_lr_schedule)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
-    module = instantiate(cfg.model, optimizer=optimizer, lr_schedule=plan.base_lr_schedule)
+    # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
+    module = instantiate(cfg.model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
 
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:

@@ -68,6 +68,19 @@ MOVED: dict[str, str] = {
     "lightning_lars.callbacks.weight_decay_schedule": "lightning_lars.callbacks.techniques.weight_decay_schedule",
     "lightning_lars.callbacks.neumann_evaluation": "lightning_lars.callbacks.techniques.neumann_evaluation",
     "lightning_lars.callbacks.evaluation": "lightning_lars.callbacks.techniques.evaluation",
+    # schedules as frozen objects: the config names a constructor that turns the recipe's epochs into steps
+    "lightning_lars.schedules.warmup_poly": "lightning_lars.schedules.lr.WarmupPoly.from_epochs",
+    "lightning_lars.schedules.warmup_poly_steps": "lightning_lars.schedules.lr.WarmupPoly.from_steps",
+    "lightning_lars.schedules.warmup_linear": "lightning_lars.schedules.lr.WarmupPoly.linear",
+    "lightning_lars.schedules.warmup_step": "lightning_lars.schedules.lr.WarmupStep.from_epochs",
+    "lightning_lars.schedules.piecewise": "lightning_lars.schedules.lr.Piecewise.from_epochs",
+    "lightning_lars.schedules.warmup_caffe_poly": "lightning_lars.schedules.lr.CaffePoly.from_epochs",
+    "lightning_lars.source_schedules.mxnet_warmup_poly":
+        "lightning_lars.schedules.source.MXNetPoly.from_epochs",
+    "lightning_lars.source_schedules.tf_lars_poly": "lightning_lars.schedules.source.TFLarsPoly.from_epochs",
+    "lightning_lars.source_schedules.fujitsu_lr": "lightning_lars.schedules.source.FujitsuLR.from_epochs",
+    "lightning_lars.source_schedules.fujitsu_wd_coefficient":
+        "lightning_lars.schedules.source.FujitsuWeightDecay",
 }
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from lightning_lars.config import compose as config
 from lightning_lars.optim.param_groups import param_groups
-from lightning_lars.schedules.lr import build_lr_schedule
+from lightning_lars.schedules.build import build_lr_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 RECIPES = [name for name in config.recipe_names() if name != "demo"]
@@ -48,6 +48,5 @@ def build_schedule(cfg: DictConfig, global_size: int | None = None):
     global_size = global_size or cfg.batch.global_size
     steps_per_epoch = IMAGENET_TRAIN_IMAGES // global_size
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)  # source schedules interpolate other keys
-    schedule, peak = build_lr_schedule(scheduler, global_size, steps_per_epoch,
-                                       cfg.trainer.max_epochs)
-    return schedule, peak, steps_per_epoch
+    schedule = build_lr_schedule(scheduler, global_size, steps_per_epoch, cfg.trainer.max_epochs)
+    return schedule, schedule.peak_lr, steps_per_epoch

@@ -196,7 +196,9 @@ def test_card_reports_the_sources_warmup_and_decay_steps(name):
     from lightning_lars.recipe.card import card
 
     expected, ours = golden(name), plan(name)
-    assert (ours.warmup_steps, ours.decay_end_step) == (expected.warmup_steps, expected.decay_end_step)
+    phases = (expected.warmup_steps, expected.decay_end_step)
+    assert (ours.lr_schedule.warmup_steps, ours.lr_schedule.decay_end_step) == phases  # the schedule's own
+    assert (ours.warmup_steps, ours.decay_end_step) == phases  # as the plan line prints them
     text = card(ours, devices=1, nodes=1)
     assert f"warmup {expected.warmup_steps} steps; LR decays until step {expected.decay_end_step}" in text
     assert ours.lr(expected.warmup_steps - 2) < ours.lr(expected.warmup_steps - 1)  # still ramping there

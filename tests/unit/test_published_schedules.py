@@ -8,7 +8,8 @@ N = 1,281,167 ImageNet training images, steps per epoch = N // global batch (dro
 import pytest
 import torch
 
-from lightning_lars.schedules.lr import batch_growth, sgd_fraction_elu
+from lightning_lars.schedules.batch_growth import BatchGrowth
+from lightning_lars.schedules.rmsprop_blend import SgdFractionElu
 from tests.unit.recipe_helpers import build_optimizer, build_schedule, recipe
 
 N = 1_281_167
@@ -88,8 +89,9 @@ def test_akiba_slow_start_and_rmsprop_warmup():
     assert lr(70 * spe) == pytest.approx(0.01 * base) and lr(85 * spe) == pytest.approx(0.001 * base)
     # alpha_SGD: ELU-shaped, beta_c = 10, beta_p = 5 epochs; 1/2 at the centre, 1 from 12.5 epochs on
     blend = cfg.callbacks.rmsprop_warmup
-    fraction = lambda epoch: sgd_fraction_elu(round(epoch * spe), steps_per_epoch=spe,
-                                              center_epochs=blend.center_epochs, period_epochs=blend.period_epochs)
+    elu = SgdFractionElu(steps_per_epoch=spe, center_epochs=blend.center_epochs,
+                         period_epochs=blend.period_epochs)
+    fraction = lambda epoch: elu(round(epoch * spe))
     assert fraction(0) == pytest.approx(0.5 * torch.exp(torch.tensor(-4.0)).item())
     assert fraction(10) == pytest.approx(0.5)
     assert fraction(11) == pytest.approx(0.5 + 1 / 5, rel=1e-3)
@@ -105,7 +107,7 @@ def test_mikami_batch_grows_after_five_epochs_and_lr_is_not_rescaled():
     assert lr(5 * spe) == pytest.approx(peak)  # warmup over the first 5 epochs at the small batch
     # after the growth an epoch has spe // 2 steps; position in small-batch steps advances 2 per step
     step_after = 5 * spe + 10
-    base_step, factor = batch_growth(step_after, steps_per_epoch=spe, growth=growth)
+    base_step, factor = BatchGrowth.from_table(spe, growth).at(step_after)
     assert (base_step, factor) == (5 * spe + 20, 2)
     assert lr(base_step) == pytest.approx(poly(base_step, peak=peak, warmup=5 * spe, total=90 * spe, end=1e-4,
                                                power=2.0))

@@ -14,13 +14,14 @@ from lightning_lars.callbacks.techniques.weight_decay_follows_lr import WeightDe
 from lightning_lars.core.errors import UserError
 from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
 from lightning_lars.schedules.scaling import plan_batch
-from lightning_lars.schedules.lr import sgd_fraction_elu, warmup_poly
+from lightning_lars.schedules.lr import WarmupPoly
+from lightning_lars.schedules.phases import EpochClock
 from tests.unit import callback_harness as harness
 
 
 def schedule(steps_per_epoch, epochs=4, peak=0.05):
-    return functools.partial(warmup_poly, peak_lr=peak, steps_per_epoch=steps_per_epoch, total_epochs=epochs,
-                             warmup_epochs=1, end_lr=0.0, power=2.0)
+    clock = EpochClock(steps_per_epoch, epochs)
+    return WarmupPoly.from_epochs(clock, peak, warmup_epochs=1, end_lr=0.0, power=2.0)
 
 
 class StepRecorder(ScheduleCallback):
@@ -100,8 +101,8 @@ def test_rmsprop_blend_callback_sets_the_elu_fraction(tmp_path):
     harness.trainer([RMSpropWarmupBlend(center_epochs=0.5, period_epochs=1.0), recorder], tmp_path,
                     max_epochs=1).fit(module, harness.loader(harness.images(40), batch_size=8))
     group = recorder.steps[-1][3]
-    assert group["sgd_fraction"] == pytest.approx(sgd_fraction_elu(4, steps_per_epoch=5, center_epochs=0.5,
-                                                                    period_epochs=1.0))
+    epoch = 4 / 5  # the last of 5 steps in an epoch of 5
+    assert group["sgd_fraction"] == pytest.approx(0.5 + (epoch - 0.5) / 1.0)  # Akiba et al.: 0.5 + (e - c)/p
 
 
 def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):

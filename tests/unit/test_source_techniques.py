@@ -20,12 +20,8 @@ from lightning_lars.callbacks.techniques.weight_decay_schedule import WeightDeca
 from lightning_lars.training.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
-from lightning_lars.schedules.source import (
-    fujitsu_lr,
-    fujitsu_wd_coefficient,
-    mxnet_warmup_poly,
-    tf_lars_poly,
-)
+from lightning_lars.schedules.phases import EpochClock
+from lightning_lars.schedules.source import FujitsuLR, FujitsuWeightDecay, MXNetPoly, TFLarsPoly
 from tests.unit import callback_harness as harness
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
@@ -43,8 +39,8 @@ from tests.unit.source_oracles import (
 def test_mxnet_poly_is_nvidia_polyschedule_at_num_update(peak, spe, warmup_epochs, epochs, end):
     source = MXNetPolySchedule(peak, spe * epochs, spe * warmup_epochs, end, 2)
     expected = mxnet_lrs(source, spe * epochs)
-    ours = [mxnet_warmup_poly(step, peak_lr=peak, steps_per_epoch=spe, total_epochs=epochs,
-                              warmup_epochs=warmup_epochs, end_lr=end) for step in range(spe * epochs)]
+    schedule = MXNetPoly.from_epochs(EpochClock(spe, epochs), peak, warmup_epochs=warmup_epochs, end_lr=end)
+    ours = [schedule(step) for step in range(spe * epochs)]
     assert ours == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert ours[0] == pytest.approx(peak / (spe * warmup_epochs))  # the first update is already warm
     assert ours[-1] == pytest.approx(end, abs=1e-12)                  # the last update reaches end_lr
@@ -56,20 +52,21 @@ def test_mxnet_poly_is_nvidia_polyschedule_at_num_update(peak, spe, warmup_epoch
     (34.0, 12, 3558, 32768),   # tensorflow/tpu b13e6b6 at 32k (ying_tpu_32k)
 ])
 def test_tf_lars_poly_is_poly_rate_schedule(plr, w_epochs, train_steps, batch):
+    schedule = TFLarsPoly.from_epochs(EpochClock(N // batch, 0.0), plr, warmup_epochs=w_epochs,
+                                      total_steps=train_steps, num_train_images=N, global_batch=batch)
     for step in range(train_steps):
         expected = tf_poly_rate_schedule(step, plr=plr, w_epochs=w_epochs, train_steps=train_steps, batch_size=batch)
-        ours = tf_lars_poly(step, peak_lr=plr, steps_per_epoch=N // batch, total_epochs=0.0, warmup_epochs=w_epochs,
-                            total_steps=train_steps, num_train_images=N, global_batch=batch)
-        assert ours == pytest.approx(expected, rel=1e-12, abs=1e-12), step
+        assert schedule(step) == pytest.approx(expected, rel=1e-12, abs=1e-12), step
 
 
 def test_fujitsu_lr_and_wd_coefficient_are_the_explorer_loop():
     loop = FujitsuExplorerLoop(13.0, 15, 36, 780, 0.0025, 2.2)
+    lr_schedule = FujitsuLR.from_epochs(EpochClock(15, 90), 13.0, warmup_epochs=36, decay_steps=780,
+                                        end_lr_ratio=0.0025, power=2.2)
+    wd_schedule = FujitsuWeightDecay(warmup_steps=540, decay_steps=780, end_lr_ratio=0.0025, power=2.2)
     for step in range(15 * 90):
         lr, wd_coeff = loop.update()
-        ours_lr = fujitsu_lr(step, peak_lr=13.0, steps_per_epoch=15, total_epochs=90, warmup_epochs=36,
-                             decay_steps=780, end_lr_ratio=0.0025, power=2.2)
-        ours_wd = fujitsu_wd_coefficient(step, warmup_steps=540, decay_steps=780, end_lr_ratio=0.0025, power=2.2)
+        ours_lr, ours_wd = lr_schedule(step), wd_schedule(step)
         assert (ours_lr, ours_wd) == pytest.approx((lr, wd_coeff), rel=1e-12, abs=1e-15), step
     assert ours_lr == pytest.approx(0.0325)                    # log lars_opt_end_learning_rate
     assert ours_wd == pytest.approx(539 / 540 * 0.0025)        # the ramp stops one step short of 1
@@ -153,7 +150,8 @@ def test_weight_decay_schedule_sets_fujitsus_coefficient_before_each_step_of_a_f
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.coefficients.append(optimizer.param_groups[0]["wd_coefficient"])
 
-    schedule = functools.partial(fujitsu_wd_coefficient, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025,
+    # as the recipe writes it: `_partial_: true` with every field bound
+    schedule = functools.partial(FujitsuWeightDecay, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025,
                                  power=2.2)
     module = harness.classifier("lars", weight_decay=6.5e-4)
     seen = Seen()
