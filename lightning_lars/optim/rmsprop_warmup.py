@@ -20,7 +20,7 @@ class RMSpropWarmup(Optimizer):
         b = mu * b + lr * a * d + rmsprop_lr * (1 - a) * d / (sqrt(m) + eps)   # 4. both LRs inside the buffer
         w -= b
 
-    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.lr.sgd_fraction_elu`), applied by
+    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.rmsprop_blend.SgdFractionElu`), applied by
     `lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
     Once ``a == 1`` this is momentum SGD with the LR inside the buffer (Chainer's MomentumSGD).
 

@@ -51,7 +51,6 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes)
     apply_plan(trainer, plan)
-    compose.check_partial("scheduler", plan.base_lr_schedule)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
     module = instantiate(cfg.model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)

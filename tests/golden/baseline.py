@@ -27,6 +27,8 @@ LOSS_LINE = re.compile(r"^\[train\] .* step (\d+)/\d+ .*\| loss ([0-9.]+) \|", r
 # Old `_target_` (and other dotted code paths) -> where the code lives now. A refactor that moves a class or
 # function adds its line here; the saved configs stay as they were recorded.
 MOVED: dict[str, str] = {
+    # code paths named in a recipe's text (akiba_32k's deviation)
+    "schedules.sgd_fraction_elu": "schedules.rmsprop_blend.SgdFractionElu",
     # the package rebuilt in layers (2026-11-26)
     "lightning_lars.errors": "lightning_lars.core.errors",
     "lightning_lars.atomic_files": "lightning_lars.core.atomic_files",

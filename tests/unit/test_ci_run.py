@@ -62,7 +62,7 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
         assert line.endswith(expected), line
     timed = re.findall(r"^\[ci\] ([\w -]+(?: \(background\))?): (\d+) s", done.stdout, flags=re.MULTILINE)
     parts = [name for name, _ in timed if name != "total"]
-    assert parts == ["system-deps", "install", "test", "test-slow", "oldest_venv (background)", "test-oldest",
+    assert parts == ["system-deps", "install", "lint", "test", "test-slow", "oldest_venv (background)", "test-oldest",
                      "offline_image (background)", "test-offline"]
     assert int(dict(timed)["oldest_venv (background)"]) >= 1
     assert re.search(r"^\[ci\] total: \d+ s, exit 0$", done.stdout, flags=re.MULTILINE), done.stdout
