@@ -99,12 +99,17 @@ def measure(variant: str, batch: int, group: int) -> dict:
     loss.backward()
     seconds = time.perf_counter() - started
     peak = status_kib("VmHWM") - before
-    return {"saved_mib_per_image": saved / MIB / batch, "peak_mib_per_image": peak / 1024 / batch,
-            "ms_per_image": 1000 * seconds / batch}
+    return {
+        "saved_mib_per_image": saved / MIB / batch,
+        "peak_mib_per_image": peak / 1024 / batch,
+        "ms_per_image": 1000 * seconds / batch,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch", type=int, default=4, help="device batch (images)")
     parser.add_argument("--groups", type=int, nargs="+", default=[2], help="ghost BN group sizes (images)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "GROUP"), help=argparse.SUPPRESS)
@@ -112,24 +117,34 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child[0], args.batch, int(args.child[1]))))
         return
-    print(f"# {platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "
-          f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; ResNet-50 fp32 224 px, "
-          f"batch {args.batch}")
-    print("| BN | group (images) | saved for backward (MiB/image) | peak growth (MiB/image) | saved / torch BN"
-          " | peak / torch BN | ms/image (CPU) |")
+    print(
+        f"# {platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; ResNet-50 fp32 224 px, "
+        f"batch {args.batch}"
+    )
+    print(
+        "| BN | group (images) | saved for backward (MiB/image) | peak growth (MiB/image) | saved / torch BN"
+        " | peak / torch BN | ms/image (CPU) |"
+    )
     print("|---|---|---|---|---|---|---|")
     runs = [("torch BatchNorm2d", args.batch)]
     runs += [(v, g) for g in args.groups for v in ("ours fused ghost BN", "Python ghost BN (before)")]
     reference = None
     for variant, group in runs:
-        out = subprocess.run([sys.executable, __file__, "--batch", str(args.batch), "--child", variant, str(group)],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--batch", str(args.batch), "--child", variant, str(group)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         row = json.loads(out.strip().splitlines()[-1])
         reference = reference or row
-        print(f"| {variant} | {group} | {row['saved_mib_per_image']:.1f} | {row['peak_mib_per_image']:.1f} | "
-              f"{row['saved_mib_per_image'] / reference['saved_mib_per_image']:.2f} | "
-              f"{row['peak_mib_per_image'] / reference['peak_mib_per_image']:.2f} | {row['ms_per_image']:.0f} |",
-              flush=True)
+        print(
+            f"| {variant} | {group} | {row['saved_mib_per_image']:.1f} | {row['peak_mib_per_image']:.1f} | "
+            f"{row['saved_mib_per_image'] / reference['saved_mib_per_image']:.2f} | "
+            f"{row['peak_mib_per_image'] / reference['peak_mib_per_image']:.2f} | {row['ms_per_image']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -50,7 +50,9 @@ VARIANTS = {
     f"DDP bucket_cap_mb_list={CAPS}": {"bucket_cap_mb_list": CAPS},
     f"grouped hook, groups {CAPS} MiB": {"hook": (GroupedAllReduceState, None)},
     "2D-torus hook (2 x 2), same groups": {"hook": (Torus2DAllReduceState, torus_2d_allreduce_hook)},
-    "hierarchical hook (2 x 2), same groups": {"hook": (HierarchicalAllReduceState, hierarchical_allreduce_hook)},
+    "hierarchical hook (2 x 2), same groups": {
+        "hook": (HierarchicalAllReduceState, hierarchical_allreduce_hook)
+    },
 }
 
 
@@ -66,7 +68,9 @@ def step_times(rank: int, port: int, steps: int, results) -> None:
             continue
         torch.manual_seed(0)
         net = timm.create_model("resnet18", pretrained=False, num_classes=100)
-        kwargs = {"bucket_cap_mb_list": variant["bucket_cap_mb_list"]} if "bucket_cap_mb_list" in variant else {}
+        kwargs = (
+            {"bucket_cap_mb_list": variant["bucket_cap_mb_list"]} if "bucket_cap_mb_list" in variant else {}
+        )
         if "hook" in variant:
             kwargs["bucket_cap_mb"] = 1
         ddp = torch.nn.parallel.DistributedDataParallel(net, gradient_as_bucket_view=True, **kwargs)
@@ -108,26 +112,45 @@ def planner_section() -> str:
     v100 = calibrate(seed_costs)  # FLOP rate at which the modelled seed step equals the logged one
     profile = timed_profile(seed_costs, v100, "resnet50", SEED_BATCH_PER_GPU)
     faster = Device(4 * v100.flop_rate, 4 * v100.memory_bandwidth)
-    ethernet = Cluster(gpus_per_node=8, nic_bandwidth=100e9 / 8, intra_bandwidth=50e9, inter_latency=30e-6,
-                       intra_latency=3e-6, nics_per_node=1)
+    ethernet = Cluster(
+        gpus_per_node=8,
+        nic_bandwidth=100e9 / 8,
+        intra_bandwidth=50e9,
+        inter_latency=30e-6,
+        intra_latency=3e-6,
+        nics_per_node=1,
+    )
     scenarios = [
         ("A. The seed: V100, ABCI (4 GPUs and 2 x 100 Gbit/s InfiniBand per node)", profile, v100, ABCI),
-        ("B. GPUs 4x faster (FLOPs and memory), same ABCI network", timed_profile(seed_costs, faster, "resnet50", 42),
-         faster, ABCI),
-        ("C. V100, 8 GPUs per node on one 100 Gbit/s Ethernet NIC (30 us per message)", profile, v100, ethernet),
+        (
+            "B. GPUs 4x faster (FLOPs and memory), same ABCI network",
+            timed_profile(seed_costs, faster, "resnet50", 42),
+            faster,
+            ABCI,
+        ),
+        (
+            "C. V100, 8 GPUs per node on one 100 Gbit/s Ethernet NIC (30 us per message)",
+            profile,
+            v100,
+            ethernet,
+        ),
     ]
-    parts = [(
-        f"Calibration: the seed's logged step, {1e3 * SEED_STEP_S:.1f} ms (median epoch of 15 steps in"
-        " mlcommons/training_results_v0.6 Fujitsu/results/abci_2048xV100_mxnet/resnet/result_0.txt, epochs"
-        f" 61-90), is met at {v100.flop_rate / 1e12:.1f} TFLOP/s sustained with 900 GB/s memory: forward"
-        f" {1e3 * profile.forward_s:.1f} ms, backward {1e3 * profile.backward_s:.1f} ms for 42 images"
-        " (FLOPs counted by torch on the meta device), grouped all-reduce with the proposed caps, NCCL"
-        " ring/tree, fp16 gradients on the wire.")
+    parts = [
+        (
+            f"Calibration: the seed's logged step, {1e3 * SEED_STEP_S:.1f} ms (median epoch of 15 steps in"
+            " mlcommons/training_results_v0.6 Fujitsu/results/abci_2048xV100_mxnet/resnet/result_0.txt, epochs"
+            f" 61-90), is met at {v100.flop_rate / 1e12:.1f} TFLOP/s sustained with 900 GB/s memory: forward"
+            f" {1e3 * profile.forward_s:.1f} ms, backward {1e3 * profile.backward_s:.1f} ms for 42 images"
+            " (FLOPs counted by torch on the meta device), grouped all-reduce with the proposed caps, NCCL"
+            " ring/tree, fp16 gradients on the wire."
+        )
     ]
     for title, prof, device, cluster in scenarios:
         rows = plan_table(prof, device, cluster, wire_bytes_factor=0.5)
-        parts.append(f"#### {title}\n\nExposed communication per step in ms [proposed caps, MiB]; last column:"
-                     f" modelled step ms with DDP's default / with the best scheme.\n\n{format_table(rows)}")
+        parts.append(
+            f"#### {title}\n\nExposed communication per step in ms [proposed caps, MiB]; last column:"
+            f" modelled step ms with DDP's default / with the best scheme.\n\n{format_table(rows)}"
+        )
     return "\n\n".join(parts)
 
 
@@ -146,17 +169,29 @@ def main() -> None:
         results = dict(results)
     baseline = results[next(iter(VARIANTS))]
     step_table = "\n".join(
-        ["| DDP on 4 gloo processes (resnet18, 4 x 32 px per process) | median step ms | ratio vs DDP default |",
-         "|---|---:|---:|"]
-        + [f"| {name} | {1e3 * t:.1f} | {t / baseline:.2f} |" for name, t in results.items()])
-    text = "\n".join([
-        "## Communication (make bench-comm)", "",
-        f"Command: `python benchmarks/bench_comm.py --steps {args.steps}`  ",
-        f"Machine: {machine()}. Date: {started:%Y-%m-%d %H:%M} UTC. torch {torch.__version__}.", "",
-        "### Step time on 4 gloo processes (one run, variants alternate step by step)", "", step_table, "",
-        f"### Planner: ResNet-50, {SEED_GPUS} GPUs x 42 images = 86,016 at the seed's scale, 8 to 4096 GPUs", "",
-        planner_section(), "",
-    ])
+        [
+            "| DDP on 4 gloo processes (resnet18, 4 x 32 px per process) | median step ms | ratio vs DDP default |",
+            "|---|---:|---:|",
+        ]
+        + [f"| {name} | {1e3 * t:.1f} | {t / baseline:.2f} |" for name, t in results.items()]
+    )
+    text = "\n".join(
+        [
+            "## Communication (make bench-comm)",
+            "",
+            f"Command: `python benchmarks/bench_comm.py --steps {args.steps}`  ",
+            f"Machine: {machine()}. Date: {started:%Y-%m-%d %H:%M} UTC. torch {torch.__version__}.",
+            "",
+            "### Step time on 4 gloo processes (one run, variants alternate step by step)",
+            "",
+            step_table,
+            "",
+            f"### Planner: ResNet-50, {SEED_GPUS} GPUs x 42 images = 86,016 at the seed's scale, 8 to 4096 GPUs",
+            "",
+            planner_section(),
+            "",
+        ]
+    )
     if args.out is not None:
         args.out.write_text(text)
     print(text)

@@ -8,6 +8,7 @@ the single-core JPEG decode rate of the source files (cv2, libjpeg-turbo) times 
 
 Usage: python benchmarks/bench_data.py [--images 1200] [--workers 2] [--resolutions 176 224]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,21 @@ from PIL import Image, ImageDraw
 NUM_CLASSES = 10
 BATCH = 64
 PIPELINE = {
-    "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
-              {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
-    "val": [{"center_crop": {"ratio": 0.875}}, {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
+    "train": [
+        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
+        "flip",
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
+    "val": [
+        {"center_crop": {"ratio": 0.875}},
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
 }
 
 
@@ -38,7 +51,9 @@ def make_jpegs(root: Path, count: int, seed: int = 0) -> list[Path]:
         for index in range(split_count):
             width, height = (int(x) for x in rng.integers(300, 501, size=2))
             base = rng.integers(0, 256, size=3)
-            noise = rng.normal(0, 40, size=(height // 4, width // 4, 3))  # low-frequency noise: JPEG-realistic
+            noise = rng.normal(
+                0, 40, size=(height // 4, width // 4, 3)
+            )  # low-frequency noise: JPEG-realistic
             pixels = np.clip(base + np.kron(noise, np.ones((4, 4, 1)))[:height, :width], 0, 255)
             image = Image.fromarray(pixels.astype(np.uint8))
             draw = ImageDraw.Draw(image)
@@ -49,8 +64,10 @@ def make_jpegs(root: Path, count: int, seed: int = 0) -> list[Path]:
                 if rng.random() < 0.5:
                     draw.ellipse((x0, y0, x1, y1), fill=color)
                 else:
-                    draw.polygon([(int(rng.integers(x0, x1 + 1)), int(rng.integers(y0, y1 + 1))) for _ in range(5)],
-                                 fill=color)
+                    draw.polygon(
+                        [(int(rng.integers(x0, x1 + 1)), int(rng.integers(y0, y1 + 1))) for _ in range(5)],
+                        fill=color,
+                    )
             folder = root / split / f"class{index % NUM_CLASSES:02d}"
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{index:05d}.jpg"
@@ -95,12 +112,18 @@ def warm_up(loader, batches: int = 3) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--images", type=int, default=1200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[176, 224])
-    parser.add_argument("--max-resolution", type=int, default=256, help="longer side stored in the .beton (px)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed epochs per loader; the median is reported")
+    parser.add_argument(
+        "--max-resolution", type=int, default=256, help="longer side stored in the .beton (px)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="timed epochs per loader; the median is reported"
+    )
     args = parser.parse_args(argv)
 
     from lightning_lars.data.ffcv_datamodule import FFCVDataModule
@@ -111,43 +134,80 @@ def main(argv=None) -> None:
         root = Path(tmp)
         started = time.perf_counter()
         paths = make_jpegs(root / "jpeg", args.images)
-        print(f"generated {len(paths)} train JPEGs in {time.perf_counter() - started:.1f} s "
-              f"({sum(p.stat().st_size for p in paths) / len(paths) / 1024:.0f} KiB each)")
+        print(
+            f"generated {len(paths)} train JPEGs in {time.perf_counter() - started:.1f} s "
+            f"({sum(p.stat().st_size for p in paths) / len(paths) / 1024:.0f} KiB each)"
+        )
         cv2_rate, pil_rate = decode_rate_one_core(paths)
 
         started = time.perf_counter()
-        convert(root / "jpeg", root / "ffcv", max_resolution=args.max_resolution, num_workers=args.workers,
-                progress=False, page_size=1 << 21)
+        convert(
+            root / "jpeg",
+            root / "ffcv",
+            max_resolution=args.max_resolution,
+            num_workers=args.workers,
+            progress=False,
+            page_size=1 << 21,
+        )
         total_images = args.images + max(NUM_CLASSES, args.images // 10)
         convert_rate = total_images / (time.perf_counter() - started)
 
         rows = []
         for resolution in args.resolutions:
-            baseline = TorchvisionDataModule(root / "jpeg", NUM_CLASSES, batch_size=BATCH, num_workers=args.workers,
-                                             resolution=resolution, pipeline=PIPELINE, pin_memory=False)
-            ffcv = FFCVDataModule(root / "ffcv" / "train.beton", root / "ffcv" / "val.beton", NUM_CLASSES,
-                                  batch_size=BATCH, num_workers=args.workers, resolution=resolution,
-                                  pipeline=PIPELINE)
+            baseline = TorchvisionDataModule(
+                root / "jpeg",
+                NUM_CLASSES,
+                batch_size=BATCH,
+                num_workers=args.workers,
+                resolution=resolution,
+                pipeline=PIPELINE,
+                pin_memory=False,
+            )
+            ffcv = FFCVDataModule(
+                root / "ffcv" / "train.beton",
+                root / "ffcv" / "val.beton",
+                NUM_CLASSES,
+                batch_size=BATCH,
+                num_workers=args.workers,
+                resolution=resolution,
+                pipeline=PIPELINE,
+            )
             ffcv.setup("fit")
-            loaders = {"torchvision ImageFolder + PIL": baseline.train_dataloader(),
-                       f"FFCV (max_resolution {args.max_resolution})": ffcv.train_dataloader()}
+            loaders = {
+                "torchvision ImageFolder + PIL": baseline.train_dataloader(),
+                f"FFCV (max_resolution {args.max_resolution})": ffcv.train_dataloader(),
+            }
             for loader in loaders.values():
                 warm_up(loader)
             rates = {name: [] for name in loaders}
-            for epoch in range(1, args.repeats + 1):  # interleaved, so load from other processes hits both alike
+            for epoch in range(
+                1, args.repeats + 1
+            ):  # interleaved, so load from other processes hits both alike
                 for name, loader in loaders.items():
                     rates[name].append(time_epoch(loader, epoch))
             base_rate = statistics.median(rates["torchvision ImageFolder + PIL"])
             for name, measured in rates.items():
-                rows.append((name, resolution, statistics.median(measured), min(measured), max(measured),
-                             statistics.median(measured) / base_rate))
+                rows.append(
+                    (
+                        name,
+                        resolution,
+                        statistics.median(measured),
+                        min(measured),
+                        max(measured),
+                        statistics.median(measured) / base_rate,
+                    )
+                )
 
-    print(f"\nmachine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores; batch {BATCH}, "
-          f"{args.workers} workers, {args.images} train images, median of {args.repeats} epochs; "
-          f"load average at the end {os.getloadavg()[0]:.1f} (other processes share these cores)")
+    print(
+        f"\nmachine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores; batch {BATCH}, "
+        f"{args.workers} workers, {args.images} train images, median of {args.repeats} epochs; "
+        f"load average at the end {os.getloadavg()[0]:.1f} (other processes share these cores)"
+    )
     print(f"conversion (prepare.convert, checks included, {args.workers} workers): {convert_rate:,.0f} img/s")
-    print(f"single-core decode of the source JPEGs: cv2 {cv2_rate:,.0f} img/s, PIL {pil_rate:,.0f} img/s "
-          f"(ceiling for a decode-from-source loader on {args.workers} cores: {args.workers * cv2_rate:,.0f} img/s)")
+    print(
+        f"single-core decode of the source JPEGs: cv2 {cv2_rate:,.0f} img/s, PIL {pil_rate:,.0f} img/s "
+        f"(ceiling for a decode-from-source loader on {args.workers} cores: {args.workers * cv2_rate:,.0f} img/s)"
+    )
     print("\n| loader | train px | img/s (median) | min-max | vs torchvision |")
     print("|---|---|---|---|---|")
     for name, resolution, median, low, high, ratio in rows:

@@ -44,9 +44,15 @@ def pooled_batches(batch_size: int, steps: int):
     from lightning_lars.data.synthetic import SyntheticBatches
 
     generator = torch.Generator(device="cuda").manual_seed(0)
-    pool = [(torch.randn(batch_size, 3, 224, 224, device="cuda", generator=generator)
-             .contiguous(memory_format=torch.channels_last),
-             torch.randint(1000, (batch_size,), device="cuda", generator=generator)) for _ in range(2)]
+    pool = [
+        (
+            torch.randn(batch_size, 3, 224, 224, device="cuda", generator=generator).contiguous(
+                memory_format=torch.channels_last
+            ),
+            torch.randint(1000, (batch_size,), device="cuda", generator=generator),
+        )
+        for _ in range(2)
+    ]
     return SyntheticBatches(pool, steps)
 
 
@@ -54,8 +60,8 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     """Our ImageClassifier + LARS through Lightning's Trainer (bf16-mixed); timed over the last ``steps``."""
     import lightning as L
 
-    from lightning_lars.training.module import ImageClassifier
     from lightning_lars.optim.lars import LARS
+    from lightning_lars.training.module import ImageClassifier
 
     class StepTimer(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
@@ -69,14 +75,24 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
                 self.elapsed = time.perf_counter() - self.start
 
     optimizer = functools.partial(LARS, momentum=0.9, weight_decay=5e-5, form="mlperf")
-    module = ImageClassifier("resnet50", 1000, optimizer, lambda step: 1.0, zero_init_last=True,
-                             channels_last=True)
+    module = ImageClassifier(
+        "resnet50", 1000, optimizer, lambda step: 1.0, zero_init_last=True, channels_last=True
+    )
     if compile_model:
         module.model = torch.compile(module.model)
     timer = StepTimer()
-    trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=warmup + steps,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[timer], limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_steps=warmup + steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        limit_val_batches=0,
+    )
     trainer.fit(module, train_dataloaders=pooled_batches(batch_size, warmup + steps))
     return batch_size * steps / timer.elapsed
 
@@ -148,8 +164,8 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_data import PIPELINE, make_jpegs
 
-    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
     from lightning_lars.core.extras import ffcv_available
+    from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
     make_jpegs(root / "jpeg", batch_size * (batches + 2))
     workers = len(os.sched_getaffinity(0))
@@ -166,9 +182,18 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
         torch.cuda.synchronize()
         return batch_size * batches / (time.perf_counter() - start)
 
-    data = TorchvisionDataModule(str(root / "jpeg"), num_classes=10, batch_size=batch_size, num_workers=workers,
-                                 resolution=224, val_resolution=224, pipeline=PIPELINE)
-    results: dict[str, float | str] = {f"torchvision DataLoader ({workers} workers)": rate(data.train_dataloader())}
+    data = TorchvisionDataModule(
+        str(root / "jpeg"),
+        num_classes=10,
+        batch_size=batch_size,
+        num_workers=workers,
+        resolution=224,
+        val_resolution=224,
+        pipeline=PIPELINE,
+    )
+    results: dict[str, float | str] = {
+        f"torchvision DataLoader ({workers} workers)": rate(data.train_dataloader())
+    }
     name = f"FFCV ({workers} workers, max side 256)"
     if not ffcv_available():
         results[name] = "n/a (FFCV not installed)"
@@ -177,8 +202,15 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
     from lightning_lars.data.prepare import convert
 
     convert(root / "jpeg", root / "ffcv", max_resolution=256, num_workers=workers, progress=False)
-    data = FFCVDataModule(str(root / "ffcv" / "train.beton"), str(root / "ffcv" / "val.beton"), num_classes=10,
-                          batch_size=batch_size, num_workers=workers, resolution=224, pipeline=PIPELINE)
+    data = FFCVDataModule(
+        str(root / "ffcv" / "train.beton"),
+        str(root / "ffcv" / "val.beton"),
+        num_classes=10,
+        batch_size=batch_size,
+        num_workers=workers,
+        resolution=224,
+        pipeline=PIPELINE,
+    )
     data.device = torch.device("cuda")
     results[name] = rate(data.train_dataloader())
     return results
@@ -193,20 +225,27 @@ def main(argv=None) -> int:
     parser.add_argument("--loader-batches", type=int, default=10, help="timed loader batches (default: 10)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        fail("bench_gpu needs a CUDA GPU and a CUDA build of torch (torch.cuda.is_available() is False here);"
-             " on a CPU run make bench-optim and make bench-data")
+        fail(
+            "bench_gpu needs a CUDA GPU and a CUDA build of torch (torch.cuda.is_available() is False here);"
+            " on a CPU run make bench-optim and make bench-data"
+        )
     torch.backends.cudnn.benchmark = True
     import lightning
     import timm
 
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}),"
-          f" lightning {lightning.__version__}, timm {timm.__version__}, batch {args.batch_size}, 224 px, bf16,"
-          " channels_last", flush=True)
+    print(
+        f"device {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}),"
+        f" lightning {lightning.__version__}, timm {timm.__version__}, batch {args.batch_size}, 224 px, bf16,"
+        " channels_last",
+        flush=True,
+    )
 
     print("\n| ResNet-50 training | eager img/s | torch.compile img/s |\n|---|---|---|")
     rates = {}
-    for label, measure in (("bare PyTorch loop", bare_images_per_s), ("ours (Lightning + ImageClassifier)",
-                                                                      ours_images_per_s)):
+    for label, measure in (
+        ("bare PyTorch loop", bare_images_per_s),
+        ("ours (Lightning + ImageClassifier)", ours_images_per_s),
+    ):
         eager = measure(args.batch_size, args.steps, args.warmup, compile_model=False)
         compiled = None if args.skip_compile else measure(args.batch_size, args.steps, args.warmup, True)
         rates[label] = (eager, compiled)

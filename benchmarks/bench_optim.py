@@ -53,8 +53,9 @@ def optimizers(device: str, with_lamb: bool) -> dict:
         table["ours LAMB"] = lambda m: LAMB(groups(m), lr=1e-3)
         table["timm Lamb (default)"] = lambda m: TimmLamb(groups(m), lr=1e-3)
     if device == "cuda":
-        table["torch SGD (fused=True)"] = lambda m: torch.optim.SGD(groups(m), lr=1.0, momentum=0.9,
-                                                                    fused=True)
+        table["torch SGD (fused=True)"] = lambda m: torch.optim.SGD(
+            groups(m), lr=1.0, momentum=0.9, fused=True
+        )
     return table
 
 
@@ -75,20 +76,28 @@ def measure(model: torch.nn.Module, make, steps: int, device: str) -> tuple[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--timed", default="resnet50", help="timm architectures timed, comma-separated")
-    parser.add_argument("--counted", default="resnet18",
-                        help="further architectures whose op counts only are measured (tensor-count scaling)")
+    parser.add_argument(
+        "--counted",
+        default="resnet18",
+        help="further architectures whose op counts only are measured (tensor-count scaling)",
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps per optimizer (median reported)")
     parser.add_argument("--with-lamb", action="store_true", help="also compare LAMB implementations")
-    parser.add_argument("--shard-world", type=int, default=2, help="processes for the sharding table (0: skip)")
+    parser.add_argument(
+        "--shard-world", type=int, default=2, help="processes for the sharding table (0: skip)"
+    )
     parser.add_argument("--shard-arch", default="resnet50")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, timm {timm.__version__}, device {args.device}, "
-          f"threads {torch.get_num_threads()}")
+    print(
+        f"torch {torch.__version__}, timm {timm.__version__}, device {args.device}, "
+        f"threads {torch.get_num_threads()}"
+    )
     print("| model | tensors | params (M) | optimizer | ms/step | aten ops/step | ops / ours LARS |")
     print("|---|---|---|---|---|---|---|")
     archs = [(a, args.steps) for a in args.timed.split(",") if a]
@@ -112,12 +121,13 @@ def main() -> None:
             row = f"| {arch} | {tensors} | {numel:.1f} | {name} | {timing} | {ops} | {ratio:.2f} |"
             print(row, flush=True)
 
-
     if args.shard_world:
         sharding_table(args.shard_arch, args.shard_world, max(args.steps, 1), args.with_lamb)
 
 
-def sharded_steps(rank: int, world_size: int, port: int, arch: str, steps: int, with_lamb: bool, results) -> None:
+def sharded_steps(
+    rank: int, world_size: int, port: int, arch: str, steps: int, with_lamb: bool, results
+) -> None:
     """Per optimizer: median step ms, unsharded and sharded, and state bytes on this rank (rank 0 reports)."""
     import torch.distributed as dist
 
@@ -141,8 +151,12 @@ def sharded_steps(rank: int, world_size: int, port: int, arch: str, steps: int, 
                 start = time.perf_counter()
                 optimizer.step()
                 times.append((time.perf_counter() - start) * 1e3)
-            state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
-                        if isinstance(t, torch.Tensor))
+            state = sum(
+                t.numel() * t.element_size()
+                for s in optimizer.state.values()
+                for t in s.values()
+                if isinstance(t, torch.Tensor)
+            )
             if rank == 0:
                 results[(name, sharded)] = (statistics.median(times[1:]), state)
     dist.destroy_process_group()
@@ -163,7 +177,9 @@ def sharding_table(arch: str, world_size: int, steps: int, with_lamb: bool) -> N
     print("|---|---|---|---|---|")
     for (name, sharded), (ms, state) in sorted(results.items()):
         full = results[(name, False)][1]
-        print(f"| {name} | {'yes' if sharded else 'no'} | {ms:.1f} | {state / 2**20:.1f} | {state / full:.2f} |")
+        print(
+            f"| {name} | {'yes' if sharded else 'no'} | {ms:.1f} | {state / 2**20:.1f} | {state / full:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -36,11 +36,19 @@ def ffcv_imagenet_way(src, out_file, max_resolution, workers):
     from ffcv.writer import DatasetWriter
     from torchvision.datasets import ImageFolder
 
-    writer = DatasetWriter(str(out_file), {
-        "image": RGBImageField(write_mode="proportion", max_resolution=max_resolution,
-                               compress_probability=0.5, jpeg_quality=90),
-        "label": IntField(),
-    }, num_workers=workers)
+    writer = DatasetWriter(
+        str(out_file),
+        {
+            "image": RGBImageField(
+                write_mode="proportion",
+                max_resolution=max_resolution,
+                compress_probability=0.5,
+                jpeg_quality=90,
+            ),
+            "label": IntField(),
+        },
+        num_workers=workers,
+    )
     writer.from_indexed_dataset(ImageFolder(str(src / "train")), chunksize=100)
 
 
@@ -56,27 +64,45 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src"
         make_imagenet_like_jpegs(src, args.images)
-        timings = {"ffcv-imagenet way (ImageFolder + DatasetWriter)": [], "lightning_lars convert (check + write)": []}
+        timings = {
+            "ffcv-imagenet way (ImageFolder + DatasetWriter)": [],
+            "lightning_lars convert (check + write)": [],
+        }
         for repeat in range(args.repeats):  # alternate, so load from other processes hits both alike
             start = time.perf_counter()
             ffcv_imagenet_way(src, Path(tmp) / f"upstream{repeat}.beton", args.max_resolution, args.workers)
             timings["ffcv-imagenet way (ImageFolder + DatasetWriter)"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            convert(src, Path(tmp) / f"ours{repeat}", max_resolution=args.max_resolution, num_workers=args.workers,
-                    splits=("train",), progress=False)
+            convert(
+                src,
+                Path(tmp) / f"ours{repeat}",
+                max_resolution=args.max_resolution,
+                num_workers=args.workers,
+                splits=("train",),
+                progress=False,
+            )
             timings["lightning_lars convert (check + write)"].append(time.perf_counter() - start)
-        sizes = {name: os.path.getsize(path) for name, path in
-                 (("upstream", Path(tmp) / "upstream0.beton"), ("ours", Path(tmp) / "ours0" / "train.beton"))}
+        sizes = {
+            name: os.path.getsize(path)
+            for name, path in (
+                ("upstream", Path(tmp) / "upstream0.beton"),
+                ("ours", Path(tmp) / "ours0" / "train.beton"),
+            )
+        }
 
     baseline = min(next(iter(timings.values())))
-    print(f"\n{args.images} JPEGs of 400-500 x 333-400 px, max_resolution {args.max_resolution}, "
-          f"{args.workers} workers, best of {args.repeats}")
+    print(
+        f"\n{args.images} JPEGs of 400-500 x 333-400 px, max_resolution {args.max_resolution}, "
+        f"{args.workers} workers, best of {args.repeats}"
+    )
     print("| method | seconds | images/s | speed vs ffcv-imagenet way |")
     print("|---|---|---|---|")
     for name, seconds in timings.items():
         best = min(seconds)
         print(f"| {name} | {best:.2f} | {args.images / best:.0f} | {baseline / best:.2f}x |")
-    print(f"file sizes: ffcv-imagenet way {sizes['upstream'] / 1e6:.1f} MB, ours {sizes['ours'] / 1e6:.1f} MB")
+    print(
+        f"file sizes: ffcv-imagenet way {sizes['upstream'] / 1e6:.1f} MB, ours {sizes['ours'] / 1e6:.1f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -62,13 +62,20 @@ def main() -> None:
 
     # debug=toy: the toy as it runs now (the demo's JPEGs through torchvision) against the same toy on the demo's
     # FFCV files (`data=demo`, what it read before), and the README's ResNet-50 example
-    toys = {"demo toy": ["recipe=demo"], "demo toy, FFCV (data=demo)": ["recipe=demo", "data=demo"],
-            "resnet50_32k toy": ["recipe=resnet50_32k"]}
-    print(f"\n{'debug=toy (median of ' + str(args.repeats) + ')':<34}{'to exit':>10}{'plan line':>11}{'1st step':>10}")
+    toys = {
+        "demo toy": ["recipe=demo"],
+        "demo toy, FFCV (data=demo)": ["recipe=demo", "data=demo"],
+        "resnet50_32k toy": ["recipe=resnet50_32k"],
+    }
+    print(
+        f"\n{'debug=toy (median of ' + str(args.repeats) + ')':<34}{'to exit':>10}{'plan line':>11}{'1st step':>10}"
+    )
     for name, root in roots.items():
         for case, overrides in toys.items():
-            cells = [toy_run([*train, *overrides, "debug=toy", f"paths.data_dir={args.data_dir}"], root)
-                     for _ in range(args.repeats)]
+            cells = [
+                toy_run([*train, *overrides, "debug=toy", f"paths.data_dir={args.data_dir}"], root)
+                for _ in range(args.repeats)
+            ]
             medians = [statistics.median(c[i] for c in cells) for i in range(3)]
             label = case if len(roots) == 1 else f"{case} ({name})"
             print(f"{label:<34}" + "".join(f"{m:>9.1f}s" + " " * (i > 0) for i, m in enumerate(medians)))

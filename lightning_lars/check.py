@@ -34,8 +34,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 300):
-        for numerator in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
-                          -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+        for numerator in (
+            m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+            -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m)),
+        ):
             d = 1.0 + numerator * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + numerator / c
@@ -87,16 +89,25 @@ def target_of(cfg) -> tuple[float, str]:
     published = (cfg.get("published") or {}).get("top1")
     if isinstance(published, (int, float)) and not isinstance(published, bool):
         return float(published), "published.top1"
-    raise UserError("no target to test against: set callbacks.time_to_target.target_top1=PERCENT"
-                    " or published.top1 in the recipe")
+    raise UserError(
+        "no target to test against: set callbacks.time_to_target.target_top1=PERCENT"
+        " or published.top1 in the recipe"
+    )
 
 
 def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
     """One training run through the real entry point; returns its results.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "train.log"
-    command = [sys.executable, "-m", "lightning_lars.train", f"recipe={recipe}", f"seed={seed}",
-               f"hydra.run.dir={run_dir}", *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "lightning_lars.train",
+        f"recipe={recipe}",
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_root())
         try:
@@ -128,9 +139,14 @@ def report(rows: list[dict], target: float, source: str, alpha: float) -> str:
     if test["n"] < 2:
         lines.append("test     needs seeds >= 2")
     else:
-        verdict = (f"claim supported: mean top-1 > {target:.2f} % at alpha {alpha:g}" if test["p"] < alpha
-                   else f"not shown: mean top-1 > {target:.2f} % is not significant at alpha {alpha:g}")
-        lines.append(f"test     one-sided t = {test['t']:.3f}, df = {test['df']}, p = {test['p']:.4g}: {verdict}")
+        verdict = (
+            f"claim supported: mean top-1 > {target:.2f} % at alpha {alpha:g}"
+            if test["p"] < alpha
+            else f"not shown: mean top-1 > {target:.2f} % is not significant at alpha {alpha:g}"
+        )
+        lines.append(
+            f"test     one-sided t = {test['t']:.3f}, df = {test['df']}, p = {test['p']:.4g}: {verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -140,16 +156,25 @@ def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[
     std = "-" if math.isnan(test["std"]) else f"{test['std']:.2f}"
     reached = [r["time_to_target_s"] for r in rows if r["time_to_target_s"] is not None]
     wall = statistics.fmean(r["wall_s"] for r in rows)
-    time_text = (f"{statistics.fmean(reached):.1f} s to target ({len(reached)}/{len(rows)} reached)" if reached
-                 else f"{wall:.1f} s wall, target not reached")
+    time_text = (
+        f"{statistics.fmean(reached):.1f} s to target ({len(reached)}/{len(rows)} reached)"
+        if reached
+        else f"{wall:.1f} s wall, target not reached"
+    )
     epochs = sorted({f"{float(r.get('epochs', math.nan)):.4g}" for r in records})
     root = config.run_root()
     log = str(out.relative_to(root)) if out.is_relative_to(root) else str(out)
-    return {"recipe": recipe + (f" ({' '.join(overrides)})" if overrides else ""),
-            "hardware": ", ".join(sorted({str(r.get("hardware", f"{r.get('world_size', '?')} devices"))
-                                          for r in records})),
-            "epochs": ", ".join(epochs), "top-1 (mean +- std, n)": f"{test['mean']:.2f} +- {std} %, n={test['n']}",
-            "time": time_text, "date": time.strftime("%Y-%m-%d"), "log or W&B run": log}
+    return {
+        "recipe": recipe + (f" ({' '.join(overrides)})" if overrides else ""),
+        "hardware": ", ".join(
+            sorted({str(r.get("hardware", f"{r.get('world_size', '?')} devices")) for r in records})
+        ),
+        "epochs": ", ".join(epochs),
+        "top-1 (mean +- std, n)": f"{test['mean']:.2f} +- {std} %, n={test['n']}",
+        "time": time_text,
+        "date": time.strftime("%Y-%m-%d"),
+        "log or W&B run": log,
+    }
 
 
 def record_run(row: dict, runs_file: Path) -> None:
@@ -160,18 +185,26 @@ def record_run(row: dict, runs_file: Path) -> None:
         out.write(json.dumps(row) + "\n")
     if runs_file.resolve() == recipes.RUNS_FILE.resolve() and config.is_checkout():
         (config.PROJECT_ROOT / "recipes" / "README.md").write_text(recipes.markdown())
-    print(f"[check] row added to {runs_file} (the table \"Runs of ours\" in recipes/README.md)", flush=True)
+    print(f'[check] row added to {runs_file} (the table "Runs of ours" in recipes/README.md)', flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--recipe", required=True)
-    parser.add_argument("--seeds", type=int, default=3, help="number of runs (seeds first_seed, first_seed+1, ...)")
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="number of runs (seeds first_seed, first_seed+1, ...)"
+    )
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
     parser.add_argument("--out", type=Path, help="folder for the runs (default logs/<recipe>/check/<time>)")
-    parser.add_argument("--runs-file", type=Path, default=None,
-                        help="append the result row here (default recipes/runs.jsonl, which recipes/README.md lists)")
+    parser.add_argument(
+        "--runs-file",
+        type=Path,
+        default=None,
+        help="append the result row here (default recipes/runs.jsonl, which recipes/README.md lists)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. debug=toy")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run `finally` blocks: no orphaned training run
@@ -180,17 +213,27 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
         cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
-        out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime(
+            "%Y-%m-%d_%H-%M-%S"
+        )
         rows, records = [], []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)
             records.append(record)
             metrics = record["metrics"]
             if "val/top1" not in metrics:  # the judged accuracy is the last evaluation during training
-                raise UserError(f"seed {seed} ended before its first evaluation (no val/top1); train at least"
-                                " the recipe's first evaluation (evaluation.*), or set run.validate_at_end=true")
-            rows.append({"seed": seed, "top1": 100 * metrics["val/top1"], "wall_s": metrics.get("time/wall_s", math.nan),
-                         "time_to_target_s": metrics.get("target/time_to_target_s")})
+                raise UserError(
+                    f"seed {seed} ended before its first evaluation (no val/top1); train at least"
+                    " the recipe's first evaluation (evaluation.*), or set run.validate_at_end=true"
+                )
+            rows.append(
+                {
+                    "seed": seed,
+                    "top1": 100 * metrics["val/top1"],
+                    "wall_s": metrics.get("time/wall_s", math.nan),
+                    "time_to_target_s": metrics.get("target/time_to_target_s"),
+                }
+            )
             print(f"[check] seed {seed}: top-1 {rows[-1]['top1']:.2f} % ({out / f'seed_{seed}'})", flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)

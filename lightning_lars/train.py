@@ -27,7 +27,8 @@ from lightning_lars.recipe.plan import check_command_line
 # val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
 NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured")
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-    lambda r: not any(text in r.getMessage() for text in NOISE))
+    lambda r: not any(text in r.getMessage() for text in NOISE)
+)
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
@@ -66,7 +67,9 @@ def main() -> None:
         fail(err)
     as_given = dict(zip(overrides, accepted))  # `trainer.max_steps=1` -> `+trainer.max_steps=1` for Hydra
     sys.argv = [sys.argv[0], *(as_given.get(a, a) for a in sys.argv[1:])]
-    from lightning_lars.runtime import preemption  # imports Lightning (~5 s): only once the command line is checked
+    from lightning_lars.runtime import (
+        preemption,
+    )  # imports Lightning (~5 s): only once the command line is checked
 
     sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
     hydra_main()

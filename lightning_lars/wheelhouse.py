@@ -5,7 +5,8 @@
     # on the node:  pip install --no-index --find-links wheelhouse 'lightning-lars[ffcv]'
 
 Run on a machine with internet (``make wheelhouse`` does). Binary wheels come from PyPI through ``pip download
---only-binary=:all:`` for the target's tags, at the versions of lightning_lars/requirements/lock-newest.txt where the lock
+--only-binary=:all:`` for the target's tags, at the versions of lightning_lars/requirements/lock-newest.txt
+where the lock
 has them (the newest tested set). Packages that PyPI has only as source are built into wheels here: a
 pure-Python one serves any target; one with compiled code (FFCV) only a target like this machine (same
 Python, same OS libraries: FFCV links Debian's libturbojpeg and OpenCV), which is said, and it is left out.
@@ -26,10 +27,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from pathlib import Path
-
 import tomllib
 from importlib.metadata import PackageNotFoundError, distribution, requires
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -52,9 +52,11 @@ class CannotBuild(UserError):
 
     def __init__(self, requirement: str, wheel_name: str):
         self.requirement = requirement
-        super().__init__(f"{requirement} has no wheel on PyPI and compiles ({wheel_name}): it builds only on a"
-                         " machine like the target (same Python, same OS libraries); there run `pip wheel --no-deps"
-                         f" '{requirement}'` and add the wheel to the folder")
+        super().__init__(
+            f"{requirement} has no wheel on PyPI and compiles ({wheel_name}): it builds only on a"
+            " machine like the target (same Python, same OS libraries); there run `pip wheel --no-deps"
+            f" '{requirement}'` and add the wheel to the folder"
+        )
 
 
 def project_requirements(without: set[str]) -> list[str]:
@@ -67,7 +69,9 @@ def project_requirements(without: set[str]) -> list[str]:
             declared = requires("lightning-lars") or []
         except PackageNotFoundError:
             raise UserError("run this from a clone of lightning-lars or with the package installed") from None
-        requirements = [r.split(";")[0] for r in declared if "extra ==" not in r or "'ffcv'" in r or '"ffcv"' in r]
+        requirements = [
+            r.split(";")[0] for r in declared if "extra ==" not in r or "'ffcv'" in r or '"ffcv"' in r
+        ]
     left_out = {name for group in without for name in GROUPS[group]}
     kept = [r for r in requirements if re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() not in left_out]
     return kept + list(TEST_TOOLS)
@@ -154,24 +158,45 @@ def resolve(requirements: list[str], python: str) -> list[tuple[str, bool]]:
     from PATH when there is one, so markers are the target's), at the lock's versions where it pins them."""
     interpreter = sys.executable if python == this_machine()[0] else find_interpreter(python)
     if interpreter is None:
-        print(f"  note: no python{python} here: resolving with Python {this_machine()[0]}'s markers", flush=True)
+        print(
+            f"  note: no python{python} here: resolving with Python {this_machine()[0]}'s markers", flush=True
+        )
         interpreter = sys.executable
     constraints = ["-c", str(LOCK)] if LOCK.is_file() else []
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        run([interpreter, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--report", str(report),
-             *constraints, *requirements])
+        run(
+            [
+                interpreter,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                *constraints,
+                *requirements,
+            ]
+        )
         resolved = json.loads(report.read_text())["install"]
-    return [(f"{item['metadata']['name']}=={item['metadata']['version']}",
-             item["download_info"]["url"].split("#")[0].endswith(".whl")) for item in resolved]
+    return [
+        (
+            f"{item['metadata']['name']}=={item['metadata']['version']}",
+            item["download_info"]["url"].split("#")[0].endswith(".whl"),
+        )
+        for item in resolved
+    ]
 
 
 def canonicalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def download(requirements: list[str], out: Path, python: str, platform_tag: str | None,
-             without: set[str]) -> list[str]:
+def download(
+    requirements: list[str], out: Path, python: str, platform_tag: str | None, without: set[str]
+) -> list[str]:
     """Fill ``out`` with the target's wheels; build those PyPI has only as source. Returns what was built."""
     here_python, here_platform = this_machine()
     same_as_here = python == here_python and platform_tag in (here_platform, None)
@@ -184,14 +209,34 @@ def download(requirements: list[str], out: Path, python: str, platform_tag: str 
             print(f"  {requirement}: no wheel on PyPI; building it here", flush=True)
             build_wheel(requirement, out, same_as_here)
             built.append(requirement)
-    target = ["--python-version", python, "--implementation", "cp",
-              *(arg for tag in compatible_platforms(platform_tag) for arg in ("--platform", tag))]
-    result = run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(out),
-                  *target, *(r for r, has_wheel in resolved if has_wheel)])
+    target = [
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *(arg for tag in compatible_platforms(platform_tag) for arg in ("--platform", tag)),
+    ]
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(out),
+            *target,
+            *(r for r, has_wheel in resolved if has_wheel),
+        ]
+    )
     missing = MISSING.search(result.stdout + result.stderr)
     if missing:
-        raise UserError(f"PyPI has no wheel of {missing.group(1)} for Python {python} on"
-                        f" {platform_tag or here_platform}: choose another --python or --platform")
+        raise UserError(
+            f"PyPI has no wheel of {missing.group(1)} for Python {python} on"
+            f" {platform_tag or here_platform}: choose another --python or --platform"
+        )
     return built
 
 
@@ -210,40 +255,78 @@ def project_wheel(out: Path) -> Path:
         source.mkdir()
         for name in WHEEL_SOURCES:
             path = PROJECT_ROOT / name
-            if path.is_dir():  # callbacks/, conf/ and recipes/ go inside the package by pyproject's package-dir
-                shutil.copytree(path, source / name, symlinks=True,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            if (
+                path.is_dir()
+            ):  # callbacks/, conf/ and recipes/ go inside the package by pyproject's package-dir
+                shutil.copytree(
+                    path,
+                    source / name,
+                    symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+                )
             else:
                 shutil.copy2(path, source / name)
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp,
-             str(source)])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                tmp,
+                str(source),
+            ]
+        )
         (wheel,) = Path(tmp).glob("lightning_lars-*.whl")
         return Path(wheel.replace(out / wheel.name))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lightning_lars.wheelhouse", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_lars.wheelhouse", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", default="wheelhouse", help="folder to fill (default: wheelhouse)")
     parser.add_argument("--python", default=None, help="target Python, e.g. 3.12 (default: this one)")
-    parser.add_argument("--platform", default=None, help="target platform tag, e.g. manylinux_2_28_x86_64"
-                        " (default: this machine)")
-    parser.add_argument("--without", default="", help=f"comma-separated groups to leave out: {', '.join(GROUPS)}")
+    parser.add_argument(
+        "--platform",
+        default=None,
+        help="target platform tag, e.g. manylinux_2_28_x86_64 (default: this machine)",
+    )
+    parser.add_argument(
+        "--without", default="", help=f"comma-separated groups to leave out: {', '.join(GROUPS)}"
+    )
     args = parser.parse_args(argv)
     try:
         without = {w for w in args.without.split(",") if w}
         if without - set(GROUPS):
-            raise UserError(f"--without takes {', '.join(GROUPS)}; got {', '.join(sorted(without - set(GROUPS)))}")
+            raise UserError(
+                f"--without takes {', '.join(GROUPS)}; got {', '.join(sorted(without - set(GROUPS)))}"
+            )
         python = args.python or this_machine()[0]
         if not re.fullmatch(r"3\.\d+", python):
             raise UserError(f"--python takes a version like 3.12, got {python}")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        print(f"wheelhouse {out}: Python {python}, platform {args.platform or this_machine()[1]}"
-              f"{', without ' + ', '.join(sorted(without)) if without else ''}", flush=True)
-        if "ffcv" not in without and (python, args.platform) not in ((this_machine()[0], None), this_machine()):
-            without.add("ffcv")  # FFCV compiles and links this machine's libturbojpeg/OpenCV: no wheel for others
-            print(f"note: FFCV left out. {CannotBuild('ffcv', 'C extension')}. Without it the project runs with"
-                  " data=imagefolder or data=synthetic, and FFCV recipes say how to install it.", flush=True)
+        print(
+            f"wheelhouse {out}: Python {python}, platform {args.platform or this_machine()[1]}"
+            f"{', without ' + ', '.join(sorted(without)) if without else ''}",
+            flush=True,
+        )
+        if "ffcv" not in without and (python, args.platform) not in (
+            (this_machine()[0], None),
+            this_machine(),
+        ):
+            without.add(
+                "ffcv"
+            )  # FFCV compiles and links this machine's libturbojpeg/OpenCV: no wheel for others
+            print(
+                f"note: FFCV left out. {CannotBuild('ffcv', 'C extension')}. Without it the project runs with"
+                " data=imagefolder or data=synthetic, and FFCV recipes say how to install it.",
+                flush=True,
+            )
         built = download(project_requirements(without), out, python, args.platform, without)
         wheel = project_wheel(out)
     except UserError as error:
@@ -251,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wheels = sorted(out.glob("*.whl"))
     size_mib = sum(w.stat().st_size for w in wheels) / 2**20
-    print(f"{len(wheels)} wheels, {size_mib:.1f} MiB in {out} (built here: {', '.join(built) or 'none'};"
-          f" project: {wheel.name}; machine {platform.machine()})")
+    print(
+        f"{len(wheels)} wheels, {size_mib:.1f} MiB in {out} (built here: {', '.join(built) or 'none'};"
+        f" project: {wheel.name}; machine {platform.machine()})"
+    )
     extra = "" if "ffcv" in without else "[ffcv]"
     print(f"install offline: pip install --no-index --find-links {out} 'lightning-lars{extra}'")
     return 0

@@ -27,8 +27,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def small_conv_net(widths: Sequence[int] = (8, 16, 16), last_conv: int | None = 32,
-                   classes: int = 10) -> nn.Module:
+def small_conv_net(
+    widths: Sequence[int] = (8, 16, 16), last_conv: int | None = 32, classes: int = 10
+) -> nn.Module:
     """A seeded conv net on 3-channel images of at least ``2 * (convs) + 1`` pixels a side (3x3, no padding).
 
     ``Conv2d(3x3) -> BatchNorm2d -> ReLU`` for each of ``widths``, then a plain ``Conv2d(3x3)`` to
@@ -48,8 +49,9 @@ def small_conv_net(widths: Sequence[int] = (8, 16, 16), last_conv: int | None = 
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, classes))
 
 
-def small_mlp(sizes: tuple[int, int, int] = (6, 5, 2), dtype: torch.dtype = torch.float64,
-              relu: bool = True) -> nn.Module:
+def small_mlp(
+    sizes: tuple[int, int, int] = (6, 5, 2), dtype: torch.dtype = torch.float64, relu: bool = True
+) -> nn.Module:
     """A seeded ``Linear -> BatchNorm1d [-> ReLU] -> Linear`` in ``dtype``: ``sizes`` are (inputs, hidden,
     outputs). Two 2-D weights (adapted) and four 1-D tensors (biases, BN gamma and beta: excluded)."""
     inputs, hidden, outputs = sizes

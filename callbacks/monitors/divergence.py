@@ -36,8 +36,12 @@ class DivergenceGuard(L.Callback):
         min_steps: optimizer steps before explosions are judged (the first steps' loss is noisy).
     """
 
-    def __init__(self, check_every_n_steps: int | None = None, explosion_factor: float | None = 3.0,
-                 min_steps: int = 100):
+    def __init__(
+        self,
+        check_every_n_steps: int | None = None,
+        explosion_factor: float | None = 3.0,
+        min_steps: int = 100,
+    ):
         if explosion_factor is not None and explosion_factor <= 1:
             raise ValueError(f"explosion_factor={explosion_factor} must be > 1")
         self.check_every_n_steps = check_every_n_steps
@@ -98,13 +102,19 @@ class DivergenceGuard(L.Callback):
             problem = f"loss is {window}"
         elif check_weights and not _weights_finite(pl_module):
             problem = "weights are NaN/inf"
-        elif (window is not None and self.explosion_factor is not None and trainer.global_step >= self.min_steps
-              and window > self.explosion_factor * self.best_window_loss):
+        elif (
+            window is not None
+            and self.explosion_factor is not None
+            and trainer.global_step >= self.min_steps
+            and window > self.explosion_factor * self.best_window_loss
+        ):
             first, last = self._window_first_step, self._batch_step
             step = first
             steps = f"step {first}" if first == last else f"steps {first}-{last}"
-            problem = (f"loss exploded to {window:.4g} (mean of {steps}),"
-                       f" over {self.explosion_factor:g} x the best window's {self.best_window_loss:.4g}")
+            problem = (
+                f"loss exploded to {window:.4g} (mean of {steps}),"
+                f" over {self.explosion_factor:g} x the best window's {self.best_window_loss:.4g}"
+            )
         elif window is not None:
             self.best_window_loss = min(self.best_window_loss, window)
         # Any rank in trouble stops every rank, at the same step.
@@ -122,7 +132,9 @@ class DivergenceGuard(L.Callback):
 
 def _weights_finite(pl_module) -> bool:
     """True when every parameter (this rank's shard, for DTensors) is finite; one sync for all tensors."""
-    flags = [torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all() for p in pl_module.parameters()]
+    flags = [
+        torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all() for p in pl_module.parameters()
+    ]
     return bool(torch.stack(flags).all()) if flags else True
 
 
@@ -130,7 +142,12 @@ def _message(trainer, step: int, problem: str) -> str:
     """One line: the step (0-based, as ``trainer/global_step`` in the logs), what went wrong, what is kept."""
     callback = trainer.checkpoint_callback
     last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
-    keep = (f"last good checkpoint: {last} (resume with run.ckpt_path={last})" if last
-            else "no checkpoint had been saved")
-    return (f"training diverged at step {step} (epoch {trainer.current_epoch}): {problem};"
-            f" {keep}; lower the peak LR (scheduler.base_lr) or lengthen the warmup (scheduler.warmup_epochs)")
+    keep = (
+        f"last good checkpoint: {last} (resume with run.ckpt_path={last})"
+        if last
+        else "no checkpoint had been saved"
+    )
+    return (
+        f"training diverged at step {step} (epoch {trainer.current_epoch}): {problem};"
+        f" {keep}; lower the peak LR (scheduler.base_lr) or lengthen the warmup (scheduler.warmup_epochs)"
+    )

@@ -28,5 +28,7 @@ class FirstStepTime(L.Callback):
         if self.seconds is not None or trainer.global_step <= (self._first_global_step or 0):
             return  # still accumulating the first step's micro-batches
         self.seconds = time.perf_counter() - self.started
-        rank_zero_info(f"[lightning-lars] plan: first optimizer step done {self.seconds:.1f} s after the command"
-                       " line (imports, config, loaders, JIT compile, one step)")
+        rank_zero_info(
+            f"[lightning-lars] plan: first optimizer step done {self.seconds:.1f} s after the command"
+            " line (imports, config, loaders, JIT compile, one step)"
+        )

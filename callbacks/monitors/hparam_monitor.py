@@ -33,7 +33,8 @@ class HParamMonitor(L.Callback):
 
     Read in ``on_before_optimizer_step``: after the schedule callback has set this step's LR (it runs at batch
     start) and once per optimizer step whatever the gradient accumulation. Keeps ``history``, a list of
-    ``(step, epoch, lr, weight_decay, momentum)`` of group 0 for the run report's plots; it is saved in checkpoints so that a
+    ``(step, epoch, lr, weight_decay, momentum)`` of group 0 for the run report's plots; it is saved in
+    checkpoints so that a
     resumed run plots the whole schedule. Beyond ``max_history`` points every other point is dropped and the
     sampling interval doubles, so memory stays bounded on any run length.
 
@@ -78,11 +79,22 @@ class HParamMonitor(L.Callback):
                 logger.log_metrics(metrics, step=step)
         if step % (self.every_n_steps * self._history_stride) == 0:
             first = optimizer.param_groups[0]
-            self._record(step, epoch_of(trainer), float(first["lr"]), float(first.get("weight_decay", 0.0)),
-                         group_momentum(first, optimizer))
+            self._record(
+                step,
+                epoch_of(trainer),
+                float(first["lr"]),
+                float(first.get("weight_decay", 0.0)),
+                group_momentum(first, optimizer),
+            )
 
-    def _record(self, step: int, epoch: float, lr: float, weight_decay: float | None = None,
-                momentum: float | None = None) -> None:
+    def _record(
+        self,
+        step: int,
+        epoch: float,
+        lr: float,
+        weight_decay: float | None = None,
+        momentum: float | None = None,
+    ) -> None:
         if self.history and self.history[-1][0] >= step:
             return  # a resumed run replays no step twice
         self.history.append((step, epoch, lr, weight_decay, momentum))

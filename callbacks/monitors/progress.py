@@ -9,7 +9,6 @@ import time
 from collections import deque
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
-
 from lightning_lars.callbacks.techniques.evaluation import planned_epochs
 
 
@@ -63,8 +62,11 @@ class RunClock:
 def _status(trainer, clock: RunClock) -> dict[str, str]:
     lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
     total = trainer.estimated_stepping_batches
-    return {"lr": f"{lr:.4g}", "img/s": f"{clock.images_per_sec(trainer.world_size):,.0f}",
-            "eta": format_duration(clock.eta_s(total))}
+    return {
+        "lr": f"{lr:.4g}",
+        "img/s": f"{clock.images_per_sec(trainer.world_size):,.0f}",
+        "eta": format_duration(clock.eta_s(total)),
+    }
 
 
 class TerminalProgressBar(TQDMProgressBar):
@@ -134,8 +136,11 @@ class LogLineProgress(ProgressBar):
         total = trainer.estimated_stepping_batches
         epochs = planned_epochs(trainer, total) if total != float("inf") else None
         epochs_text = f"{epochs:.4g} epochs" if epochs is not None else f"max {trainer.max_epochs} epochs"
-        self._print(trainer, f"[train] start: {total} optimizer steps, {epochs_text},"
-                             f" {self.total_train_batches} batches per pass over the data per device")
+        self._print(
+            trainer,
+            f"[train] start: {total} optimizer steps, {epochs_text},"
+            f" {self.total_train_batches} batches per pass over the data per device",
+        )
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.clock.restart()
@@ -151,10 +156,16 @@ class LogLineProgress(ProgressBar):
         loss = trainer.callback_metrics.get("train/loss_step", trainer.callback_metrics.get("train/loss"))
         loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
         epochs = planned_epochs(trainer, step)
-        where = (f"epoch {epochs:.2f}/{planned_epochs(trainer, total):.4g}" if epochs is not None
-                 else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
-        self._print(trainer, f"[train] {where} step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
-                             f" | {status['img/s']} img/s | eta {status['eta']}")
+        where = (
+            f"epoch {epochs:.2f}/{planned_epochs(trainer, total):.4g}"
+            if epochs is not None
+            else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
+        )
+        self._print(
+            trainer,
+            f"[train] {where} step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
+            f" | {status['img/s']} img/s | eta {status['eta']}",
+        )
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
@@ -166,7 +177,9 @@ class LogLineProgress(ProgressBar):
         self._print(trainer, f"[val] epoch {where} step {trainer.global_step} | {values}")
 
 
-def progress_bar(every_n_steps: int | None = None, refresh_rate: int = 1, force: str | None = None) -> ProgressBar:
+def progress_bar(
+    every_n_steps: int | None = None, refresh_rate: int = 1, force: str | None = None
+) -> ProgressBar:
     """The bar for where output goes: tqdm on a terminal, plain lines otherwise (``force``: "bar"/"lines")."""
     if force not in (None, "bar", "lines"):
         raise ValueError(f"force={force!r}: use 'bar', 'lines' or null")

@@ -6,7 +6,6 @@ import math
 import time
 
 import lightning as L
-
 from lightning_lars.callbacks import find_callback
 from lightning_lars.callbacks.monitors.hparam_monitor import epoch_of
 from lightning_lars.callbacks.monitors.throughput import ThroughputCallback
@@ -53,8 +52,10 @@ class RunHistory(L.Callback):
             row["train_loss"] = loss
         throughput = find_callback(trainer, ThroughputCallback)
         if throughput is not None and self._counted_at_start is not None:
-            images, busy_s = (now - then for now, then in zip((throughput.images, throughput.busy_s),
-                                                              self._counted_at_start))
+            images, busy_s = (
+                now - then
+                for now, then in zip((throughput.images, throughput.busy_s), self._counted_at_start)
+            )
             if images and busy_s > 0:  # an epoch of warm-up batches only has no rate
                 row["images_per_sec"] = images * trainer.world_size / busy_s
         elif self._epoch_start is not None and self._images:

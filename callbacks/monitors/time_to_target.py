@@ -20,7 +20,8 @@ class TimeToTarget(L.Callback):
     training batch) and stops at the end of the first evaluation whose accuracy is at or above the target.
     Evaluations happen at the recipe's planned steps (``evaluation``, `callbacks.evaluation`; MLPerf ResNet
     evaluates every 4 epochs with an offset), so the target registers at exactly the evaluated step, and
-    ``epochs_to_target`` is that step in the source's epochs. The clock counts training and evaluation wall time; a resumed run adds the time saved
+    ``epochs_to_target`` is that step in the source's epochs. The clock counts training and evaluation wall time;
+    a resumed run adds the time saved
     in the checkpoint, so the time covers the whole run but not the time the job was down.
 
     Logged (rank 0) at every evaluation: ``target/best_top1`` (percent) and, once reached,
@@ -34,7 +35,9 @@ class TimeToTarget(L.Callback):
         stop_at_target: end training at the first evaluation at or above the target (MLPerf ends there).
     """
 
-    def __init__(self, target_top1: float | None = None, monitor: str = "val/top1", stop_at_target: bool = True):
+    def __init__(
+        self, target_top1: float | None = None, monitor: str = "val/top1", stop_at_target: bool = True
+    ):
         if target_top1 is not None and not 0 < target_top1 <= 100:
             raise ValueError(f"target_top1={target_top1} must be a percentage in (0, 100], e.g. 75.9")
         self.target_top1 = target_top1
@@ -60,7 +63,11 @@ class TimeToTarget(L.Callback):
 
     def on_validation_end(self, trainer, pl_module):
         # Only evaluations inside fit count: an extra `trainer.validate` after training is no MLPerf eval.
-        if trainer.sanity_checking or trainer.state.fn != "fit" or self.monitor not in trainer.callback_metrics:
+        if (
+            trainer.sanity_checking
+            or trainer.state.fn != "fit"
+            or self.monitor not in trainer.callback_metrics
+        ):
             return
         top1 = 100.0 * float(trainer.callback_metrics[self.monitor])
         if not math.isfinite(top1):
@@ -70,10 +77,13 @@ class TimeToTarget(L.Callback):
         metrics = {"target/best_top1": max(e[2] for e in self.evals)}
         if self.target_top1 is not None and not self.reached and top1 >= self.target_top1:
             self.time_to_target_s, self.epochs_to_target = elapsed, epoch
-            metrics.update({"target/time_to_target_s": elapsed, "target/epochs_to_target": epoch,
-                            "target/reached": 1.0})
-            rank_zero_info(f"[lightning-lars] target {self.target_top1:.2f} % reached: top-1 {top1:.2f} % at"
-                           f" epoch {epoch:.2f} (step {trainer.global_step}), {elapsed:.1f} s after run start")
+            metrics.update(
+                {"target/time_to_target_s": elapsed, "target/epochs_to_target": epoch, "target/reached": 1.0}
+            )
+            rank_zero_info(
+                f"[lightning-lars] target {self.target_top1:.2f} % reached: top-1 {top1:.2f} % at"
+                f" epoch {epoch:.2f} (step {trainer.global_step}), {elapsed:.1f} s after run start"
+            )
             if self.stop_at_target:
                 trainer.should_stop = True
         if trainer.is_global_zero:
@@ -101,13 +111,21 @@ class TimeToTarget(L.Callback):
 
     def record(self) -> TargetRecord:
         """The evaluations and the time to target, as the run report reads them."""
-        return TargetRecord(target_top1=self.target_top1, evals=tuple(self.evals),
-                            time_to_target_s=self.time_to_target_s, epochs_to_target=self.epochs_to_target,
-                            summary=self.summary())
+        return TargetRecord(
+            target_top1=self.target_top1,
+            evals=tuple(self.evals),
+            time_to_target_s=self.time_to_target_s,
+            epochs_to_target=self.epochs_to_target,
+            summary=self.summary(),
+        )
 
     def state_dict(self):
-        return {"elapsed_s": self.elapsed_s(), "evals": list(self.evals),
-                "time_to_target_s": self.time_to_target_s, "epochs_to_target": self.epochs_to_target}
+        return {
+            "elapsed_s": self.elapsed_s(),
+            "evals": list(self.evals),
+            "time_to_target_s": self.time_to_target_s,
+            "epochs_to_target": self.epochs_to_target,
+        }
 
     def load_state_dict(self, state_dict):
         self._elapsed_before_s = state_dict["elapsed_s"]

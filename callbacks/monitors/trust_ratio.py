@@ -53,8 +53,10 @@ class TrustRatioMonitor(L.Callback):
         if not self._tracked:
             names = ", ".join(type(opt).__name__ for opt in trainer.optimizers)
             # Info, not a warning: the default callback set includes this monitor for SGD recipes too.
-            rank_zero_info(f"TrustRatioMonitor: {names} has no per-layer trust ratios (no `track_stats`);"
-                           " nothing to log (remove it with ~callbacks.trust_ratio)")
+            rank_zero_info(
+                f"TrustRatioMonitor: {names} has no per-layer trust ratios (no `track_stats`);"
+                " nothing to log (remove it with ~callbacks.trust_ratio)"
+            )
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         due = trainer.global_step % self.every_n_steps == 0
@@ -83,8 +85,13 @@ class TrustRatioMonitor(L.Callback):
                 metrics[f"trust/g_norm/{name}"] = g
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
-        self.last = {"step": step, "names": list(stats["names"]), "w_norm": w_norm, "g_norm": g_norm,
-                     "trust_ratio": ratio}
+        self.last = {
+            "step": step,
+            "names": list(stats["names"]),
+            "w_norm": w_norm,
+            "g_norm": g_norm,
+            "trust_ratio": ratio,
+        }
         if self.history and self.history[-1][0] >= step:
             return
         self.history.append((step, summary))
@@ -96,15 +103,27 @@ class TrustRatioMonitor(L.Callback):
 
     def record(self) -> TrustRecord:
         """The quantiles, the per-layer ratios and the newest snapshot, as the run report reads them."""
-        return TrustRecord(quantiles=tuple(self.history), per_layer=tuple(self.layer_history),
-                           last=dict(self.last) if self.last is not None else None)
+        return TrustRecord(
+            quantiles=tuple(self.history),
+            per_layer=tuple(self.layer_history),
+            last=dict(self.last) if self.last is not None else None,
+        )
 
     def state_dict(self):
-        return {"history": list(self.history), "layer_history": list(self.layer_history),
-                "names": list(self.last["names"]) if self.last else None}
+        return {
+            "history": list(self.history),
+            "layer_history": list(self.layer_history),
+            "names": list(self.last["names"]) if self.last else None,
+        }
 
     def load_state_dict(self, state_dict):
         self.history = [(step, dict(summary)) for step, summary in state_dict["history"]]
         self.layer_history = [(step, list(r)) for step, r in state_dict.get("layer_history", [])]
         if state_dict.get("names") and self.last is None:
-            self.last = {"step": -1, "names": list(state_dict["names"]), "w_norm": [], "g_norm": [], "trust_ratio": []}
+            self.last = {
+                "step": -1,
+                "names": list(state_dict["names"]),
+                "w_norm": [],
+                "g_norm": [],
+                "trust_ratio": [],
+            }

@@ -6,6 +6,7 @@ import lightning as L
 import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.models.batch_norm import (
     average_bn_statistics,
     batch_norms,
@@ -13,7 +14,6 @@ from lightning_lars.models.batch_norm import (
     convert_batch_norm,
     set_bn_momentum,
 )
-from lightning_lars.core.errors import UserError
 from lightning_lars.schedules.scaling import BatchPlan
 
 
@@ -39,16 +39,21 @@ class BatchNormGroups(L.Callback):
                 " remove it and set batch.bn_group=N (samples per BN statistic) instead"
             )
         if trainer.world_size != self.plan.world_size:
-            raise UserError(f"the batch plan was made for {self.plan.world_size} devices, the trainer has"
-                            f" {trainer.world_size}; set trainer.devices and trainer.num_nodes before planning")
+            raise UserError(
+                f"the batch plan was made for {self.plan.world_size} devices, the trainer has"
+                f" {trainer.world_size}; set trainer.devices and trainer.num_nodes before planning"
+            )
         group = None
         if self.plan.bn_mode == "sync" and dist.is_available() and dist.is_initialized():
             # Every rank creates every subgroup (a collective); each keeps its own.
             group, _ = dist.new_subgroups_by_enumeration(
-                consecutive_rank_groups(self.plan.world_size, self.plan.bn_ranks))
+                consecutive_rank_groups(self.plan.world_size, self.plan.bn_ranks)
+            )
         self.converted = convert_batch_norm(pl_module, self.plan.bn_group if group is None else None, group)
-        rank_zero_info(f"[lightning-lars] BN: {self.converted} layers now normalise over {self.plan.bn_group}"
-                       f" samples ({self.plan.bn_mode})")
+        rank_zero_info(
+            f"[lightning-lars] BN: {self.converted} layers now normalise over {self.plan.bn_group}"
+            f" samples ({self.plan.bn_mode})"
+        )
 
     # Under data parallelism each rank's running statistics follow its own batches (DDP re-broadcasts rank
     # 0's at every forward). Evaluate, save and finish with the mean over ranks, so every rank holds the same
@@ -79,7 +84,9 @@ class BatchNormWithoutMovingAverage(L.Callback):
 
     def setup(self, trainer, pl_module, stage):
         if not batch_norms(pl_module):
-            raise UserError("callbacks.bn_without_moving_average is set but the model has no BatchNorm; remove it")
+            raise UserError(
+                "callbacks.bn_without_moving_average is set but the model has no BatchNorm; remove it"
+            )
         set_bn_momentum(pl_module, 1.0)
 
     def on_validation_epoch_start(self, trainer, pl_module):

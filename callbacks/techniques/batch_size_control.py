@@ -26,7 +26,9 @@ class BatchSizeControl(L.Callback):
     def __init__(self, growth: Mapping[int, int], scale_lr: bool = True):
         self.growth = {int(e): int(f) for e, f in dict(growth).items()}
         if not self.growth or min(self.growth.values()) < 1 or min(self.growth) < 0:
-            raise UserError(f"callbacks.batch_size_control.growth needs epoch: factor >= 1 pairs, got {dict(growth)}")
+            raise UserError(
+                f"callbacks.batch_size_control.growth needs epoch: factor >= 1 pairs, got {dict(growth)}"
+            )
         self.scale_lr = scale_lr
         self.base_accumulation: int | None = None
         self.batch_growth: BatchGrowth | None = None  # built at setup, on the LR schedule's epoch clock
@@ -39,12 +41,15 @@ class BatchSizeControl(L.Callback):
         steps_per_epoch = pl_module.lr_schedule.steps_per_epoch
         too_big = {e: f for e, f in self.growth.items() if steps_per_epoch // f == 0}
         if too_big:
-            raise UserError(f"batch growth {too_big} leaves no full step in an epoch of {steps_per_epoch} steps;"
-                            " lower the factor or batch.global_size")
+            raise UserError(
+                f"batch growth {too_big} leaves no full step in an epoch of {steps_per_epoch} steps;"
+                " lower the factor or batch.global_size"
+            )
         self.base_accumulation = trainer.accumulate_grad_batches
         self.batch_growth = BatchGrowth.from_table(steps_per_epoch, self.growth)
-        pl_module.lr_schedule = GrownBatchSchedule(base=pl_module.lr_schedule, growth=self.batch_growth,
-                                                   scale_lr=self.scale_lr)
+        pl_module.lr_schedule = GrownBatchSchedule(
+            base=pl_module.lr_schedule, growth=self.batch_growth, scale_lr=self.scale_lr
+        )
 
     def planned_values(self, step: int, values: dict, plan) -> None:
         """For the recipe card (`lightning_lars.recipe.plan`): the global batch at ``step`` (the plan's LR
@@ -61,13 +66,17 @@ class BatchSizeControl(L.Callback):
             self._loader_batches = trainer.fit_loop.max_batches  # fresh from the loader, not our trim
         available = self._loader_batches
         if available < micro_batches:
-            raise UserError(f"the train loader gives {available} batches per epoch, batch-size control needs"
-                            f" {micro_batches}; remove trainer.limit_train_batches")
+            raise UserError(
+                f"the train loader gives {available} batches per epoch, batch-size control needs"
+                f" {micro_batches}; remove trainer.limit_train_batches"
+            )
         # Trim the epoch to whole grown steps: Lightning steps on an epoch's last batch even when the
         # accumulation is incomplete, which would make that step's batch smaller than the recipe's.
         if trainer.val_check_batch in (available, self._trimmed_to):  # "validate at the end of the epoch"
             trainer.val_check_batch = micro_batches
         trainer.fit_loop.max_batches = self._trimmed_to = micro_batches
-        rank_zero_info(f"[lightning-lars] epoch {trainer.current_epoch}: global batch x{factor}"
-                       f" ({trainer.accumulate_grad_batches} accumulation steps,"
-                       f" {self.batch_growth.steps_in_epoch(epoch)} steps)")
+        rank_zero_info(
+            f"[lightning-lars] epoch {trainer.current_epoch}: global batch x{factor}"
+            f" ({trainer.accumulate_grad_batches} accumulation steps,"
+            f" {self.batch_growth.steps_in_epoch(epoch)} steps)"
+        )

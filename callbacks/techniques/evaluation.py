@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import lightning as L
-
 from lightning_lars.callbacks import find_callback
 
 
@@ -46,8 +45,13 @@ class EvaluationSchedule(L.Callback):
         self._steps_seen = trainer.global_step
         self._set_next(trainer, stepped)
         if stepped and self.epoch_at is not None:
-            pl_module.log("train/epoch", float(self.epoch_at(trainer.global_step)), on_step=True, on_epoch=False,
-                          rank_zero_only=True)
+            pl_module.log(
+                "train/epoch",
+                float(self.epoch_at(trainer.global_step)),
+                on_step=True,
+                on_epoch=False,
+                rank_zero_only=True,
+            )
 
 
 def planned_epochs(trainer, step: int) -> float | None:

@@ -21,8 +21,11 @@ class RMSpropWarmupBlend(L.Callback):
 
     def blend(self, steps_per_epoch: int) -> SgdFractionElu:
         """The blend on a clock of ``steps_per_epoch`` steps (the LR schedule's: the recipe's epochs)."""
-        return SgdFractionElu(steps_per_epoch=steps_per_epoch, center_epochs=self.center_epochs,
-                              period_epochs=self.period_epochs)
+        return SgdFractionElu(
+            steps_per_epoch=steps_per_epoch,
+            center_epochs=self.center_epochs,
+            period_epochs=self.period_epochs,
+        )
 
     def planned_values(self, step: int, values: dict, plan) -> None:
         """For the recipe card (`lightning_lars.recipe.plan`): the SGD share of the blend at ``step``."""

@@ -62,7 +62,9 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
         try:
             value = OverridesParser.create().parse_override(override).value()
         except OverrideParseException:
-            raise UserError(f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]") from None
+            raise UserError(
+                f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]"
+            ) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")
             if scheme == "pkg":
@@ -70,7 +72,9 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
                 try:
                     folders.append(Path(str(importlib.resources.files(package))) / sub / "recipe")
                 except ModuleNotFoundError:
-                    raise UserError(f"hydra.searchpath names the package {package}, which is not installed") from None
+                    raise UserError(
+                        f"hydra.searchpath names the package {package}, which is not installed"
+                    ) from None
             else:  # file:// or a plain path
                 folders.append(Path(where) / "recipe")
     return tuple(folders)
@@ -81,7 +85,9 @@ def recipe_claims() -> list[tuple[str, str]]:
     rows = []
     for name in recipe_names():
         lines = (RECIPES_DIR / f"{name}.yaml").read_text().splitlines()
-        claim = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("# ") and "@package" not in ln), "")
+        claim = next(
+            (ln.lstrip("# ").strip() for ln in lines if ln.startswith("# ") and "@package" not in ln), ""
+        )
         rows.append((name, claim))
     return rows
 
@@ -116,7 +122,9 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
         except ConfigCompositionException as err:
             key = re.search(r"Could not override '([^']+)'", str(err))
             plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
-            if key and plussed != user and _takes_without_plus(err, key.group(1)):  # not set by the config yet
+            if (
+                key and plussed != user and _takes_without_plus(err, key.group(1))
+            ):  # not set by the config yet
                 user = plussed
                 continue
             raise UserError(explain_composition_error(err, user)) from None
@@ -130,7 +138,9 @@ def _takes_without_plus(err: ConfigCompositionException, dotted_key: str) -> boo
     ``ALSO_TAKES`` (``model.model_kwargs``)."""
     parent, _, name = dotted_key.rpartition(".")
     owner = re.search(r"not in '(\w+)'", str(err.__cause__))
-    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(owner and name in schema.also_takes(owner[1]))
+    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(
+        owner and name in schema.also_takes(owner[1])
+    )
 
 
 def explain_composition_error(err: ConfigCompositionException, overrides: list[str] = ()) -> str:
@@ -151,18 +161,24 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     if owner and dataclasses.is_dataclass(getattr(schema, owner.group(1), None)):  # a key the schema lacks
         if key == "recipe" and in_file:
             return f"{where}the recipe's keys land under 'recipe': start the file with the line # @package _global_"
-        fields = ", ".join([f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
-                           + [f"+{name}" for name in schema.also_takes(owner.group(1))])
+        fields = ", ".join(
+            [f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
+            + [f"+{name}" for name in schema.also_takes(owner.group(1))]
+        )
         inside = key.startswith(given_key) and ("." in key or owner.group(1) == "TrainConfig")
         shown = key if inside else f"{given_key or owner.group(1)}: {key}"  # an item of a list: its own key
-        return (f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
-                f" (its keys: {fields})")
+        return (
+            f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
+            f" (its keys: {fields})"
+        )
     if "is not in struct" in first and key.startswith("trainer.") and key.count(".") == 1:
         return unknown_argument(key.partition(".")[2])  # Lightning's own argument would have got its + above
     if "is not in struct" in first:  # a key the config does not set in an open group
         given = next((o for o in overrides if o.startswith(f"{key}=")), f"{key}=VALUE")
-        return (f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
-                f" lightning_lars.train --cfg job`, or add a key of your own with +{given}")
+        return (
+            f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
+            f" lightning_lars.train --cfg job`, or add a key of your own with +{given}"
+        )
     if full_key:
         kind = schema.field_type(key)
         fix = f"; set {key} to {schema.describe(kind)}" if kind is not None else ""
@@ -182,11 +198,15 @@ def _compose(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="train", overrides=overrides)
     except OverrideParseException:
-        raise UserError("cannot parse the command line: quote a value that holds '=' or spaces, e.g."
-                        " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'") from None
+        raise UserError(
+            "cannot parse the command line: quote a value that holds '=' or spaces, e.g."
+            " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'"
+        ) from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
-        raise UserError(f"{first} (`python -m lightning_lars.train --help` lists the config groups)") from None
+        raise UserError(
+            f"{first} (`python -m lightning_lars.train --help` lists the config groups)"
+        ) from None
 
 
 def compose_job(overrides: list[str]) -> DictConfig:
@@ -209,8 +229,10 @@ def explain_instantiation_error(err: Exception) -> str:
     target = re.search(r"target '([^']+)'", text)
     if unexpected:
         where = f"{node.group(1)}." if node else ""
-        return (f"unknown config key '{where}{unexpected.group(1)}': {target.group(1) if target else 'its target'}"
-                " takes no such argument; remove it or fix its spelling")
+        return (
+            f"unknown config key '{where}{unexpected.group(1)}': {target.group(1) if target else 'its target'}"
+            " takes no such argument; remove it or fix its spelling"
+        )
     if isinstance(err.__cause__, UserError):
         return str(err.__cause__)
     return text
@@ -231,8 +253,10 @@ def check_partial(node: str, bound):
     for key in keywords:
         if key not in parameters:
             name = f"{func.__module__}.{func.__qualname__}"
-            raise UserError(f"unknown config key '{node}.{key}': {name} takes no such argument;"
-                            f" remove it with ~{node}.{key}")
+            raise UserError(
+                f"unknown config key '{node}.{key}': {name} takes no such argument;"
+                f" remove it with ~{node}.{key}"
+            )
     return bound
 
 

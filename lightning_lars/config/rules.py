@@ -84,11 +84,15 @@ def check_schema_keys(node: Any, where: str = "") -> None:
         if key in also:
             continue
         if key not in fields:
-            raise UserError(f"unknown config key '{full_key}': nothing reads it; remove it or fix its spelling"
-                            f" (its keys: {', '.join([*fields, *(f'+{name}' for name in also)])})")
+            raise UserError(
+                f"unknown config key '{full_key}': nothing reads it; remove it or fix its spelling"
+                f" (its keys: {', '.join([*fields, *(f'+{name}' for name in also)])})"
+            )
         if OmegaConf.is_missing(node, key):
-            raise UserError(f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
-                            " the recipe)")
+            raise UserError(
+                f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
+                " the recipe)"
+            )
         check_schema_keys(node._get_node(key), full_key)
 
 
@@ -110,8 +114,10 @@ def check_trainer(values: dict) -> None:
     trainer = values.get("trainer") or {}
     for key, fix in REPLACED_BY_EVALUATION.items():
         if trainer.get(key) is not None:
-            raise UserError(f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
-                            f" trainer.{key}")
+            raise UserError(
+                f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
+                f" trainer.{key}"
+            )
     if trainer.get("_target_") != TRAINER_TARGET:
         return
     for key, value in trainer.items():
@@ -135,7 +141,11 @@ def check_sizes(values: dict) -> None:
         value = _raw(values, key)
         if _is_left_to_the_run(value):
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and not (minus_one_ok and value == -1)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or (value < 1 and not (minus_one_ok and value == -1))
+        ):
             allowed = "an integer >= 1" + (" (or -1: no limit)" if minus_one_ok else "")
             raise UserError(f"{key}={_text(value)}: expected {allowed}")
     seed = values["seed"]
@@ -159,7 +169,7 @@ def _collect_kinds(prefix: str, node: dict, seen: dict[str, set[str]]) -> None:
 
 @functools.cache
 def reference_kinds() -> dict[str, str]:
-    """"number" or "bool" for each key of `KIND_CHECKED_GROUPS` that conf/<group>/*.yaml and the recipes set only
+    """ "number" or "bool" for each key of `KIND_CHECKED_GROUPS` that conf/<group>/*.yaml and the recipes set only
     to numbers or only to bools (about 15 ms to read them all with libyaml)."""
     seen: dict[str, set[str]] = collections.defaultdict(set)
     for group in KIND_CHECKED_GROUPS:
@@ -188,15 +198,19 @@ def check_epoch_length(spec: dict) -> None:
         if mode == needs and spec[key] is None:
             raise UserError(f"epoch_length.{key} is not set: mode {needs} needs it (epoch_length.{key}=N)")
         if mode != needs and spec[key] is not None:
-            raise UserError(f"epoch_length.{key} is only read in mode {needs} (mode is {mode}); remove it with"
-                            f" epoch_length.{key}=null")
+            raise UserError(
+                f"epoch_length.{key} is only read in mode {needs} (mode is {mode}); remove it with"
+                f" epoch_length.{key}=null"
+            )
 
 
 def check_evaluation(spec: dict) -> None:
     """Exactly one of every_n_epochs / every_n_steps, each offset with its own period, offsets >= 0."""
     if (spec["every_n_epochs"] is None) == (spec["every_n_steps"] is None):
-        raise UserError("evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"
-                        " (with every_n_steps, set evaluation.every_n_epochs=null)")
+        raise UserError(
+            "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"
+            " (with every_n_steps, set evaluation.every_n_epochs=null)"
+        )
     for key in ("offset_epochs", "offset_steps"):
         if isinstance(spec[key], int) and spec[key] < 0:
             raise UserError(f"evaluation.{key}={spec[key]}: expected an integer >= 0")
@@ -211,5 +225,7 @@ def check_deviations(deviations: list[dict]) -> None:
     for index, entry in enumerate(deviations):
         for name, text in entry.items():
             if not text.strip():
-                raise UserError(f"deviations[{index}].{name} is empty: every deviation needs technique, published,"
-                                " ours and why")
+                raise UserError(
+                    f"deviations[{index}].{name} is empty: every deviation needs technique, published,"
+                    " ours and why"
+                )

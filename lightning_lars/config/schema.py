@@ -108,7 +108,9 @@ class ModelConfig:
     arch: str = MISSING  # a timm model name
     num_classes: int = "${data.num_classes}"  # type: ignore[assignment]  # resolved when the model is built
     exclusion_rule: str = "ndim<=1"  # tensors without weight decay and trust ratio (lightning_lars/optim)
-    zero_init_last: bool | None = None  # the last BN gamma of each residual block at 0; None: no residual blocks
+    zero_init_last: bool | None = (
+        None  # the last BN gamma of each residual block at 0; None: no residual blocks
+    )
     fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
     label_smoothing: float = 0.0
     channels_last: bool = False
@@ -161,4 +163,6 @@ def describe(kind: Any) -> str:
     if dataclasses.is_dataclass(kind):
         return "{" + ", ".join(f.name for f in dataclasses.fields(kind)) + "}"
     words = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
-    return words.get(kind, "a value of its type (`python -m lightning_lars.train --cfg job` shows the current one)")
+    return words.get(
+        kind, "a value of its type (`python -m lightning_lars.train --cfg job` shows the current one)"
+    )

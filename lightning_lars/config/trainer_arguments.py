@@ -4,7 +4,8 @@ or ``trainer.max_epochs=abc`` is a one-line error in about a second.
 
 A table rather than a typed ``TrainerConfig`` schema: Lightning's annotations are unions (``devices``: int, str
 or a list; ``limit_val_batches``: int or float; ``deterministic``: bool or "warn") that OmegaConf 2.3 cannot type,
-and a ``float`` field would print ``limit_val_batches: 1`` as ``1.0`` in ``--cfg job``. tests/unit/test_trainer_arguments.py
+and a ``float`` field would print ``limit_val_batches: 1`` as ``1.0`` in ``--cfg job``.
+tests/unit/test_trainer_arguments.py
 holds the table equal to ``inspect.signature(lightning.pytorch.Trainer)`` of the installed Lightning.
 
 Each entry: the Python types and literal values the argument's annotation names (``None``: it may be null), or
@@ -22,8 +23,24 @@ TRAINER_ARGUMENTS: dict[str, tuple | str] = {
     "strategy": ANYTHING,
     "devices": ANYTHING,
     "num_nodes": (int,),
-    "precision": (64, 32, 16, "transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true",
-                  "bf16-mixed", "32-true", "64-true", "64", "32", "16", "bf16", None),
+    "precision": (
+        64,
+        32,
+        16,
+        "transformer-engine",
+        "transformer-engine-float16",
+        "16-true",
+        "16-mixed",
+        "bf16-true",
+        "bf16-mixed",
+        "32-true",
+        "64-true",
+        "64",
+        "32",
+        "16",
+        "bf16",
+        None,
+    ),
     "logger": ANYTHING,
     "callbacks": ANYTHING,
     "fast_dev_run": (int, bool),
@@ -81,7 +98,11 @@ def accepts(accepted: tuple | str, value) -> bool:
 def describe(accepted: tuple | str) -> str:
     """``an integer or null``, ``true or false``, ``one of 64, 32, ...``: what a user may write."""
     words = {int: "an integer", float: "a number", bool: "true or false", str: "text", None: "null"}
-    return " or ".join(words[a] if a in words else repr(a) for a in accepted) if accepted != ANYTHING else "anything"
+    return (
+        " or ".join(words[a] if a in words else repr(a) for a in accepted)
+        if accepted != ANYTHING
+        else "anything"
+    )
 
 
 def unknown_argument(name: str) -> str:

@@ -12,8 +12,10 @@ import importlib
 from lightning_lars.core.errors import UserError
 
 FFCV_SYSTEM_PACKAGES = "libturbojpeg0-dev libopencv-dev pkg-config"
-FFCV_INSTALL = (f"pip install 'lightning-lars[ffcv]' (it compiles against Debian's {FFCV_SYSTEM_PACKAGES}:"
-                f" sudo apt-get install {FFCV_SYSTEM_PACKAGES})")
+FFCV_INSTALL = (
+    f"pip install 'lightning-lars[ffcv]' (it compiles against Debian's {FFCV_SYSTEM_PACKAGES}:"
+    f" sudo apt-get install {FFCV_SYSTEM_PACKAGES})"
+)
 FFCV_TARGETS = ("lightning_lars.data.ffcv_datamodule.",)
 
 
@@ -40,8 +42,10 @@ def require_ffcv(what: str, alternative: str = "") -> None:
     if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] == "ffcv":
         raise UserError(f"{what} needs FFCV, which is not installed: {FFCV_INSTALL}{hint}")
     first_line = (str(error).splitlines() or [type(error).__name__])[0]
-    raise UserError(f"{what} needs FFCV, which is installed but does not import ({first_line}): reinstall it"
-                    f" with {FFCV_INSTALL}{hint}")
+    raise UserError(
+        f"{what} needs FFCV, which is installed but does not import ({first_line}): reinstall it"
+        f" with {FFCV_INSTALL}{hint}"
+    )
 
 
 def needs_ffcv(target: object) -> bool:

@@ -15,8 +15,16 @@ import numpy as np
 from lightning_lars.core.errors import UserError
 
 CURRENT_VERSION = 2  # ffcv.types.CURRENT_VERSION of FFCV 1.0
-HEADER_TYPE = np.dtype([("version", "<u2"), ("num_fields", "<u2"), ("page_size", "<u4"), ("num_samples", "<u8"),
-                        ("alloc_table_ptr", "<u8")], align=True)
+HEADER_TYPE = np.dtype(
+    [
+        ("version", "<u2"),
+        ("num_fields", "<u2"),
+        ("page_size", "<u4"),
+        ("num_samples", "<u8"),
+        ("alloc_table_ptr", "<u8"),
+    ],
+    align=True,
+)
 ALLOC_TABLE_TYPE = np.dtype([("sample_id", "<u8"), ("ptr", "<u8"), ("size", "<u8")])
 
 
@@ -26,7 +34,9 @@ def read_num_samples(path: str, prepare_command: str) -> int:
         raise UserError(f"dataset file {path} not found: prepare it with {prepare_command}")
     size = os.path.getsize(path)
     header = np.fromfile(path, dtype=HEADER_TYPE, count=1)
-    damaged = UserError(f"dataset file {path} is truncated or not an FFCV file: prepare it again with {prepare_command}")
+    damaged = UserError(
+        f"dataset file {path} is truncated or not an FFCV file: prepare it again with {prepare_command}"
+    )
     if len(header) != 1 or int(header[0]["version"]) != CURRENT_VERSION:
         raise damaged
     table_bytes = size - int(header[0]["alloc_table_ptr"])  # the allocation table closes the file

@@ -10,17 +10,30 @@ from pathlib import Path
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-# not from ffcv_datamodule: importing FFCV takes ~10 s, and these checks run before anything heavy
-from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.core.errors import UserError
 from lightning_lars.core.extras import needs_ffcv, require_ffcv
 
-FFCV_DATA = ("the FFCV DataModule (this recipe's data)",
-             "train from image folders with data=imagefolder data.root=DIR, or time the model alone with data=synthetic")
+# not from ffcv_datamodule: importing FFCV takes ~10 s, and these checks run before anything heavy
+from lightning_lars.data.beton_header import read_num_samples
+
+FFCV_DATA = (
+    "the FFCV DataModule (this recipe's data)",
+    "train from image folders with data=imagefolder data.root=DIR, or time the model alone with data=synthetic",
+)
 MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside the .beton files
 
 # Hydra flags that print (config, help, info) and run no job: nothing to check on disk for them.
-PRINT_ONLY_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+PRINT_ONLY_FLAGS = (
+    "--cfg",
+    "-c",
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+)
 
 
 def prints_only(argv: list[str]) -> bool:
@@ -69,8 +82,10 @@ def _plain_value(data, key: str):
 
 
 def no_aug_message(epoch) -> str:
-    return (f"data.no_aug_from_epoch={epoch} (train without crop and flip from that epoch) needs the FFCV loader:"
-            " use data=imagenet, or set data.no_aug_from_epoch=null")
+    return (
+        f"data.no_aug_from_epoch={epoch} (train without crop and flip from that epoch) needs the FFCV loader:"
+        " use data=imagenet, or set data.no_aug_from_epoch=null"
+    )
 
 
 def missing_folder_message(folder: Path, prepare_command: str | None) -> str:
@@ -109,5 +124,7 @@ def check_num_classes(manifest_path: Path, num_classes: int) -> None:
     except (OSError, ValueError, AttributeError):
         return
     if isinstance(prepared, int) and prepared != num_classes:
-        raise UserError(f"data.num_classes={num_classes} but the prepared data in {manifest_path.parent} has"
-                        f" {prepared} classes ({manifest_path.name}): set data.num_classes={prepared}")
+        raise UserError(
+            f"data.num_classes={num_classes} but the prepared data in {manifest_path.parent} has"
+            f" {prepared} classes ({manifest_path.name}): set data.num_classes={prepared}"
+        )

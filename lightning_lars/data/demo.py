@@ -52,13 +52,34 @@ def _star():
 
 def _plus():
     arm = 0.3  # half-width of each bar, in shape radii
-    return [np.array([[-arm, -1], [arm, -1], [arm, -arm], [1, -arm], [1, arm], [arm, arm], [arm, 1],
-                      [-arm, 1], [-arm, arm], [-1, arm], [-1, -arm], [-arm, -arm]], dtype=float)]
+    return [
+        np.array(
+            [
+                [-arm, -1],
+                [arm, -1],
+                [arm, -arm],
+                [1, -arm],
+                [1, arm],
+                [arm, arm],
+                [arm, 1],
+                [-arm, 1],
+                [-arm, arm],
+                [-1, arm],
+                [-1, -arm],
+                [-arm, -arm],
+            ],
+            dtype=float,
+        )
+    ]
 
 
 def _arrow():
-    return [np.array([[-1, -0.25], [0.15, -0.25], [0.15, -0.7], [1, 0], [0.15, 0.7], [0.15, 0.25],
-                      [-1, 0.25]], dtype=float)]
+    return [
+        np.array(
+            [[-1, -0.25], [0.15, -0.25], [0.15, -0.7], [1, 0], [0.15, 0.7], [0.15, 0.25], [-1, 0.25]],
+            dtype=float,
+        )
+    ]
 
 
 def _l_shape():
@@ -92,7 +113,9 @@ SHAPES = {  # the default 10 come first and are the most distinct; later ones ad
     "heart": _heart,
     "hexagon": lambda: _regular_polygon(6),
     "hollow_square": lambda: _regular_polygon(4, 1.0, math.pi / 4) + _regular_polygon(4, 0.6, math.pi / 4),
-    "hollow_triangle": lambda: _regular_polygon(3, 1.0, -math.pi / 2) + _regular_polygon(3, 0.5, -math.pi / 2),
+    "hollow_triangle": lambda: (
+        _regular_polygon(3, 1.0, -math.pi / 2) + _regular_polygon(3, 0.5, -math.pi / 2)
+    ),
 }
 MAX_CLASSES = len(SHAPES)
 
@@ -151,12 +174,14 @@ def _write_class(job):
     class_dir.mkdir(parents=True, exist_ok=True)
     for image_index in range(count):
         rng = np.random.default_rng([seed, SPLIT_IDS[split], class_index, image_index])
-        Image.fromarray(draw_image(name, size, rng)).save(class_dir / f"{name}_{image_index:05d}.JPEG",
-                                                           quality=JPEG_QUALITY)
+        Image.fromarray(draw_image(name, size, rng)).save(
+            class_dir / f"{name}_{image_index:05d}.JPEG", quality=JPEG_QUALITY
+        )
 
 
-def make_demo_images(root, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0,
-                     num_workers=None):
+def make_demo_images(
+    root, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0, num_workers=None
+):
     """Write ``root/{train,val}/<shape>/<shape>_<index>.JPEG``; return the list of class names.
 
     Deterministic: same arguments, same bytes, whatever ``num_workers`` (processes; default all cores).
@@ -164,9 +189,11 @@ def make_demo_images(root, num_classes=10, train_per_class=500, val_per_class=10
     clears its JPEG folder before regenerating).
     """
     names = class_names(num_classes)
-    jobs = [(str(root), split, class_index, name, count, size, seed)
-            for split, count in (("train", train_per_class), ("val", val_per_class))
-            for class_index, name in enumerate(names)]
+    jobs = [
+        (str(root), split, class_index, name, count, size, seed)
+        for split, count in (("train", train_per_class), ("val", val_per_class))
+        for class_index, name in enumerate(names)
+    ]
     num_workers = min(num_workers or len(os.sched_getaffinity(0)), len(jobs))
     if num_workers > 1:
         with multiprocessing.Pool(num_workers) as pool:
@@ -203,8 +230,18 @@ def _damaged_files(out, manifest):
     return damaged
 
 
-def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100, size=32, seed=0,
-                 force=False, num_workers=None, progress=True):
+def prepare_demo(
+    out,
+    *,
+    num_classes=10,
+    train_per_class=500,
+    val_per_class=100,
+    size=32,
+    seed=0,
+    force=False,
+    num_workers=None,
+    progress=True,
+):
     """Generate the demo JPEGs under ``out/jpeg`` and convert them to ``out/{train,val}.beton``.
 
     A no-op (returns None) when complete outputs made with the same parameters exist and ``force`` is
@@ -213,44 +250,77 @@ def prepare_demo(out, *, num_classes=10, train_per_class=500, val_per_class=100,
 
     out = Path(out)
     jpeg_root = out / "jpeg"
-    params = {"num_classes": num_classes, "train_per_class": train_per_class, "val_per_class": val_per_class,
-              "size": size, "seed": seed, "jpeg_quality": JPEG_QUALITY}
+    params = {
+        "num_classes": num_classes,
+        "train_per_class": train_per_class,
+        "val_per_class": val_per_class,
+        "size": size,
+        "seed": seed,
+        "jpeg_quality": JPEG_QUALITY,
+    }
     manifest = _read_json(out / MANIFEST_NAME)
-    complete = (manifest is not None and manifest.get("demo") == params
-                and all((out / f"{split}.beton").is_file() for split in SPLIT_IDS))
+    complete = (
+        manifest is not None
+        and manifest.get("demo") == params
+        and all((out / f"{split}.beton").is_file() for split in SPLIT_IDS)
+    )
     damaged = _damaged_files(out, manifest) if complete else []
     if complete and not damaged and not force:
         print(f"demo data already complete in {out} (to redo it: make demo-data args=--force)")
         return None
     if damaged:
-        print(f"{', '.join(damaged)} damaged (truncated or changed since it was written): converting again",
-              file=sys.stderr)
+        print(
+            f"{', '.join(damaged)} damaged (truncated or changed since it was written): converting again",
+            file=sys.stderr,
+        )
     if force or _read_json(jpeg_root / PARAMS_FILE) != params:
-        shutil.rmtree(jpeg_root, ignore_errors=True)  # stale classes or extra files would leak into the betons
+        shutil.rmtree(
+            jpeg_root, ignore_errors=True
+        )  # stale classes or extra files would leak into the betons
         make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed, num_workers)
         _write_json_atomic(jpeg_root / PARAMS_FILE, params)
     # Raw pixels: the images are tiny (3 KiB each), raw is deterministic and the fastest to load on CPU.
     # 2 MiB pages (FFCV's minimum): each writer process pads its last page, 8 MiB would triple the files.
-    return convert(jpeg_root, out, max_resolution=size, write_mode="raw", num_workers=num_workers,
-                   progress=progress, page_size=1 << 21, manifest_extra={"demo": params})
+    return convert(
+        jpeg_root,
+        out,
+        max_resolution=size,
+        write_mode="raw",
+        num_workers=num_workers,
+        progress=progress,
+        page_size=1 << 21,
+        manifest_extra={"demo": params},
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m lightning_lars.data.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_lars.data.demo", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", default="data/demo", help="output folder (default: data/demo)")
     parser.add_argument("--num-classes", type=int, default=10, help=f"2..{MAX_CLASSES} (default: 10)")
     parser.add_argument("--train-per-class", type=int, default=500, help="default: 500")
     parser.add_argument("--val-per-class", type=int, default=100, help="default: 100")
     parser.add_argument("--size", type=int, default=32, help="image side in pixels (default: 32)")
     parser.add_argument("--seed", type=int, default=0, help="default: 0")
-    parser.add_argument("--workers", type=int, default=None, help="generation and conversion processes (default: all cores)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="generation and conversion processes (default: all cores)"
+    )
     parser.add_argument("--force", action="store_true", help="regenerate and reconvert even if complete")
     args = parser.parse_args(argv)
 
-    return run_cli(lambda: prepare_demo(args.out, num_classes=args.num_classes,
-                                        train_per_class=args.train_per_class, val_per_class=args.val_per_class,
-                                        size=args.size, seed=args.seed, force=args.force,
-                                        num_workers=args.workers))
+    return run_cli(
+        lambda: prepare_demo(
+            args.out,
+            num_classes=args.num_classes,
+            train_per_class=args.train_per_class,
+            val_per_class=args.val_per_class,
+            size=args.size,
+            seed=args.seed,
+            force=args.force,
+            num_workers=args.workers,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ DataModule counts the global samples handed out this epoch and a resumed epoch s
 FFCV runs each epoch through its ``EpochIterator`` on that explicit order. Random crop and flip draw from
 (seed, epoch, sample index) (``seeded_ops``), so a resumed epoch also repeats the unbroken run's augmentation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
@@ -23,19 +24,30 @@ from ffcv.loader import Loader, OrderOption
 from ffcv.loader.epoch_iterator import EpochIterator
 from ffcv.pipeline.compiler import Compiler
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
-from lightning_lars.core.errors import UserError
 
 ORDERS = ("random", "quasi_random", "sequential")
 DEFAULT_PIPELINE = {
-    "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
-              {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
-    "val": [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "to_device",
-            "channels_last"],
+    "train": [
+        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
+        "flip",
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
+    "val": [
+        {"center_crop": {"ratio": 224 / 256}},
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
 }
 
 
@@ -46,8 +58,16 @@ def epoch_order(num_samples: int, *, seed: int, epoch: int, order: str) -> np.nd
     return np.random.default_rng([seed, epoch]).permutation(num_samples).astype(np.int64)
 
 
-def shard(global_order: np.ndarray, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
-          samples_consumed: int = 0, accumulate_grad_batches: int = 1) -> np.ndarray:
+def shard(
+    global_order: np.ndarray,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    drop_last: bool,
+    samples_consumed: int = 0,
+    accumulate_grad_batches: int = 1,
+) -> np.ndarray:
     """This rank's samples after ``samples_consumed`` global samples (a multiple of ``world_size``).
 
     ``drop_last``: keep whole optimizer steps (``batch_size * world_size * accumulate_grad_batches`` images)
@@ -95,9 +115,20 @@ class FFCVEpochLoader:
 
     batch_sampler = None  # Lightning looks for it next to ``sampler``
 
-    def __init__(self, loader_for_epoch: Callable[[int], Loader], order_for_epoch: Callable[[Loader, int], np.ndarray],
-                 num_samples: int, *, rank: int, world_size: int, batch_size: int, drop_last: bool,
-                 progress: EpochProgress | None = None, resumable: bool = True, accumulate_grad_batches: int = 1):
+    def __init__(
+        self,
+        loader_for_epoch: Callable[[int], Loader],
+        order_for_epoch: Callable[[Loader, int], np.ndarray],
+        num_samples: int,
+        *,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        drop_last: bool,
+        progress: EpochProgress | None = None,
+        resumable: bool = True,
+        accumulate_grad_batches: int = 1,
+    ):
         self.loader_for_epoch, self.order_for_epoch = loader_for_epoch, order_for_epoch
         self.num_samples, self.rank, self.world_size = num_samples, rank, world_size
         self.batch_size, self.drop_last, self.accumulate = batch_size, drop_last, accumulate_grad_batches
@@ -115,9 +146,15 @@ class FFCVEpochLoader:
         epoch = self.progress.epoch
         start = self.progress.samples_consumed if self.resumable else 0
         loader = self.loader_for_epoch(epoch)
-        indices = shard(self.order_for_epoch(loader, epoch), rank=self.rank, world_size=self.world_size,
-                        batch_size=self.batch_size, drop_last=self.drop_last, samples_consumed=start,
-                        accumulate_grad_batches=self.accumulate)
+        indices = shard(
+            self.order_for_epoch(loader, epoch),
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            samples_consumed=start,
+            accumulate_grad_batches=self.accumulate,
+        )
         Compiler.set_num_threads(loader.num_workers)
         # FFCV's own orders are contiguous uint64: the same type keeps numba from compiling the pipeline again
         epoch_iterator = _EpochIterator(loader, np.ascontiguousarray(indices, dtype=np.uint64))
@@ -137,7 +174,10 @@ class FFCVEpochLoader:
         return {"epoch": self.progress.epoch, "samples_consumed": self.progress.samples_consumed}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        self.progress.epoch, self.progress.samples_consumed = int(state["epoch"]), int(state["samples_consumed"])
+        self.progress.epoch, self.progress.samples_consumed = (
+            int(state["epoch"]),
+            int(state["samples_consumed"]),
+        )
 
 
 class FFCVDataModule(L.LightningDataModule):
@@ -161,11 +201,23 @@ class FFCVDataModule(L.LightningDataModule):
         prepare_command: the command named in errors when a file is missing or damaged.
     """
 
-    def __init__(self, train_path: str, val_path: str, num_classes: int, batch_size: int = 256, seed: int = 0,
-                 num_workers: int | None = None, resolution: int | Mapping | ResolutionSchedule = 224,
-                 val_resolution: int = 224, order: str = "random", os_cache: bool = True,
-                 pipeline: Mapping[str, list] | None = None, no_aug_from_epoch: int | None = None,
-                 batches_ahead: int = 3, prepare_command: str = "make prepare src=<imagefolder> out=<dir>"):
+    def __init__(
+        self,
+        train_path: str,
+        val_path: str,
+        num_classes: int,
+        batch_size: int = 256,
+        seed: int = 0,
+        num_workers: int | None = None,
+        resolution: int | Mapping | ResolutionSchedule = 224,
+        val_resolution: int = 224,
+        order: str = "random",
+        os_cache: bool = True,
+        pipeline: Mapping[str, list] | None = None,
+        no_aug_from_epoch: int | None = None,
+        batches_ahead: int = 3,
+        prepare_command: str = "make prepare src=<imagefolder> out=<dir>",
+    ):
         super().__init__()
         if order not in ORDERS:
             raise UserError(f"data.order must be one of {ORDERS}, got {order!r}")
@@ -227,13 +279,23 @@ class FFCVDataModule(L.LightningDataModule):
         read_num_samples(path, self.prepare_command)
         image_ops = pipelines.build_image_ops(ops, resolution, self.device, seed=self.seed)
         try:
-            return Loader(path, batch_size=self.batch_size, num_workers=self._workers(), os_cache=self.os_cache,
-                          order=OrderOption.QUASI_RANDOM if order == "quasi_random" else OrderOption.SEQUENTIAL,
-                          distributed=False, seed=self.seed, drop_last=False, batches_ahead=self.batches_ahead,
-                          pipelines={"image": image_ops, "label": pipelines.build_label_ops(self.device)})
+            return Loader(
+                path,
+                batch_size=self.batch_size,
+                num_workers=self._workers(),
+                os_cache=self.os_cache,
+                order=OrderOption.QUASI_RANDOM if order == "quasi_random" else OrderOption.SEQUENTIAL,
+                distributed=False,
+                seed=self.seed,
+                drop_last=False,
+                batches_ahead=self.batches_ahead,
+                pipelines={"image": image_ops, "label": pipelines.build_label_ops(self.device)},
+            )
         except (AssertionError, ValueError, IndexError, KeyError, OSError) as error:
-            raise UserError(f"dataset file {path} cannot be read by FFCV ({type(error).__name__}: {error}):"
-                            f" prepare it again with {self.prepare_command}") from None
+            raise UserError(
+                f"dataset file {path} cannot be read by FFCV ({type(error).__name__}: {error}):"
+                f" prepare it again with {self.prepare_command}"
+            ) from None
 
     def _train_loader_for_epoch(self, epoch: int) -> Loader:
         """The train Loader for ``epoch``: augmented or not, its decoder set to the epoch's resolution."""
@@ -258,24 +320,39 @@ class FFCVDataModule(L.LightningDataModule):
         return epoch_order(loader.reader.num_samples, seed=self.seed, epoch=epoch, order=self.order)
 
     def train_dataloader(self) -> FFCVEpochLoader:
-        return FFCVEpochLoader(self._train_loader_for_epoch, self._train_order, self.num_train_images,
-                               rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
-                               drop_last=True, progress=self.progress,
-                               accumulate_grad_batches=self.accumulate_grad_batches)
+        return FFCVEpochLoader(
+            self._train_loader_for_epoch,
+            self._train_order,
+            self.num_train_images,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.batch_size,
+            drop_last=True,
+            progress=self.progress,
+            accumulate_grad_batches=self.accumulate_grad_batches,
+        )
 
     def val_dataloader(self) -> FFCVEpochLoader:
         def val_loader(epoch: int) -> Loader:
             if "val" not in self._loaders:
-                self._loaders["val"] = self._build_loader(self.val_path, self.val_ops, self.val_resolution,
-                                                          "sequential")
+                self._loaders["val"] = self._build_loader(
+                    self.val_path, self.val_ops, self.val_resolution, "sequential"
+                )
             return self._loaders["val"]
 
         def order(loader: Loader, epoch: int) -> np.ndarray:
             return val_order(loader.reader.num_samples)  # a prefix samples every class (data/val_order.py)
 
-        return FFCVEpochLoader(val_loader, order, self.num_val_images, rank=self.rank,
-                               world_size=self.world_size, batch_size=self.batch_size, drop_last=False,
-                               resumable=False)
+        return FFCVEpochLoader(
+            val_loader,
+            order,
+            self.num_val_images,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.batch_size,
+            drop_last=False,
+            resumable=False,
+        )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """GPU variant: normalise uint8 images on their device, on the main stream (see pipelines)."""

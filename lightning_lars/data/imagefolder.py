@@ -44,7 +44,9 @@ class SplitListing:
 
 
 def _visible_entries(folder):
-    return sorted((entry for entry in os.scandir(folder) if not entry.name.startswith(".")), key=lambda e: e.name)
+    return sorted(
+        (entry for entry in os.scandir(folder) if not entry.name.startswith(".")), key=lambda e: e.name
+    )
 
 
 def list_classes(src):
@@ -71,8 +73,10 @@ def list_split(src, split, classes):
     entries = _visible_entries(split_dir)
     unknown = [entry.name for entry in entries if entry.is_dir() and entry.name not in label_of]
     if unknown:
-        raise UserError(f"{split}/ has class folders missing from train/: {', '.join(unknown[:5])}"
-                        f"{' ...' if len(unknown) > 5 else ''}; every split must use train's classes")
+        raise UserError(
+            f"{split}/ has class folders missing from train/: {', '.join(unknown[:5])}"
+            f"{' ...' if len(unknown) > 5 else ''}; every split must use train's classes"
+        )
     listing.skipped += [(entry.path, "not inside a class folder") for entry in entries if entry.is_file()]
     present = {entry.name for entry in entries if entry.is_dir()}
     for name in classes:
@@ -95,7 +99,11 @@ def _unusable(entry):
         os.stat(entry.path)  # follows symlinks
     except OSError as error:
         if entry.is_symlink():
-            return "symlink loop" if error.errno == errno.ELOOP else f"symlink leads nowhere ({os.readlink(entry.path)})"
+            return (
+                "symlink loop"
+                if error.errno == errno.ELOOP
+                else f"symlink leads nowhere ({os.readlink(entry.path)})"
+            )
         return f"cannot stat: {error.strerror}"
     if os.path.isdir(entry.path):
         return "folder inside a class folder: only files directly in <split>/<class>/ are read"
@@ -184,8 +192,12 @@ class LineProgress:
         if (self.n - self._printed_n >= tenth and now - self._printed_at >= 5) or self.n == self.total:
             self._printed_n, self._printed_at = self.n, now
             rate = self.n / max(now - self._started, 1e-9)
-            print(f"{self.desc}: {self.n}/{self.total} {self.unit} ({100 * self.n / max(self.total, 1):.0f} %,"
-                  f" {rate:,.0f} {self.unit}/s)", file=self.stream, flush=True)
+            print(
+                f"{self.desc}: {self.n}/{self.total} {self.unit} ({100 * self.n / max(self.total, 1):.0f} %,"
+                f" {rate:,.0f} {self.unit}/s)",
+                file=self.stream,
+                flush=True,
+            )
 
     def __enter__(self):
         return self

@@ -18,6 +18,7 @@ refused here with the order to use, and ``check_ffcv_op_order`` re-checks the bu
 Parsing and validation need no FFCV (the torchvision DataModule uses them too); FFCV is imported only by the
 functions that build FFCV operations, so the package imports where FFCV is not installed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -125,7 +126,9 @@ def _validate_order(split: str, ops: tuple[Op, ...]) -> None:
     where = f"data.pipeline.{split}"
     names = [op.name for op in ops]
     if names[0] not in DECODERS:
-        raise UserError(f"{where} must start with a decoder (random_resized_crop or center_crop): {GOOD_ORDER}")
+        raise UserError(
+            f"{where} must start with a decoder (random_resized_crop or center_crop): {GOOD_ORDER}"
+        )
     for name in ("random_resized_crop", "center_crop", "normalize", "to_tensor", "to_device"):
         if names.count(name) > 1:
             raise UserError(f"{where}: {name} appears {names.count(name)} times; use it once: {GOOD_ORDER}")
@@ -175,11 +178,15 @@ def _normalize_stats(split: str, args: Mapping) -> tuple[tuple[float, ...], tupl
         raise UserError(f"data.pipeline.{split}: normalize needs stats: imagenet or both mean and std")
     mean, std = tuple(float(x) for x in args["mean"]), tuple(float(x) for x in args["std"])
     if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise UserError(f"data.pipeline.{split}: normalize mean/std need 3 values each, std > 0 (0-255 units)")
+        raise UserError(
+            f"data.pipeline.{split}: normalize mean/std need 3 values each, std > 0 (0-255 units)"
+        )
     return mean, std
 
 
-def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, seed: int | None = None) -> list:
+def build_image_ops(
+    ops: Sequence[Op], resolution: int, device: torch.device, seed: int | None = None
+) -> list:
     """Validated ops -> FFCV operations for one square ``resolution`` (px) on ``device``.
 
     ``seed``: random crop and flip draw from (seed, epoch, sample index) (``seeded_ops``; the DataModule sets the
@@ -201,16 +208,25 @@ def build_image_ops(ops: Sequence[Op], resolution: int, device: torch.device, se
             scale = tuple(float(x) for x in op.args.get("scale", (0.08, 1.0)))
             ratio = tuple(float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3)))
             if seed is None:
-                built.append(RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio))
+                built.append(
+                    RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio)
+                )
             else:
-                built.append(SeededRandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale,
-                                                                    ratio=ratio, seed=seed))
+                built.append(
+                    SeededRandomResizedCropRGBImageDecoder(
+                        (resolution, resolution), scale=scale, ratio=ratio, seed=seed
+                    )
+                )
         elif op.name == "center_crop":
             # ratio = crop side / short side; 224/256 = 0.875 is "resize 256, centre crop 224"
-            built.append(CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args.get("ratio", 0.875))))
+            built.append(
+                CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args.get("ratio", 0.875)))
+            )
         elif op.name == "flip":
             prob = float(op.args.get("prob", 0.5))
-            built.append(RandomHorizontalFlip(prob) if seed is None else SeededRandomHorizontalFlip(prob, seed=seed))
+            built.append(
+                RandomHorizontalFlip(prob) if seed is None else SeededRandomHorizontalFlip(prob, seed=seed)
+            )
         elif op.name == "normalize":
             if not after_tensor:
                 mean, std = _normalize_stats("", op.args)

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from lightning_lars.core.atomic_files import write_text_atomic
+from lightning_lars.core.errors import UserError
+from lightning_lars.core.extras import require_ffcv
 from lightning_lars.data.imagefolder import (
     EXPECTED_LAYOUT,
     check_split,
@@ -34,13 +36,15 @@ from lightning_lars.data.imagefolder import (
     load_rgb,
     progress_bar,
 )
-from lightning_lars.core.errors import UserError
-from lightning_lars.core.extras import require_ffcv
 
 MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")
-DEFAULT_PAGE_SIZE = 1 << 23  # bytes; FFCV's default (4 x 2 MiB), for datasets of more than LARGE_DATASET bytes
-MIN_PAGE_SIZE = 1 << 21  # FFCV's smallest page: small datasets get it (each writer process pads its last page)
+DEFAULT_PAGE_SIZE = (
+    1 << 23
+)  # bytes; FFCV's default (4 x 2 MiB), for datasets of more than LARGE_DATASET bytes
+MIN_PAGE_SIZE = (
+    1 << 21
+)  # FFCV's smallest page: small datasets get it (each writer process pads its last page)
 LARGE_DATASET = 1 << 30  # bytes of raw pixels (upper bound) from which FFCV's default page is used
 
 
@@ -93,10 +97,22 @@ def _make_writer_class():
                     work_queue.put(None)  # one stop token per worker
                 done_number = multiprocessing.Value(ctypes.c_uint64, 0)
                 allocator = MemoryAllocator(self.fname, self.data_region_start, self.page_size)
-                worker_args = (work_queue, self.metadata_sm, self.metadata_type, self.fields, allocator,
-                               done_number, allocations_queue, *extra_worker_args)
-                processes = [multiprocessing.Process(target=_worker_dying_with_parent, args=(work_fn, *worker_args),
-                                                     daemon=True) for _ in range(self.num_workers)]
+                worker_args = (
+                    work_queue,
+                    self.metadata_sm,
+                    self.metadata_type,
+                    self.fields,
+                    allocator,
+                    done_number,
+                    allocations_queue,
+                    *extra_worker_args,
+                )
+                processes = [
+                    multiprocessing.Process(
+                        target=_worker_dying_with_parent, args=(work_fn, *worker_args), daemon=True
+                    )
+                    for _ in range(self.num_workers)
+                ]
                 with children_ignore_sigint():
                     for process in processes:
                         process.start()
@@ -106,8 +122,10 @@ def _make_writer_class():
                         bar.update(done_number.value - bar.n)
                         failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
                         if failed:
-                            raise RuntimeError(f"an FFCV writer process exited with code {failed[0]} "
-                                               "(its traceback is printed above)")
+                            raise RuntimeError(
+                                f"an FFCV writer process exited with code {failed[0]} "
+                                "(its traceback is printed above)"
+                            )
                         try:  # each worker sends its allocation table once, after its last sample
                             allocation_list.append(allocations_queue.get(timeout=0.1))
                         except queue.Empty:  # not finished yet
@@ -178,14 +196,18 @@ def _check_writable(out):
     """``out`` must be a folder we can write: a file, a read-only file system or a missing permission is one
     line naming the path, before any image is read."""
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder: give a folder for train.beton, val.beton and"
-                        f" {MANIFEST_NAME}")
+        raise UserError(
+            f"--out {out} is a file, not a folder: give a folder for train.beton, val.beton and"
+            f" {MANIFEST_NAME}"
+        )
     probe = out / f".write-test-{os.getpid()}"
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
     except OSError as error:
-        raise UserError(f"cannot write to --out {out} ({error.strerror or error}): choose a writable folder") from None
+        raise UserError(
+            f"cannot write to --out {out} ({error.strerror or error}): choose a writable folder"
+        ) from None
     finally:
         try:
             probe.unlink(missing_ok=True)
@@ -197,9 +219,11 @@ def _warn_about_older_splits(out, splits):
     """A .beton of a split not converted now stays from an earlier conversion: its classes may not match."""
     older = sorted(p.name for p in out.glob("*.beton") if p.name.removesuffix(".beton") not in splits)
     if older:
-        print(f"warning: {out} keeps {', '.join(older)} from an earlier conversion (not rewritten with --splits"
-              f" {','.join(splits)}); its classes may differ from the new files: delete it or convert it too",
-              file=sys.stderr)
+        print(
+            f"warning: {out} keeps {', '.join(older)} from an earlier conversion (not rewritten with --splits"
+            f" {','.join(splits)}); its classes may differ from the new files: delete it or convert it too",
+            file=sys.stderr,
+        )
 
 
 def _remove_stale_temporaries(out):
@@ -220,21 +244,35 @@ def _write_json_atomic(path, payload):
     write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
-def _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
-                       num_workers, splits, page_size):
+def _validate_settings(
+    max_resolution,
+    jpeg_quality,
+    compress_probability,
+    write_mode,
+    smart_threshold,
+    num_workers,
+    splits,
+    page_size,
+):
     if write_mode not in WRITE_MODES:
         raise UserError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
     if max_resolution is not None and max_resolution < 8:
-        raise UserError(f"max_resolution must be >= 8 pixels (ffcv-imagenet uses 256-512), got {max_resolution}")
+        raise UserError(
+            f"max_resolution must be >= 8 pixels (ffcv-imagenet uses 256-512), got {max_resolution}"
+        )
     if not 1 <= jpeg_quality <= 100:
         raise UserError(f"jpeg_quality must be in 1..100, got {jpeg_quality}")
     if compress_probability is not None:
         if not 0.0 <= compress_probability <= 1.0:
             raise UserError(f"compress_probability must be in 0..1, got {compress_probability}")
         if write_mode != "proportion":
-            print(f"warning: compress_probability has no effect with write_mode={write_mode!r}", file=sys.stderr)
+            print(
+                f"warning: compress_probability has no effect with write_mode={write_mode!r}", file=sys.stderr
+            )
     if write_mode == "smart" and smart_threshold is None:
-        raise UserError("write_mode 'smart' needs smart_threshold (bytes of raw RGB above which to store JPEG)")
+        raise UserError(
+            "write_mode 'smart' needs smart_threshold (bytes of raw RGB above which to store JPEG)"
+        )
     if num_workers < 1:
         raise UserError(f"num_workers must be >= 1, got {num_workers}")
     if page_size < (1 << 21) or page_size & (page_size - 1):
@@ -243,9 +281,23 @@ def _validate_settings(max_resolution, jpeg_quality, compress_probability, write
         raise UserError("splits must include 'train' (it defines the class list)")
 
 
-def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probability=None,
-            write_mode="proportion", smart_threshold=None, num_workers=None, strict=False,
-            splits=("train", "val"), progress=True, seed=0, page_size=None, manifest_extra=None):
+def convert(
+    src,
+    out,
+    *,
+    max_resolution=256,
+    jpeg_quality=90,
+    compress_probability=None,
+    write_mode="proportion",
+    smart_threshold=None,
+    num_workers=None,
+    strict=False,
+    splits=("train", "val"),
+    progress=True,
+    seed=0,
+    page_size=None,
+    manifest_extra=None,
+):
     """Convert ``src/<split>/<class>/*`` into ``out/<split>.beton`` plus ``out/manifest.json``.
 
     Args:
@@ -265,8 +317,16 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     """
     require_ffcv(f"converting {src} to FFCV files", "train from the image folders with data=imagefolder")
     num_workers = num_workers or len(os.sched_getaffinity(0))
-    _validate_settings(max_resolution, jpeg_quality, compress_probability, write_mode, smart_threshold,
-                       num_workers, splits, page_size or MIN_PAGE_SIZE)
+    _validate_settings(
+        max_resolution,
+        jpeg_quality,
+        compress_probability,
+        write_mode,
+        smart_threshold,
+        num_workers,
+        splits,
+        page_size or MIN_PAGE_SIZE,
+    )
     if compress_probability is None:
         compress_probability = 0.5
     src, out = Path(src), Path(out)
@@ -274,8 +334,10 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     listings = [list_split(src, split, classes) for split in splits]
     for listing in listings:
         if listing.empty_classes:
-            message = (f"{listing.name}/ has {len(listing.empty_classes)} empty class folder(s): "
-                       f"{', '.join(listing.empty_classes[:5])}")
+            message = (
+                f"{listing.name}/ has {len(listing.empty_classes)} empty class folder(s): "
+                f"{', '.join(listing.empty_classes[:5])}"
+            )
             if strict:
                 raise UserError(f"{message}; add images or remove the folders, or drop --strict")
             print(f"warning: {message} (their labels are kept)", file=sys.stderr)
@@ -286,9 +348,15 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
     from ffcv.fields import IntField, RGBImageField  # FFCV imports numba (seconds): after the input checks
 
     writer_class = _make_writer_class()
-    settings = {"max_resolution": max_resolution, "write_mode": write_mode, "jpeg_quality": jpeg_quality,
-                "compress_probability": compress_probability, "smart_threshold": smart_threshold, "seed": seed,
-                "min_page_size": page_size}
+    settings = {
+        "max_resolution": max_resolution,
+        "write_mode": write_mode,
+        "jpeg_quality": jpeg_quality,
+        "compress_probability": compress_probability,
+        "smart_threshold": smart_threshold,
+        "seed": seed,
+        "min_page_size": page_size,
+    }
     temporaries, started = {}, time.perf_counter()
     try:
         for listing in listings:
@@ -297,16 +365,30 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
                 raise UserError(f"no decodable images in {src / listing.name}; {EXPECTED_LAYOUT}")
             tmp = out / f"{listing.name}.beton.tmp-{os.getpid()}"
             temporaries[listing.name] = tmp
-            fields = {"image": RGBImageField(write_mode=write_mode, max_resolution=max_resolution,
-                                             smart_threshold=smart_threshold, jpeg_quality=jpeg_quality,
-                                             compress_probability=compress_probability),
-                      "label": IntField()}
+            fields = {
+                "image": RGBImageField(
+                    write_mode=write_mode,
+                    max_resolution=max_resolution,
+                    smart_threshold=smart_threshold,
+                    jpeg_quality=jpeg_quality,
+                    compress_probability=compress_probability,
+                ),
+                "label": IntField(),
+            }
             minimum = page_size or _default_page_size(len(listing.samples), largest, max_resolution)
-            writer = writer_class(str(tmp), fields, page_size=_page_size_for(largest, max_resolution, minimum),
-                                  num_workers=num_workers, description=f"write {listing.name}", progress=progress)
+            writer = writer_class(
+                str(tmp),
+                fields,
+                page_size=_page_size_for(largest, max_resolution, minimum),
+                num_workers=num_workers,
+                description=f"write {listing.name}",
+                progress=progress,
+            )
             writer.from_indexed_dataset(_LabelledImages(listing.samples, max_resolution, seed), chunksize=100)
             verify_beton(tmp, [label for _, label in listing.samples])
-        (out / MANIFEST_NAME).unlink(missing_ok=True)  # from here until the manifest exists, out is incomplete
+        (out / MANIFEST_NAME).unlink(
+            missing_ok=True
+        )  # from here until the manifest exists, out is incomplete
         for name, tmp in temporaries.items():
             os.replace(tmp, out / f"{name}.beton")
     finally:
@@ -319,10 +401,19 @@ def convert(src, out, *, max_resolution=256, jpeg_quality=90, compress_probabili
         "src": str(src.resolve()),
         "classes": classes,
         "num_classes": len(classes),
-        "splits": {listing.name: {"num_images": len(listing.samples), "num_skipped": len(listing.skipped),
-                                  "empty_classes": listing.empty_classes} for listing in listings},
-        "skipped": [{"split": listing.name, "path": path, "reason": reason}
-                    for listing in listings for path, reason in listing.skipped],
+        "splits": {
+            listing.name: {
+                "num_images": len(listing.samples),
+                "num_skipped": len(listing.skipped),
+                "empty_classes": listing.empty_classes,
+            }
+            for listing in listings
+        },
+        "skipped": [
+            {"split": listing.name, "path": path, "reason": reason}
+            for listing in listings
+            for path, reason in listing.skipped
+        ],
         "writer": {**settings, "ffcv_version": getattr(ffcv, "__version__", "?")},
         "seconds": round(time.perf_counter() - started, 1),
         **(manifest_extra or {}),
@@ -355,28 +446,55 @@ def run_cli(action):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m lightning_lars.data.prepare",
-                                     description="Convert an ImageFolder tree to FFCV .beton files.")
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_lars.data.prepare",
+        description="Convert an ImageFolder tree to FFCV .beton files.",
+    )
     parser.add_argument("--src", required=True, help="folder holding train/<class>/* and val/<class>/*")
-    parser.add_argument("--out", required=True, help="output folder for train.beton, val.beton, manifest.json")
-    parser.add_argument("--max-resolution", type=int, default=256,
-                        help="longer side stored, pixels; 0 keeps originals (default: 256)")
+    parser.add_argument(
+        "--out", required=True, help="output folder for train.beton, val.beton, manifest.json"
+    )
+    parser.add_argument(
+        "--max-resolution",
+        type=int,
+        default=256,
+        help="longer side stored, pixels; 0 keeps originals (default: 256)",
+    )
     parser.add_argument("--write-mode", choices=WRITE_MODES, default="proportion", help="default: proportion")
     parser.add_argument("--jpeg-quality", type=int, default=90, help="default: 90")
-    parser.add_argument("--compress-probability", type=float, default=None,
-                        help="share stored as JPEG in proportion mode (default: 0.5)")
-    parser.add_argument("--smart-threshold", type=int, default=None, help="bytes; needed by --write-mode smart")
+    parser.add_argument(
+        "--compress-probability",
+        type=float,
+        default=None,
+        help="share stored as JPEG in proportion mode (default: 0.5)",
+    )
+    parser.add_argument(
+        "--smart-threshold", type=int, default=None, help="bytes; needed by --write-mode smart"
+    )
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all usable cores)")
     parser.add_argument("--splits", default="train,val", help="comma-separated (default: train,val)")
-    parser.add_argument("--strict", action="store_true",
-                        help="fail on the first undecodable file or empty class folder instead of skipping")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on the first undecodable file or empty class folder instead of skipping",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     args = parser.parse_args(argv)
-    return run_cli(lambda: convert(
-        args.src, args.out, max_resolution=args.max_resolution or None, jpeg_quality=args.jpeg_quality,
-        compress_probability=args.compress_probability, write_mode=args.write_mode,
-        smart_threshold=args.smart_threshold, num_workers=args.workers, strict=args.strict,
-        splits=tuple(s for s in args.splits.split(",") if s), progress=not args.no_progress))
+    return run_cli(
+        lambda: convert(
+            args.src,
+            args.out,
+            max_resolution=args.max_resolution or None,
+            jpeg_quality=args.jpeg_quality,
+            compress_probability=args.compress_probability,
+            write_mode=args.write_mode,
+            smart_threshold=args.smart_threshold,
+            num_workers=args.workers,
+            strict=args.strict,
+            splits=tuple(s for s in args.splits.split(",") if s),
+            progress=not args.no_progress,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Train at ``start`` px until ``start_ramp_epoch``, interpolate linearly to ``end`
 stay at ``end``. Evaluate at a separate, usually higher, ``val_resolution`` ("FixRes" train-test gap:
 Touvron et al. 2019; ffcv-imagenet trains 160->192 px and evaluates at 256 px).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -17,6 +17,7 @@ arrays captured by a closure into the compiled code, so a captured array would k
 with, and recompiling the pipeline each epoch costs seconds. ``set_epoch`` writes the array; the DataModule calls
 it before each epoch's first batch is decoded (no FFCV thread is running then).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -77,7 +78,9 @@ class _EpochSeeded:
 
     def _init_seed(self, seed: int) -> None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise UserError(f"seed must be a non-negative integer (it seeds the data augmentation), got {seed!r}")
+            raise UserError(
+                f"seed must be a non-negative integer (it seeds the data augmentation), got {seed!r}"
+            )
         self.seed = int(seed)
         self.epoch = 0
         self._epoch_key = np.zeros(1, dtype=np.uint64)  # the jitted code reads it through its address
@@ -131,7 +134,9 @@ class SeededRandomResizedCropRGBImageDecoder(_EpochSeeded, RandomResizedCropRGBI
                 width = np.uint32(field["width"])
                 if field["mode"] == jpg:
                     temp_buffer = temp_storage[dst_ix]
-                    imdecode_c(image_data, temp_buffer, height, width, height, width, 0, 0, 1, 1, False, False)
+                    imdecode_c(
+                        image_data, temp_buffer, height, width, height, width, 0, 0, 1, 1, False, False
+                    )
                     selected_size = 3 * height * width
                     temp_buffer = temp_buffer.reshape(-1)[:selected_size]
                     temp_buffer = temp_buffer.reshape(height, width, 3)

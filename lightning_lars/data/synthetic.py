@@ -5,6 +5,7 @@ input pipeline taken out (what the loader can feed is measured separately: ``mak
 draws a small pool of batches once (normalised images ~ N(0, 1), uniform labels) from (seed, rank) and cycles
 through it, so a step costs what training costs minus the loader. Accuracy on it means nothing (chance).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -13,8 +14,8 @@ from collections.abc import Iterator, Mapping
 import lightning as L
 import torch
 
-from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.resolution import resolution_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 train split
 IMAGENET_VAL_IMAGES = 50_000
@@ -51,24 +52,43 @@ class SyntheticDataModule(L.LightningDataModule):
         no_aug_from_epoch: accepted so recipes that set it compose; it has nothing to switch off here.
     """
 
-    def __init__(self, num_classes: int = 1000, batch_size: int = 256, seed: int = 0,
-                 num_train_images: int = IMAGENET_TRAIN_IMAGES, num_val_images: int = IMAGENET_VAL_IMAGES,
-                 resolution: int | Mapping = 224, val_resolution: int | None = None,
-                 pipeline: Mapping[str, list] | None = None, pool_size: int = 4,
-                 no_aug_from_epoch: int | None = None):
+    def __init__(
+        self,
+        num_classes: int = 1000,
+        batch_size: int = 256,
+        seed: int = 0,
+        num_train_images: int = IMAGENET_TRAIN_IMAGES,
+        num_val_images: int = IMAGENET_VAL_IMAGES,
+        resolution: int | Mapping = 224,
+        val_resolution: int | None = None,
+        pipeline: Mapping[str, list] | None = None,
+        pool_size: int = 4,
+        no_aug_from_epoch: int | None = None,
+    ):
         super().__init__()
         if min(num_classes, batch_size, num_train_images, num_val_images, pool_size) < 1:
-            raise UserError("data=synthetic needs num_classes, num_train_images, num_val_images and pool_size >= 1")
+            raise UserError(
+                "data=synthetic needs num_classes, num_train_images, num_val_images and pool_size >= 1"
+            )
         schedule = resolution_schedule(resolution)
         if schedule.is_progressive:
-            warnings.warn(f"data=synthetic keeps the first resolution ({schedule.start} px) for every epoch;"
-                          " progressive resizing needs a real loader", stacklevel=2)
+            warnings.warn(
+                f"data=synthetic keeps the first resolution ({schedule.start} px) for every epoch;"
+                " progressive resizing needs a real loader",
+                stacklevel=2,
+            )
         if no_aug_from_epoch is not None:
-            warnings.warn("data.no_aug_from_epoch has no effect on synthetic data (no augmentation)", stacklevel=2)
+            warnings.warn(
+                "data.no_aug_from_epoch has no effect on synthetic data (no augmentation)", stacklevel=2
+            )
         train_ops = (pipeline or {}).get("train") or ["channels_last"]
         self.channels_last = "channels_last" in train_ops
         self.num_classes, self.batch_size, self.seed = int(num_classes), int(batch_size), int(seed)
-        self._num_train, self._num_val, self.pool_size = int(num_train_images), int(num_val_images), int(pool_size)
+        self._num_train, self._num_val, self.pool_size = (
+            int(num_train_images),
+            int(num_val_images),
+            int(pool_size),
+        )
         self.resolution = schedule.start
         self.val_resolution = int(val_resolution or schedule.start)
 

@@ -6,6 +6,7 @@ same crop, flip and normalisation. Being a torch ``DataLoader``, Lightning injec
 under DDP (which pads ranks with repeated samples up to equal length: a baseline, not an exact-epoch loader)
 and reseeds it per epoch; mid-epoch resume is not supported (Lightning warns on such a checkpoint).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -16,18 +17,29 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from torchvision import datasets, transforms
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
+from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
-from lightning_lars.core.errors import UserError
-from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
 
 DEFAULT_PIPELINE = {
-    "train": [{"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}}, "flip",
-              {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
-    "val": [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "to_device",
-            "channels_last"],
+    "train": [
+        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
+        "flip",
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
+    "val": [
+        {"center_crop": {"ratio": 224 / 256}},
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
 }
 
 
@@ -42,14 +54,19 @@ def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> tra
         elif op.name == "center_crop":
             # FFCV's centre crop takes ratio x short side, then resizes: resize short side to res / ratio first.
             ratio = float(op.args.get("ratio", 0.875))
-            steps += [transforms.Resize(round(resolution / ratio), antialias=True), transforms.CenterCrop(resolution)]
+            steps += [
+                transforms.Resize(round(resolution / ratio), antialias=True),
+                transforms.CenterCrop(resolution),
+            ]
         elif op.name == "flip":
             steps.append(transforms.RandomHorizontalFlip(float(op.args.get("prob", 0.5))))
     steps.append(transforms.PILToTensor())
     normalize = next(op for op in ops if op.name == "normalize")
     mean, std = pipelines._normalize_stats("", normalize.args)  # pixel units, as FFCV's lookup table
-    steps += [transforms.ConvertImageDtype(torch.float32),
-              transforms.Normalize([m / 255 for m in mean], [s / 255 for s in std])]
+    steps += [
+        transforms.ConvertImageDtype(torch.float32),
+        transforms.Normalize([m / 255 for m in mean], [s / 255 for s in std]),
+    ]
     return transforms.Compose(steps)
 
 
@@ -69,22 +86,41 @@ class TorchvisionDataModule(L.LightningDataModule):
         prepare_command: the command that makes ``root``, named when it is missing.
     """
 
-    def __init__(self, root: str, num_classes: int, batch_size: int = 256, seed: int = 0,
-                 num_workers: int | None = None, resolution: int | Mapping = 224, val_resolution: int = 224,
-                 pipeline: Mapping[str, list] | None = None, pin_memory: bool = True,
-                 no_aug_from_epoch: int | None = None, prepare_command: str | None = None):
+    def __init__(
+        self,
+        root: str,
+        num_classes: int,
+        batch_size: int = 256,
+        seed: int = 0,
+        num_workers: int | None = None,
+        resolution: int | Mapping = 224,
+        val_resolution: int = 224,
+        pipeline: Mapping[str, list] | None = None,
+        pin_memory: bool = True,
+        no_aug_from_epoch: int | None = None,
+        prepare_command: str | None = None,
+    ):
         super().__init__()
         schedule = resolution_schedule(resolution)
         if schedule.is_progressive:
-            raise UserError("progressive resizing needs the FFCV loader: use data=imagenet, or a fixed resolution")
-        if no_aug_from_epoch is not None:  # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
+            raise UserError(
+                "progressive resizing needs the FFCV loader: use data=imagenet, or a fixed resolution"
+            )
+        if (
+            no_aug_from_epoch is not None
+        ):  # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
             raise UserError(no_aug_message(no_aug_from_epoch))
         pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
         if set(pipeline) != {"train", "val"}:
             raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
         self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))
         self.val_ops = pipelines.parse_pipeline("val", list(pipeline["val"]))
-        self.root, self.num_classes, self.batch_size, self.seed = Path(root), int(num_classes), int(batch_size), seed
+        self.root, self.num_classes, self.batch_size, self.seed = (
+            Path(root),
+            int(num_classes),
+            int(batch_size),
+            seed,
+        )
         self.num_workers, self.pin_memory, self.prepare_command = num_workers, pin_memory, prepare_command
         self.resolution, self.val_resolution = schedule.start, int(val_resolution)
         self._datasets: dict[str, datasets.ImageFolder] = {}
@@ -94,7 +130,9 @@ class TorchvisionDataModule(L.LightningDataModule):
             folder = self.root / split
             if not folder.is_dir():
                 raise UserError(missing_folder_message(folder, self.prepare_command))
-            ops, res = (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
+            ops, res = (
+                (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
+            )
             dataset = datasets.ImageFolder(str(folder), transform=torchvision_transform(ops, res))
             if len(dataset.classes) != self.num_classes:
                 raise UserError(classes_message(folder, len(dataset.classes), self.num_classes))
@@ -119,9 +157,16 @@ class TorchvisionDataModule(L.LightningDataModule):
         dataset = self._dataset(split)
         if not train:  # class by class on disk: a fixed permutation makes any prefix sample every class
             dataset = Subset(dataset, val_order(len(dataset)).tolist())
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=train, drop_last=train,
-                          num_workers=workers, persistent_workers=workers > 0, pin_memory=self.pin_memory
-                          and torch.cuda.is_available(), generator=torch.Generator().manual_seed(self.seed))
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train,
+            drop_last=train,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            generator=torch.Generator().manual_seed(self.seed),
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

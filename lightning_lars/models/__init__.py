@@ -22,4 +22,3 @@ def at_least_model_min(pixels: int, arch: str) -> int:
 
 # `${at_least_model_min:32,${model.arch}}` in conf/debug/toy.yaml: every recipe's model runs on the demo data
 OmegaConf.register_new_resolver("at_least_model_min", at_least_model_min, replace=True)
-

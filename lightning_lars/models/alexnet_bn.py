@@ -83,13 +83,23 @@ class AlexNetBN(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-default_cfgs = generate_default_cfgs({
-    "alexnet_bn": {
-        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "min_input_size": (3, 63, 63), "pool_size": (6, 6), "crop_pct": 0.875,
-        "interpolation": "bilinear", "mean": IMAGENET_DEFAULT_MEAN, "std": IMAGENET_DEFAULT_STD,
-        "first_conv": "features.0", "classifier": "fc",
-    },
-})
+default_cfgs = generate_default_cfgs(
+    {
+        "alexnet_bn": {
+            "url": "",
+            "num_classes": 1000,
+            "input_size": (3, 224, 224),
+            "min_input_size": (3, 63, 63),
+            "pool_size": (6, 6),
+            "crop_pct": 0.875,
+            "interpolation": "bilinear",
+            "mean": IMAGENET_DEFAULT_MEAN,
+            "std": IMAGENET_DEFAULT_STD,
+            "first_conv": "features.0",
+            "classifier": "fc",
+        },
+    }
+)
 
 
 @register_model

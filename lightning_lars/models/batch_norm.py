@@ -40,9 +40,18 @@ class GroupBatchNorm(_BatchNorm):
     Input: (N, C, ...) of any rank (conv feature maps, or (N, C) after a linear layer).
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, group_size: int | None = None,
-                 process_group: dist.ProcessGroup | None = None, device=None, dtype=None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        group_size: int | None = None,
+        process_group: dist.ProcessGroup | None = None,
+        device=None,
+        dtype=None,
+    ):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         if group_size is not None and group_size <= 0:
             raise UserError(f"BN group size must be positive, got {group_size}")
@@ -54,12 +63,16 @@ class GroupBatchNorm(_BatchNorm):
             raise ValueError(f"expected input of shape (N, C, ...), got {tuple(x.shape)}")
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, group_size={self.group_size}, synced={self.process_group is not None}"
+        return (
+            f"{super().extra_repr()}, group_size={self.group_size}, synced={self.process_group is not None}"
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
         if not self.training and self.track_running_stats:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         if self.process_group is None:
             return self._ghost(x)
         grouped, mean, var, count = self._statistics(x)
@@ -82,12 +95,24 @@ class GroupBatchNorm(_BatchNorm):
         n, channels = x.shape[:2]
         local = self._local_batch(n)
         if local == n:  # plain BN: torch's own kernel, nothing reshaped
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
-                                self._momentum_factor(), self.eps)
+            return F.batch_norm(
+                x,
+                self.running_mean,
+                self.running_var,
+                self.weight,
+                self.bias,
+                True,
+                self._momentum_factor(),
+                self.eps,
+            )
         groups, rest = n // local, x.shape[2:]
-        wide = x.reshape(groups, local, channels, *rest).transpose(0, 1).reshape(local, groups * channels, *rest)
+        wide = (
+            x.reshape(groups, local, channels, *rest).transpose(0, 1).reshape(local, groups * channels, *rest)
+        )
         tracking = self.training and self.track_running_stats
-        mean, var = (self.running_mean.repeat(groups), self.running_var.repeat(groups)) if tracking else (None, None)
+        mean, var = (
+            (self.running_mean.repeat(groups), self.running_var.repeat(groups)) if tracking else (None, None)
+        )
         weight = self.weight.repeat(groups) if self.affine else None
         bias = self.bias.repeat(groups) if self.affine else None
         y = F.batch_norm(wide, mean, var, weight, bias, True, self._momentum_factor(), self.eps)
@@ -149,8 +174,9 @@ def batch_norms(model: nn.Module) -> list[tuple[str, _BatchNorm]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, _BatchNorm)]
 
 
-def convert_batch_norm(model: nn.Module, group_size: int | None,
-                       process_group: dist.ProcessGroup | None = None) -> int:
+def convert_batch_norm(
+    model: nn.Module, group_size: int | None, process_group: dist.ProcessGroup | None = None
+) -> int:
     """Replace every BatchNorm of ``model`` in place by a `GroupBatchNorm` over ``group_size`` samples.
 
     The new modules share the old ones' gamma/beta Parameters and running buffers, so optimizer groups
@@ -161,8 +187,15 @@ def convert_batch_norm(model: nn.Module, group_size: int | None,
         for child_name, child in list(parent.named_children()):
             if not isinstance(child, _BatchNorm):
                 continue
-            new = GroupBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
-                                 child.track_running_stats, group_size=group_size, process_group=process_group)
+            new = GroupBatchNorm(
+                child.num_features,
+                child.eps,
+                child.momentum,
+                child.affine,
+                child.track_running_stats,
+                group_size=group_size,
+                process_group=process_group,
+            )
             if child.affine:
                 new.weight, new.bias = child.weight, child.bias
             if child.track_running_stats:

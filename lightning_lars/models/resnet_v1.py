@@ -35,5 +35,6 @@ def resnet50_v1(pretrained: bool = False, **kwargs) -> ResNet:
     """ResNet-50 v1 (He et al. 2015, stride in the first 1x1 conv of a downsampling bottleneck)."""
     if pretrained:
         raise ValueError("resnet50_v1 has no pretrained weights")
-    return build_model_with_cfg(ResNet, "resnet50_v1", pretrained, block=BottleneckV1, layers=(3, 4, 6, 3),
-                                **kwargs)
+    return build_model_with_cfg(
+        ResNet, "resnet50_v1", pretrained, block=BottleneckV1, layers=(3, 4, 6, 3), **kwargs
+    )

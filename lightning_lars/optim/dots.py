@@ -24,8 +24,11 @@ def signed_sums(products: list[Tensor]) -> Tensor:
     return torch.stack(torch._foreach_norm(products, 1)) - 2.0 * torch.stack(torch._foreach_norm(negative, 1))
 
 
-def global_dots(pairs: list[tuple[list[Tensor], list[Tensor]]], params: list[Tensor],
-                shard_group: dist.ProcessGroup | None = None) -> Tensor:
+def global_dots(
+    pairs: list[tuple[list[Tensor], list[Tensor]]],
+    params: list[Tensor],
+    shard_group: dist.ProcessGroup | None = None,
+) -> Tensor:
     """``<xs, ys>`` over all tensors, one value per pair, identical on every rank.
 
     Args:
@@ -36,7 +39,9 @@ def global_dots(pairs: list[tuple[list[Tensor], list[Tensor]]], params: list[Ten
     Returns:
         A 1-D tensor of ``len(pairs)`` inner products.
     """
-    per_tensor = torch.stack([signed_sums(torch._foreach_mul(xs, ys)) for xs, ys in pairs])  # [pairs, tensors]
+    per_tensor = torch.stack(
+        [signed_sums(torch._foreach_mul(xs, ys)) for xs, ys in pairs]
+    )  # [pairs, tensors]
     plan: dict[tuple, list[int]] = {}
     local = []
     for i, p in enumerate(params):

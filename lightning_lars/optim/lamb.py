@@ -50,9 +50,17 @@ class LAMB(LayerwiseOptimizer):
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.0, max_grad_norm: float | None = 1.0, bias_correction: bool = True,
-                 shard_group: dist.ProcessGroup | None = None):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        bias_correction: bool = True,
+        shard_group: dist.ProcessGroup | None = None,
+    ):
         for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             if value < 0:
                 raise ValueError(f"LAMB {name}={value} must be >= 0; set optimizer.{name}")
@@ -60,8 +68,15 @@ class LAMB(LayerwiseOptimizer):
             raise ValueError(f"LAMB betas={tuple(betas)} must lie in [0, 1); set optimizer.betas")
         if max_grad_norm is not None and max_grad_norm < 0:
             raise ValueError(f"LAMB max_grad_norm={max_grad_norm} is negative; use null to disable clipping")
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                        "bias_correction": bias_correction, "trust_adaptation": None, "step": 0}
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bias_correction,
+            "trust_adaptation": None,
+            "step": 0,
+        }
         self.max_grad_norm = max_grad_norm
         self.shard_group = shard_group
         self.track_stats = False
@@ -74,22 +89,33 @@ class LAMB(LayerwiseOptimizer):
         loss = self.closure_loss(closure)
         work = mt.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
         # FSDP1: a rank holding no shard of some tensors (grad None) still joins both collectives in full.
-        every, every_adapted = mt.sharded_order(self, lambda g: True), mt.sharded_order(self, lambda g: g["trust_adaptation"])
+        every, every_adapted = (
+            mt.sharded_order(self, lambda g: True),
+            mt.sharded_order(self, lambda g: g["trust_adaptation"]),
+        )
         if not work and not every:
             return loss
         params = [p for _, t in work for p in t.params]
         # Collective 1: every ||w|| and ||g||, and ||G|| (the norm of all g norms, also those this rank lacks).
-        w_norm, g_norm, totals = global_norms([[w for _, t in work for w in t.weights],
-                                               [g for _, t in work for g in t.grads]],
-                                              params, self.shard_group, every, totals=True)
+        w_norm, g_norm, totals = global_norms(
+            [[w for _, t in work for w in t.weights], [g for _, t in work for g in t.grads]],
+            params,
+            self.shard_group,
+            every,
+            totals=True,
+        )
         clip = None
         if self.max_grad_norm:
             clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
         updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
         if adapted or every_adapted:  # Collective 2: ||u|| of every adapted tensor.
-            (u_norm,) = global_norms([[x for i in adapted for x in updates[i]]],
-                                     [p for i in adapted for p in work[i][1].params], self.shard_group, every_adapted)
+            (u_norm,) = global_norms(
+                [[x for i in adapted for x in updates[i]]],
+                [p for i in adapted for p in work[i][1].params],
+                self.shard_group,
+                every_adapted,
+            )
         if not adapted:
             for (group, tensors), u in zip(work, updates):
                 self._apply(group, tensors, u, None)
@@ -97,13 +123,13 @@ class LAMB(LayerwiseOptimizer):
         counts = [len(work[i][1].params) for i in adapted]
         # group i's entries in w_norm and g_norm: starts[i] to starts[i + 1]
         starts = list(accumulate([len(t.params) for _, t in work], initial=0))
-        adapted_w = torch.cat([w_norm[starts[i]:starts[i + 1]] for i in adapted])
+        adapted_w = torch.cat([w_norm[starts[i] : starts[i + 1]] for i in adapted])
         ratio = torch.where(torch.minimum(adapted_w, u_norm) > 0, adapted_w / u_norm, 1.0)
         by_index = dict(zip(adapted, ratio.split(counts)))
         for i, ((group, tensors), u) in enumerate(zip(work, updates)):
             self._apply(group, tensors, u, by_index.get(i))
         if self.track_stats:
-            adapted_g = torch.cat([g_norm[starts[i]:starts[i + 1]] for i in adapted])
+            adapted_g = torch.cat([g_norm[starts[i] : starts[i + 1]] for i in adapted])
             names = [n for i in adapted for n in work[i][1].names]
             self.last_stats = mt.stats(names, adapted_w, adapted_g, ratio)
         return loss

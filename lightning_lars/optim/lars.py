@@ -61,12 +61,23 @@ class LARS(LayerwiseOptimizer):
     vectors ``w_norm``, ``g_norm``, ``trust_ratio`` (before LARC clipping) for the adapted tensors.
     """
 
-    def __init__(self, params, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0,
-                 trust_coefficient: float = 0.001, eps: float = 0.0, nesterov: bool = False,
-                 form: str = "nvidia", clip: bool = False, shard_group: dist.ProcessGroup | None = None):
+    def __init__(
+        self,
+        params,
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        trust_coefficient: float = 0.001,
+        eps: float = 0.0,
+        nesterov: bool = False,
+        form: str = "nvidia",
+        clip: bool = False,
+        shard_group: dist.ProcessGroup | None = None,
+    ):
         if form not in FORMS:
-            raise ValueError(f"LARS form {form!r} is unknown; set optimizer.form to one of"
-                             f" {', '.join(FORMS)}")
+            raise ValueError(
+                f"LARS form {form!r} is unknown; set optimizer.form to one of {', '.join(FORMS)}"
+            )
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("eps", eps)):
             if value < 0:
                 raise ValueError(f"LARS {name}={value} is negative; set optimizer.{name} >= 0")
@@ -76,12 +87,23 @@ class LARS(LayerwiseOptimizer):
             raise ValueError(f"LARS trust_coefficient={trust_coefficient} must be > 0 (0.001 is usual)")
         if nesterov and momentum == 0:
             raise ValueError("LARS nesterov=true needs momentum > 0; set optimizer.momentum")
-        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
-                    "trust_coefficient": trust_coefficient, "eps": eps, "nesterov": nesterov, "form": form,
-                    "clip": clip, "trust_adaptation": None, "wd_coefficient": 1.0}
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "trust_coefficient": trust_coefficient,
+            "eps": eps,
+            "nesterov": nesterov,
+            "form": form,
+            "clip": clip,
+            "trust_adaptation": None,
+            "wd_coefficient": 1.0,
+        }
         self.shard_group = shard_group
         self.track_stats = False
-        self.grad_norm_source = None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
+        self.grad_norm_source = (
+            None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
+        )
         self.last_stats: dict | None = None
         super().__init__(params, defaults)
 

@@ -37,8 +37,9 @@ class GroupTensors:
     rounded: tuple[list[Tensor], list[Tensor]] = field(default_factory=lambda: ([], []))
 
 
-def collect(opt: Optimizer, group: dict, group_index: int,
-            state_keys: tuple[str, ...]) -> GroupTensors | None:
+def collect(
+    opt: Optimizer, group: dict, group_index: int, state_keys: tuple[str, ...]
+) -> GroupTensors | None:
     """Gather ``group``'s parameters with a gradient; create missing state (zeros) on first use.
 
     Creating state is a per-tensor loop, but only in the first step. Later steps dispatch at most one op
@@ -98,9 +99,11 @@ def sharded_order(opt: Optimizer, select) -> list[Tensor] | None:
         if not opt.__dict__.setdefault("_checked_not_sharded", False):  # once: a per-step scan costs
             opt._checked_not_sharded = True
             if any(shape(p) != p.shape for group in opt.param_groups for p in group["params"]):
-                raise UserError(f"{type(opt).__name__}'s parameters are FSDP1 shards but it has no shard_group, so"
-                                " its norms would be per shard: use strategy=fsdp1 (Lightning's FSDPStrategy"
-                                " does not set it)")
+                raise UserError(
+                    f"{type(opt).__name__}'s parameters are FSDP1 shards but it has no shard_group, so"
+                    " its norms would be per shard: use strategy=fsdp1 (Lightning's FSDPStrategy"
+                    " does not set it)"
+                )
         return None
     return [p for group in opt.param_groups if select(group) for p in group["params"]]
 

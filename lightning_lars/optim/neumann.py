@@ -87,29 +87,59 @@ class Neumann(LayerwiseOptimizer):
         shard_group: as for ``LARS`` (FSDP1 flat shards only): the group ||w - v|| is summed over.
     """
 
-    def __init__(self, params, lr: float = 0.1, alpha: float = 1e-7, beta: float = 1e-5, gamma: float = 0.99,
-                 mu_min: float = 0.5, mu_max: float = 0.9, momentum_time_unit: int = 1, sgd_steps: int = 0,
-                 reset_steps: int = 0, reset_growth: int = 2, weight_decay: float = 0.0,
-                 shard_group: dist.ProcessGroup | None = None):
-        checks = {"lr": lr >= 0, "alpha": alpha >= 0, "beta": beta >= 0, "gamma": 0 <= gamma < 1,
-                  "mu_min": 0 <= mu_min <= mu_max, "mu_max": 0 <= mu_max < 1,
-                  "momentum_time_unit": momentum_time_unit >= 1, "sgd_steps": sgd_steps >= 0,
-                  "reset_steps": reset_steps >= 0, "reset_growth": reset_growth >= 1,
-                  "weight_decay": weight_decay >= 0}
-        limits = {"gamma": "in [0, 1)", "mu_min": "in [0, mu_max]", "mu_max": "in [0, 1)",
-                  "momentum_time_unit": ">= 1 (steps)", "reset_growth": ">= 1"}
+    def __init__(
+        self,
+        params,
+        lr: float = 0.1,
+        alpha: float = 1e-7,
+        beta: float = 1e-5,
+        gamma: float = 0.99,
+        mu_min: float = 0.5,
+        mu_max: float = 0.9,
+        momentum_time_unit: int = 1,
+        sgd_steps: int = 0,
+        reset_steps: int = 0,
+        reset_growth: int = 2,
+        weight_decay: float = 0.0,
+        shard_group: dist.ProcessGroup | None = None,
+    ):
+        checks = {
+            "lr": lr >= 0,
+            "alpha": alpha >= 0,
+            "beta": beta >= 0,
+            "gamma": 0 <= gamma < 1,
+            "mu_min": 0 <= mu_min <= mu_max,
+            "mu_max": 0 <= mu_max < 1,
+            "momentum_time_unit": momentum_time_unit >= 1,
+            "sgd_steps": sgd_steps >= 0,
+            "reset_steps": reset_steps >= 0,
+            "reset_growth": reset_growth >= 1,
+            "weight_decay": weight_decay >= 0,
+        }
+        limits = {
+            "gamma": "in [0, 1)",
+            "mu_min": "in [0, mu_max]",
+            "mu_max": "in [0, 1)",
+            "momentum_time_unit": ">= 1 (steps)",
+            "reset_growth": ">= 1",
+        }
         for key, ok in checks.items():
             if not ok:
                 value = locals()[key]
-                raise ValueError(f"Neumann {key}={value} must be {limits.get(key, '>= 0')};"
-                                 f" set optimizer.{key}")
+                raise ValueError(
+                    f"Neumann {key}={value} must be {limits.get(key, '>= 0')}; set optimizer.{key}"
+                )
         for key in ("momentum_time_unit", "sgd_steps", "reset_steps", "reset_growth"):
             if int(locals()[key]) != locals()[key]:
                 raise TypeError(f"Neumann {key}={locals()[key]} must be a whole number; set optimizer.{key}")
         defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None}
         self.alpha, self.beta, self.gamma = alpha, beta, gamma
         self.mu_min, self.mu_max, self.momentum_time_unit = mu_min, mu_max, int(momentum_time_unit)
-        self.sgd_steps, self.reset_steps, self.reset_growth = int(sgd_steps), int(reset_steps), int(reset_growth)
+        self.sgd_steps, self.reset_steps, self.reset_growth = (
+            int(sgd_steps),
+            int(reset_steps),
+            int(reset_growth),
+        )
         self.shard_group = shard_group
         super().__init__(params, defaults)
         self.num_scalars = sum(shape(p).numel() for group in self.param_groups for p in group["params"])
@@ -136,10 +166,12 @@ class Neumann(LayerwiseOptimizer):
     def step(self, closure=None):
         """One step of Algorithm 2 for every group; returns the closure's loss if one is given."""
         loss = self.closure_loss(closure)
-        fresh = {id(p) for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]}
+        fresh = {
+            id(p) for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]
+        }
         work = mt.collect_groups(self, lambda group: ("neumann_iterate", "moving_average"))
         if fresh:  # line 1: v_0 = w_0 for every tensor seen for the first time (m_0 = 0 from collect)
-            for group, tensors in work:
+            for _group, tensors in work:
                 for p, w, v in zip(tensors.params, tensors.weights, tensors.state["moving_average"]):
                     if id(p) in fresh:
                         v.copy_(w)
@@ -173,12 +205,16 @@ class Neumann(LayerwiseOptimizer):
         diffs = [torch._foreach_sub(t.weights, t.state["moving_average"]) for _, t in work]
         params = [p for _, t in work for p in t.params]
         order = mt.sharded_order(self, lambda group: True)
-        (_, total) = global_norms([[x for d in diffs for x in d]], params, self.shard_group, order, totals=True)
+        (_, total) = global_norms(
+            [[x for d in diffs for x in d]], params, self.shard_group, order, totals=True
+        )
         r = total[0]
         beta = self.beta * self.num_scalars
         # (alpha r^2 - beta / r^2) / r, a 0-d tensor on the device (no sync); 0 while w = v (no direction)
         safe_r = torch.where(r > 0, r, torch.ones_like(r))
-        coefficient = torch.where(r > 0, (self.alpha * safe_r**2 - beta / safe_r**2) / safe_r, torch.zeros_like(r))
+        coefficient = torch.where(
+            r > 0, (self.alpha * safe_r**2 - beta / safe_r**2) / safe_r, torch.zeros_like(r)
+        )
         for (group, tensors), g, diff in zip(work, grads, diffs):
             lr, m, v = group["lr"], tensors.state["neumann_iterate"], tensors.state["moving_average"]
             d = torch._foreach_mul(diff, coefficient)  # line 9: d = g' + c (w - v)

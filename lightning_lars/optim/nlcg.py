@@ -89,17 +89,34 @@ class NLCG(LayerwiseOptimizer):
 
     couples_all_tensors = True
 
-    def __init__(self, params, lr: float = 0.1, weight_decay: float = 0.0, update_rule: str = "FR",
-                 precondition: str = "bfgs", line_search: str = "step", line_search_period: int = 5,
-                 line_search_threshold: float = 1.0, trust_coefficient: float = 0.0,
-                 loss_group: dist.ProcessGroup | None = None, shard_group: dist.ProcessGroup | None = None):
-        for key, value, choices in (("update_rule", update_rule, UPDATE_RULES),
-                                    ("precondition", precondition, PRECONDITIONERS),
-                                    ("line_search", line_search, LINE_SEARCHES)):
+    def __init__(
+        self,
+        params,
+        lr: float = 0.1,
+        weight_decay: float = 0.0,
+        update_rule: str = "FR",
+        precondition: str = "bfgs",
+        line_search: str = "step",
+        line_search_period: int = 5,
+        line_search_threshold: float = 1.0,
+        trust_coefficient: float = 0.0,
+        loss_group: dist.ProcessGroup | None = None,
+        shard_group: dist.ProcessGroup | None = None,
+    ):
+        for key, value, choices in (
+            ("update_rule", update_rule, UPDATE_RULES),
+            ("precondition", precondition, PRECONDITIONERS),
+            ("line_search", line_search, LINE_SEARCHES),
+        ):
             if value not in choices:
-                raise ValueError(f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of"
-                                 f" {', '.join(choices)}")
-        for key, value in (("lr", lr), ("weight_decay", weight_decay), ("trust_coefficient", trust_coefficient)):
+                raise ValueError(
+                    f"NLCG {key}={value!r} is unknown; set optimizer.{key} to one of {', '.join(choices)}"
+                )
+        for key, value in (
+            ("lr", lr),
+            ("weight_decay", weight_decay),
+            ("trust_coefficient", trust_coefficient),
+        ):
             if value is None or value < 0:
                 raise ValueError(f"NLCG {key}={value} is negative; set optimizer.{key} >= 0")
         period_message = f"NLCG line_search_period={line_search_period!r} must be an integer >= 1 (steps)"
@@ -108,10 +125,17 @@ class NLCG(LayerwiseOptimizer):
         if line_search_period < 1:
             raise ValueError(period_message)
         if not line_search_threshold > 0:
-            raise ValueError(f"NLCG line_search_threshold={line_search_threshold} must be > 0"
-                             " (1.0 is the authors')")
+            raise ValueError(
+                f"NLCG line_search_threshold={line_search_threshold} must be > 0 (1.0 is the authors')"
+            )
         # step: updates done; num_losses: steps that had a loss for the line search (host ints, no device sync)
-        defaults = {"lr": lr, "weight_decay": weight_decay, "trust_adaptation": None, "step": 0, "num_losses": 0}
+        defaults = {
+            "lr": lr,
+            "weight_decay": weight_decay,
+            "trust_adaptation": None,
+            "step": 0,
+            "num_losses": 0,
+        }
         self.update_rule, self.precondition, self.line_search = update_rule, precondition, line_search
         self.line_search_period, self.line_search_threshold = line_search_period, line_search_threshold
         self.trust_coefficient = trust_coefficient
@@ -146,8 +170,11 @@ class NLCG(LayerwiseOptimizer):
         # not at step 0: torch.distributed.checkpoint creates optimizer state with one step(closure=None) at lr 0
         if self.line_search == "step" and loss is None and k > 0 and not self.__dict__.get("_warned_no_loss"):
             self._warned_no_loss = True
-            warnings.warn("NLCG line_search=step got no loss (step() without a closure, e.g. precision=16-mixed):"
-                          " the line search skips such steps; pass a closure or set optimizer.line_search=none")
+            warnings.warn(
+                "NLCG line_search=step got no loss (step() without a closure, e.g. precision=16-mixed):"
+                " the line search skips such steps; pass a closure or set optimizer.line_search=none",
+                stacklevel=2,
+            )
         seen = work[0][0]["num_losses"]
         check = searching and seen > 0 and k % self.line_search_period == 0
         previous = torch._foreach_mul(state["direction"], 1.0) if check else None  # a copy in one op
@@ -184,7 +211,9 @@ class NLCG(LayerwiseOptimizer):
         grads = []
         for group, tensors in work:
             wd = group["weight_decay"]
-            grads += torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else list(tensors.grads)
+            grads += (
+                torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else list(tensors.grads)
+            )
         positions, start = [], 0  # indices of the adapted tensors in the flat lists
         for group, tensors in work:
             if group["trust_adaptation"]:
@@ -194,8 +223,12 @@ class NLCG(LayerwiseOptimizer):
             return grads
         order = mt.sharded_order(self, lambda group: group["trust_adaptation"])
         weights = [w for _, t in work for w in t.weights]
-        w_norm, g_norm = global_norms([[weights[i] for i in positions], [grads[i] for i in positions]],
-                                      [params[i] for i in positions], self.shard_group, order)
+        w_norm, g_norm = global_norms(
+            [[weights[i] for i in positions], [grads[i] for i in positions]],
+            [params[i] for i in positions],
+            self.shard_group,
+            order,
+        )
         eta = self.trust_coefficient
         scale = eta * w_norm / (g_norm + EPS + LARS_DECAY * eta * w_norm)
         scaled = torch._foreach_mul([grads[i] for i in positions], list(scale.unbind(0)))
@@ -245,7 +278,7 @@ class NLCG(LayerwiseOptimizer):
         new[LOSS_EMA] = LOSS_EMA_BETA * new[LOSS_EMA] + (1.0 - LOSS_EMA_BETA) * loss
         if not check:
             return None
-        emas = new[LOSS_EMA:LOSS_EMA_OLD + 1].clone()  # a slice: an index list would copy host to device
+        emas = new[LOSS_EMA : LOSS_EMA_OLD + 1].clone()  # a slice: an index list would copy host to device
         group = self.loss_group if self.loss_group is not None else dist.group.WORLD
         if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
             dist.all_reduce(emas, op=dist.ReduceOp.SUM, group=group)  # the mean's ratio: sums suffice
@@ -255,24 +288,32 @@ class NLCG(LayerwiseOptimizer):
         degrade, take_back = degrades[band], take_backs[band]
         grow = ratio < bands[0]
         old = new[BASE_LR].clone()
-        new[BASE_LR] = torch.where(grow, (old * GROWTH).clamp(max=1.0), (old * degrade).clamp(min=MIN_BASE_LR))
+        new[BASE_LR] = torch.where(
+            grow, (old * GROWTH).clamp(max=1.0), (old * degrade).clamp(min=MIN_BASE_LR)
+        )
         new[LOSS_EMA_OLD] = new[LOSS_EMA]
         return torch.where(grow, 0.0, take_back) * torch.stack([torch.ones_like(old), old / new[BASE_LR]])
 
-    def _apply(self, work, direction: list[Tensor], previous: list[Tensor] | None, take_back: Tensor | None,
-               base_lr: Tensor) -> None:
+    def _apply(
+        self,
+        work,
+        direction: list[Tensor],
+        previous: list[Tensor] | None,
+        take_back: Tensor | None,
+        base_lr: Tensor,
+    ) -> None:
         """Step 7: w += lr * b * d, with part of the previous direction taken back at a check step."""
         start = 0
         for group, tensors in work:
             n = len(tensors.params)
-            d = direction[start:start + n]
+            d = direction[start : start + n]
             step = base_lr * group["lr"]
             if take_back is not None:  # core lines 303-318: unchanged where lr * b' <= eps
                 active = step > EPS
                 c_new = torch.where(active, 1.0 - take_back[0], 1.0)
                 c_old = torch.where(active, take_back[1], 0.0)
                 d = torch._foreach_mul(d, c_new)
-                torch._foreach_sub_(d, torch._foreach_mul(previous[start:start + n], c_old))
+                torch._foreach_sub_(d, torch._foreach_mul(previous[start : start + n], c_old))
             mt.add_scaled_(tensors.weights, step.expand(n), d)
             mt.write_back(tensors)
             start += n

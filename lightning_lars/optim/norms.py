@@ -87,7 +87,9 @@ def global_norms(
     return norms + [torch.stack([torch.linalg.vector_norm(v) for v in norms])] if totals else norms
 
 
-def _reduce(per_list: list[Tensor], params: list[Tensor], shard_group: dist.ProcessGroup | None) -> list[Tensor]:
+def _reduce(
+    per_list: list[Tensor], params: list[Tensor], shard_group: dist.ProcessGroup | None
+) -> list[Tensor]:
     """Whole norms from local ones: one all-reduce of the squares per set of shard groups."""
     n = len(params)
     plan: dict[tuple, list[int]] = {}
@@ -103,7 +105,9 @@ def _reduce(per_list: list[Tensor], params: list[Tensor], shard_group: dist.Proc
         if whole:  # the usual FSDP2 case: every tensor on one mesh, reduce the vector in place
             part = squares
         else:
-            index = torch.tensor([k * n + i for k in range(len(per_list)) for i in idx], device=squares.device)
+            index = torch.tensor(
+                [k * n + i for k in range(len(per_list)) for i in idx], device=squares.device
+            )
             part = squares.index_select(0, index)
         for group in groups:
             dist.all_reduce(part, op=dist.ReduceOp.SUM, group=group)
@@ -112,8 +116,9 @@ def _reduce(per_list: list[Tensor], params: list[Tensor], shard_group: dist.Proc
     return list(squares.sqrt().split(n))
 
 
-def _reduce_in_slots(per_list: list[Tensor], params: list[Tensor], order: list[Tensor],
-                     group: dist.ProcessGroup, totals: bool) -> list[Tensor]:
+def _reduce_in_slots(
+    per_list: list[Tensor], params: list[Tensor], order: list[Tensor], group: dist.ProcessGroup, totals: bool
+) -> list[Tensor]:
     """Sum the squares of ``per_list`` over ``group`` in ``order``'s slots (same length on every rank)."""
     position = {id(p): i for i, p in enumerate(order)}
     slots = tuple(position[id(p)] for p in params)
@@ -131,5 +136,6 @@ def _reduce_in_slots(per_list: list[Tensor], params: list[Tensor], order: list[T
 def _slot_index(slots: tuple[int, ...], num_slots: int, num_lists: int, device: torch.device) -> Tensor:
     """Positions of list k's entries in the concatenated slot vector; cached: a host-to-device copy per step
     would synchronise (the set of slots changes only when the set of parameters with gradients does)."""
-    return torch.tensor([k * num_slots + s for k in range(num_lists) for s in slots], dtype=torch.long,
-                        device=device)
+    return torch.tensor(
+        [k * num_slots + s for k in range(num_lists) for s in slots], dtype=torch.long, device=device
+    )

@@ -54,8 +54,10 @@ def record_unsharded_shapes(model: nn.Module) -> int:
             continue
         flat = handle.flat_param
         if flat._params is None:
-            raise UserError("FSDP1 with use_orig_params=False hands the optimizer flat shards, not parameters;"
-                            " LARS/LAMB need use_orig_params=True (strategy=fsdp1 sets it)")
+            raise UserError(
+                "FSDP1 with use_orig_params=False hands the optimizer flat shards, not parameters;"
+                " LARS/LAMB need use_orig_params=True (strategy=fsdp1 sets it)"
+            )
         for param, original in zip(flat._params, flat._shapes):
             setattr(param, UNSHARDED_SHAPE, torch.Size(original))
             tagged += 1
@@ -64,11 +66,15 @@ def record_unsharded_shapes(model: nn.Module) -> int:
 
 def _check_shapes_known(named: list[tuple[str, Tensor]]) -> None:
     # FSDP1 marks the parameters it flattened (FSDP2 does not: its DTensors keep their shape)
-    unknown = [n for n, p in named if getattr(p, "_fsdp_flattened", False) and not hasattr(p, UNSHARDED_SHAPE)]
+    unknown = [
+        n for n, p in named if getattr(p, "_fsdp_flattened", False) and not hasattr(p, UNSHARDED_SHAPE)
+    ]
     if unknown:
-        raise UserError(f"{len(unknown)} parameters (first: {unknown[0]}) were flattened by an FSDP1 unit outside"
-                        " this module, so the exclusion rule cannot see their shapes: use strategy=fsdp1, or call"
-                        " lightning_lars.optim.param_groups.record_unsharded_shapes(root) after wrapping")
+        raise UserError(
+            f"{len(unknown)} parameters (first: {unknown[0]}) were flattened by an FSDP1 unit outside"
+            " this module, so the exclusion rule cannot see their shapes: use strategy=fsdp1, or call"
+            " lightning_lars.optim.param_groups.record_unsharded_shapes(root) after wrapping"
+        )
 
 
 def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -> list[dict]:
@@ -92,8 +98,10 @@ def param_groups(model: nn.Module, weight_decay: float, rule: str = "ndim<=1") -
     named = [(name.replace(FSDP1_PREFIX, ""), p) for name, p in model.named_parameters() if p.requires_grad]
     _check_shapes_known(named)
     norm_params = {id(p) for m in model.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(False)}
-    skip = [(rule == "ndim<=1" and excluded(p)) or (rule == "norm_layers" and id(p) in norm_params)
-            for _, p in named]
+    skip = [
+        (rule == "ndim<=1" and excluded(p)) or (rule == "norm_layers" and id(p) in norm_params)
+        for _, p in named
+    ]
     adapted = [(n, p) for (n, p), s in zip(named, skip) if not s]
     rest = [(n, p) for (n, p), s in zip(named, skip) if s]
     groups = [

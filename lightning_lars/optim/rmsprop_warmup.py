@@ -20,8 +20,9 @@ class RMSpropWarmup(Optimizer):
         b = mu * b + lr * a * d + rmsprop_lr * (1 - a) * d / (sqrt(m) + eps)   # 4. both LRs inside the buffer
         w -= b
 
-    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.rmsprop_blend.SgdFractionElu`), applied by
-    `lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is refused rather than silently pure SGD.
+    ``a`` follows an ELU-shaped ramp in epochs (`lightning_lars.schedules.rmsprop_blend.SgdFractionElu`),
+    applied by `lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend`; a step without it is
+    refused rather than silently pure SGD.
     Once ``a == 1`` this is momentum SGD with the LR inside the buffer (Chainer's MomentumSGD).
 
     Args:
@@ -35,8 +36,16 @@ class RMSpropWarmup(Optimizer):
         weight_decay: wd (default 0).
     """
 
-    def __init__(self, params, lr: float = 0.1, rmsprop_lr: float = 3e-4, momentum: float = 0.9,
-                 alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params,
+        lr: float = 0.1,
+        rmsprop_lr: float = 3e-4,
+        momentum: float = 0.9,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
         for name, value in (("lr", lr), ("rmsprop_lr", rmsprop_lr), ("weight_decay", weight_decay)):
             if value < 0:
                 raise ValueError(f"RMSpropWarmup {name}={value} is negative; set optimizer.{name} >= 0")
@@ -44,8 +53,16 @@ class RMSpropWarmup(Optimizer):
             raise ValueError(f"RMSpropWarmup momentum={momentum} and alpha={alpha} must lie in [0, 1)")
         if eps <= 0:
             raise ValueError(f"RMSpropWarmup eps={eps} must be > 0 (it guards sqrt(m) = 0)")
-        defaults = {"lr": lr, "rmsprop_lr": rmsprop_lr, "momentum": momentum, "alpha": alpha, "eps": eps,
-                    "weight_decay": weight_decay, "sgd_fraction": None, "trust_adaptation": None}
+        defaults = {
+            "lr": lr,
+            "rmsprop_lr": rmsprop_lr,
+            "momentum": momentum,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "sgd_fraction": None,
+            "trust_adaptation": None,
+        }
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -61,8 +78,10 @@ class RMSpropWarmup(Optimizer):
         for group in self.param_groups:
             fraction = group["sgd_fraction"]
             if fraction is None:
-                raise UserError("RMSpropWarmup needs its blend schedule: add callbacks.rmsprop_warmup"
-                                " (_target_: lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend) to the recipe")
+                raise UserError(
+                    "RMSpropWarmup needs its blend schedule: add callbacks.rmsprop_warmup"
+                    " (_target_: lightning_lars.callbacks.techniques.rmsprop_warmup.RMSpropWarmupBlend) to the recipe"
+                )
             for p in group["params"]:
                 if p.grad is None:
                     continue

@@ -59,13 +59,22 @@ class Profile:
     def scaled(self, backward_s: float) -> "Profile":
         """The same profile with forward and ready times stretched so backward takes ``backward_s``."""
         factor = backward_s / self.backward_s
-        return Profile(self.arch, self.batch_size, self.source, self.forward_s * factor, backward_s,
-                       self.names, self.num_bytes, [t * factor for t in self.ready_s])
+        return Profile(
+            self.arch,
+            self.batch_size,
+            self.source,
+            self.forward_s * factor,
+            backward_s,
+            self.names,
+            self.num_bytes,
+            [t * factor for t in self.ready_s],
+        )
 
 
 @functools.lru_cache(maxsize=8)
-def count_costs(arch: str, batch_size: int, image_size: int = 224, activation_bytes: int = 2,
-                num_classes: int = 1000) -> tuple:
+def count_costs(
+    arch: str, batch_size: int, image_size: int = 224, activation_bytes: int = 2, num_classes: int = 1000
+) -> tuple:
     """Per leaf module, in forward order: FLOPs (forward, backward), output bytes, owned parameters.
 
     ``activation_bytes`` per element (2: fp16/bf16 training). Gradient bytes are counted in fp32 (4 per
@@ -99,15 +108,22 @@ def count_costs(arch: str, batch_size: int, image_size: int = 224, activation_by
     for name in order:
         key = f"{prefix}.{name}"
         fwd = sum(forward.get(key, {}).values())
-        params = tuple((f"{name}.{pname}", 4 * p.numel())
-                       for pname, p in modules[name].named_parameters(recurse=False) if p.requires_grad)
-        costs.append(ModuleCost(name, fwd, (2 if input_grad[name] else 1) * fwd,
-                                activation_bytes * out_numel[name], params))
+        params = tuple(
+            (f"{name}.{pname}", 4 * p.numel())
+            for pname, p in modules[name].named_parameters(recurse=False)
+            if p.requires_grad
+        )
+        costs.append(
+            ModuleCost(
+                name, fwd, (2 if input_grad[name] else 1) * fwd, activation_bytes * out_numel[name], params
+            )
+        )
     return tuple(costs)
 
 
 def timed_profile(costs: tuple, device: Device, arch: str = "", batch_size: int = 0) -> Profile:
     """Seconds from counted costs (see module docstring); parameters in reverse forward order of modules."""
+
     def seconds(flops, moves, activation):
         return flops / device.flop_rate + moves * activation / device.memory_bandwidth
 
@@ -142,7 +158,9 @@ def measure_profile(arch: str, batch_size: int, image_size: int = 224, device: s
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     events = {}
     for name, param in model.named_parameters():
-        param.register_post_accumulate_grad_hook(lambda p, name=name: (sync(), events.__setitem__(name, time.perf_counter())))
+        param.register_post_accumulate_grad_hook(
+            lambda p, name=name: (sync(), events.__setitem__(name, time.perf_counter()))
+        )
     for _ in range(3):  # warm-up: allocator, cuDNN autotuning; keep the last
         model.zero_grad(set_to_none=True)
         sync()
@@ -155,15 +173,25 @@ def measure_profile(arch: str, batch_size: int, image_size: int = 224, device: s
         end = time.perf_counter()
     order = sorted(events, key=events.get)
     sizes = {name: 4 * p.numel() for name, p in model.named_parameters()}
-    return Profile(arch, batch_size, f"measured on {device}", middle - start, end - middle, order,
-                   [sizes[n] for n in order], [events[n] - middle for n in order])
+    return Profile(
+        arch,
+        batch_size,
+        f"measured on {device}",
+        middle - start,
+        end - middle,
+        order,
+        [sizes[n] for n in order],
+        [events[n] - middle for n in order],
+    )
 
 
 def load_profile(path: Path) -> Profile:
     try:
         return Profile(**json.loads(Path(path).read_text()))
     except (OSError, ValueError, TypeError) as error:
-        raise UserError(f"cannot read profile {path}: {error}; record one with --measure cuda --save-profile FILE") from error
+        raise UserError(
+            f"cannot read profile {path}: {error}; record one with --measure cuda --save-profile FILE"
+        ) from error
 
 
 def save_profile(profile: Profile, path: Path) -> None:

@@ -104,7 +104,8 @@ class GroupedAllReduceState:
                 )
         if self.compression not in (None, *COMPRESSION_DTYPES):
             raise UserError(
-                f"compression={self.compression!r} is not one of null, bf16, fp16: set strategy.ddp_comm_state.compression"
+                f"compression={self.compression!r} is not one of null, bf16, fp16:"
+                " set strategy.ddp_comm_state.compression"
             )
 
     def bind(self, ddp_model: torch.nn.parallel.DistributedDataParallel) -> None:

@@ -27,8 +27,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
-from lightning_lars.models.batch_norm import average_bn_statistics
 from lightning_lars.core.errors import UserError
+from lightning_lars.models.batch_norm import average_bn_statistics
 from lightning_lars.optim.param_groups import record_unsharded_shapes
 
 FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler
@@ -116,18 +116,28 @@ class FSDP1Strategy(FSDPStrategy):
 
     def __init__(self, min_params_per_unit: int = 1_000_000, **kwargs):
         kwargs.setdefault(
-            "auto_wrap_policy", functools.partial(size_based_auto_wrap_policy, min_num_params=min_params_per_unit)
+            "auto_wrap_policy",
+            functools.partial(size_based_auto_wrap_policy, min_num_params=min_params_per_unit),
         )
         kwargs["use_orig_params"] = True  # one tensor per parameter for LARS/LAMB, not flat shards
         if kwargs.get("sharding_strategy", "FULL_SHARD") not in ("FULL_SHARD", "SHARD_GRAD_OP"):
-            raise UserError("strategy=fsdp1 supports sharding_strategy FULL_SHARD or SHARD_GRAD_OP (shards over all ranks)")
+            raise UserError(
+                "strategy=fsdp1 supports sharding_strategy FULL_SHARD or SHARD_GRAD_OP (shards over all ranks)"
+            )
         super().__init__(**kwargs)
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.root_device.type == "cpu" and not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        if self.root_device.type == "cpu" and not any(
+            isinstance(m, FullyShardedDataParallel) for m in model.modules()
+        ):
             model = FullyShardedDataParallel(
-                model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,
-                sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **self.kwargs)
+                model,
+                cpu_offload=self.cpu_offload,
+                mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy,
+                device_id=torch.device("cpu"),
+                **self.kwargs,
+            )
             self.kwargs.pop("auto_wrap_policy", None)  # applied above; Lightning would warn it is ignored
         model = super()._setup_model(model)
         record_unsharded_shapes(model)  # before configure_optimizers builds the param groups

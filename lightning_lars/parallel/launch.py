@@ -34,13 +34,28 @@ LAUNCHERS = ("auto", "slurm", "torchrun", "local")
 
 def train_args(recipe: str, nodes: int, devices: int, overrides: list[str]) -> list[str]:
     """Arguments after ``python`` for one training process."""
-    return ["-m", "lightning_lars.train", f"recipe={recipe}", f"trainer.num_nodes={nodes}",
-            f"trainer.devices={devices}", *overrides]
+    return [
+        "-m",
+        "lightning_lars.train",
+        f"recipe={recipe}",
+        f"trainer.num_nodes={nodes}",
+        f"trainer.devices={devices}",
+        *overrides,
+    ]
 
 
-def sbatch_script(recipe: str, nodes: int, devices: int, overrides: list[str], python: str = "python",
-                  time_limit: str = "24:00:00", partition: str | None = None, account: str | None = None,
-                  cpus_per_node: int = 1, mem: str = "0") -> str:
+def sbatch_script(
+    recipe: str,
+    nodes: int,
+    devices: int,
+    overrides: list[str],
+    python: str = "python",
+    time_limit: str = "24:00:00",
+    partition: str | None = None,
+    account: str | None = None,
+    cpus_per_node: int = 1,
+    mem: str = "0",
+) -> str:
     """A batch script: one srun task per GPU with its share of the node's cores, SIGUSR1 90 s before the
     limit, requeue on preemption.
 
@@ -50,37 +65,63 @@ def sbatch_script(recipe: str, nodes: int, devices: int, overrides: list[str], p
     """
     cpus_per_task = max(1, cpus_per_node // devices)
     directives = [
-        f"--job-name=lars-{recipe}", f"--nodes={nodes}", f"--ntasks-per-node={devices}",
-        f"--gpus-per-node={devices}", f"--cpus-per-task={cpus_per_task}", f"--mem={mem}", f"--time={time_limit}",
-        "--signal=SIGUSR1@90", "--requeue", "--output=%x-%j.out", "--open-mode=append",
+        f"--job-name=lars-{recipe}",
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={devices}",
+        f"--gpus-per-node={devices}",
+        f"--cpus-per-task={cpus_per_task}",
+        f"--mem={mem}",
+        f"--time={time_limit}",
+        "--signal=SIGUSR1@90",
+        "--requeue",
+        "--output=%x-%j.out",
+        "--open-mode=append",
     ]
     directives += [f"--partition={partition}"] * bool(partition) + [f"--account={account}"] * bool(account)
     run_dir = shlex.quote(f"hydra.run.dir={RUN_DIR}slurm-") + '"${SLURM_JOB_ID}"'
     command = " ".join(shlex.quote(a) for a in [python, *train_args(recipe, nodes, devices, overrides)])
-    return "\n".join([
-        "#!/bin/bash",
-        f"# lightning-lars: {recipe} on {nodes} node(s) x {devices} GPU(s). Submit: sbatch THIS_FILE",
-        *(f"#SBATCH {d}" for d in directives),
-        "set -euo pipefail",
-        "# W&B: online with credentials (wandb login / WANDB_API_KEY), else offline with a one-line notice",
-        "# srun starts one task per GPU; Lightning's SLURMEnvironment reads SLURM_PROCID/LOCAL_ID/NTASKS.",
-        "# Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: pass it on, or every task gets 1 core.",
-        'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK}"',
-        f"srun --kill-on-bad-exit=1 {command} {run_dir}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# lightning-lars: {recipe} on {nodes} node(s) x {devices} GPU(s). Submit: sbatch THIS_FILE",
+            *(f"#SBATCH {d}" for d in directives),
+            "set -euo pipefail",
+            "# W&B: online with credentials (wandb login / WANDB_API_KEY), else offline with a one-line notice",
+            "# srun starts one task per GPU; Lightning's SLURMEnvironment reads SLURM_PROCID/LOCAL_ID/NTASKS.",
+            "# Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: pass it on,"
+            " or every task gets 1 core.",
+            'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK}"',
+            f"srun --kill-on-bad-exit=1 {command} {run_dir}",
+            "",
+        ]
+    )
 
 
-def torchrun_command(recipe: str, nodes: int, devices: int, overrides: list[str], node_rank: int,
-                     master_addr: str, master_port: int, run_id: str) -> list[str]:
+def torchrun_command(
+    recipe: str,
+    nodes: int,
+    devices: int,
+    overrides: list[str],
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    run_id: str,
+) -> list[str]:
     """``torchrun`` for one node; the same command (same ``run_id``) must run on every node.
 
     Run as ``python -m torch.distributed.run`` (= ``torchrun``) so the venv's torch is the one that runs.
     """
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={devices}", f"--node-rank={node_rank}",
-        f"--master-addr={master_addr}", f"--master-port={master_port}",
-        *train_args(recipe, nodes, devices, overrides), f"hydra.run.dir={RUN_DIR}torchrun-{run_id}",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={devices}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={master_addr}",
+        f"--master-port={master_port}",
+        *train_args(recipe, nodes, devices, overrides),
+        f"hydra.run.dir={RUN_DIR}torchrun-{run_id}",
     ]
 
 
@@ -121,8 +162,12 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
     parser.add_argument("--time", default="24:00:00", help="SLURM time limit")
     parser.add_argument("--partition")
     parser.add_argument("--account")
-    parser.add_argument("--cpus-per-node", type=int, help="cores per node, shared by its GPUs' tasks"
-                        " (default: sinfo's count for the partition, else this machine's)")
+    parser.add_argument(
+        "--cpus-per-node",
+        type=int,
+        help="cores per node, shared by its GPUs' tasks"
+        " (default: sinfo's count for the partition, else this machine's)",
+    )
     parser.add_argument("--mem", default="0", help="SLURM --mem per node (0: all of it)")
     parser.add_argument("--dry-run", action="store_true", help="print the command or script, run nothing")
     parser.add_argument("overrides", nargs="*", help="recipe=NAME and Hydra key=value overrides")
@@ -132,22 +177,50 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
     recipe, overrides = split_recipe(args.overrides)
     launcher = choose_launcher(args.nodes, env, which) if args.launcher == "auto" else args.launcher
     if launcher == "slurm" and env.get("SLURM_JOB_ID"):  # already allocated (salloc): run the tasks now
-        cpus = env.get("SLURM_CPUS_PER_TASK") or str(max(1, int(env.get("SLURM_CPUS_ON_NODE", 1)) // args.devices))
-        return launcher, ["srun", f"--nodes={args.nodes}", f"--ntasks-per-node={args.devices}",
-                          f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1", sys.executable, *train_args(recipe, args.nodes, args.devices,
-                          overrides), f"hydra.run.dir={RUN_DIR}slurm-{env['SLURM_JOB_ID']}"]
+        cpus = env.get("SLURM_CPUS_PER_TASK") or str(
+            max(1, int(env.get("SLURM_CPUS_ON_NODE", 1)) // args.devices)
+        )
+        return launcher, [
+            "srun",
+            f"--nodes={args.nodes}",
+            f"--ntasks-per-node={args.devices}",
+            f"--cpus-per-task={cpus}",
+            "--kill-on-bad-exit=1",
+            sys.executable,
+            *train_args(recipe, args.nodes, args.devices, overrides),
+            f"hydra.run.dir={RUN_DIR}slurm-{env['SLURM_JOB_ID']}",
+        ]
     if launcher == "slurm":
         cpus_per_node = args.cpus_per_node or partition_cpus(args.partition, which) or os.cpu_count() or 1
-        return launcher, sbatch_script(recipe, args.nodes, args.devices, overrides, sys.executable, args.time,
-                                       args.partition, args.account, cpus_per_node, args.mem)
+        return launcher, sbatch_script(
+            recipe,
+            args.nodes,
+            args.devices,
+            overrides,
+            sys.executable,
+            args.time,
+            args.partition,
+            args.account,
+            cpus_per_node,
+            args.mem,
+        )
     if launcher == "torchrun":
         if args.nodes > 1 and not env.get("MASTER_ADDR"):
-            raise UserError("torchrun over several nodes: set MASTER_ADDR=<node 0's host> and NODE_RANK=<0..N-1>"
-                            " (and the same RUN_ID) on every node")
+            raise UserError(
+                "torchrun over several nodes: set MASTER_ADDR=<node 0's host> and NODE_RANK=<0..N-1>"
+                " (and the same RUN_ID) on every node"
+            )
         run_id = env.get("RUN_ID") or time.strftime("%Y-%m-%d_%H-%M")
-        return launcher, torchrun_command(recipe, args.nodes, args.devices, overrides, int(env.get("NODE_RANK", 0)),
-                                          env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)),
-                                          run_id)
+        return launcher, torchrun_command(
+            recipe,
+            args.nodes,
+            args.devices,
+            overrides,
+            int(env.get("NODE_RANK", 0)),
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            int(env.get("MASTER_PORT", 29500)),
+            run_id,
+        )
     if args.nodes > 1:
         raise UserError("launcher=local runs one node: use --launcher torchrun or slurm for nodes > 1")
     return launcher, [sys.executable, *train_args(recipe, args.nodes, args.devices, overrides)]
@@ -172,7 +245,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(subprocess.call(["sbatch", str(path)]))
     print(f"[launch] {launcher}: {shlex.join(command)}", flush=True)
     if not dry_run:
-        os.execvp(command[0], command)  # the launcher's process becomes srun/torchrun/python: signals reach it
+        os.execvp(
+            command[0], command
+        )  # the launcher's process becomes srun/torchrun/python: signals reach it
 
 
 if __name__ == "__main__":

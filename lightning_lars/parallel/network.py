@@ -65,7 +65,9 @@ class Cluster:
         """One reduce-scatter or all-gather (or pipelined reduce / broadcast) inside a node."""
         if per_node <= 1:
             return 0.0
-        return (per_node - 1) * self.intra_latency + (per_node - 1) / per_node * num_bytes / self.intra_bandwidth
+        return (per_node - 1) * self.intra_latency + (
+            per_node - 1
+        ) / per_node * num_bytes / self.intra_bandwidth
 
     def _between_nodes(self, num_bytes: float, nodes: int, bandwidth: float) -> float:
         """An all-reduce of one rank per node (``bandwidth`` each): ring or tree, whichever NCCL would pick."""
@@ -93,5 +95,11 @@ class Cluster:
 
 # ABCI compute node (AIST), where the seed run trained: 4 V100 SXM2 on NVLink2 and 2 InfiniBand EDR HCAs
 # (2 x 100 Gbit/s) per node. Latencies are our choice (NCCL over IB: ~10 us per step; NVLink: ~3 us).
-ABCI = Cluster(gpus_per_node=4, nic_bandwidth=2 * 100e9 / 8, intra_bandwidth=50e9, inter_latency=10e-6,
-               intra_latency=3e-6, nics_per_node=2)
+ABCI = Cluster(
+    gpus_per_node=4,
+    nic_bandwidth=2 * 100e9 / 8,
+    intra_bandwidth=50e9,
+    inter_latency=10e-6,
+    intra_latency=3e-6,
+    nics_per_node=2,
+)

@@ -66,8 +66,16 @@ class Schedule:
     exposed_s: float
 
 
-def simulate(profile: Profile, buckets: list, groups: list, cluster: Cluster, algorithm: str, num_gpus: int,
-             wire_bytes_factor: float = 1.0, copy_s_per_byte: float = 0.0) -> Schedule:
+def simulate(
+    profile: Profile,
+    buckets: list,
+    groups: list,
+    cluster: Cluster,
+    algorithm: str,
+    num_gpus: int,
+    wire_bytes_factor: float = 1.0,
+    copy_s_per_byte: float = 0.0,
+) -> Schedule:
     """Serial all-reduces of ``groups`` (lists of indices into ``buckets``) once their last gradient is ready."""
     bucket_bytes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
     bucket_ready = [profile.ready_s[bucket[-1]] for bucket in buckets]
@@ -86,17 +94,34 @@ def simulate(profile: Profile, buckets: list, groups: list, cluster: Cluster, al
 def bucket_schedule(profile, caps_mb, cluster, algorithm, num_gpus, wire_bytes_factor=1.0) -> Schedule:
     """DDP's own buckets with these caps (``[1, 25]``: DDP's default), one all-reduce each, no hook."""
     buckets = plan_groups(profile.num_bytes, caps_mb)
-    return simulate(profile, buckets, [[b] for b in range(len(buckets))], cluster, algorithm, num_gpus,
-                    wire_bytes_factor)
+    return simulate(
+        profile, buckets, [[b] for b in range(len(buckets))], cluster, algorithm, num_gpus, wire_bytes_factor
+    )
 
 
-def grouped_schedule(profile, caps_mb, cluster, algorithm, num_gpus, wire_bytes_factor=1.0,
-                     copy_s_per_byte=0.0, ddp_bucket_mb=1.0) -> Schedule:
+def grouped_schedule(
+    profile,
+    caps_mb,
+    cluster,
+    algorithm,
+    num_gpus,
+    wire_bytes_factor=1.0,
+    copy_s_per_byte=0.0,
+    ddp_bucket_mb=1.0,
+) -> Schedule:
     """DDP buckets of ``ddp_bucket_mb`` coalesced by the hook's rule with ``caps_mb``; the hook's copies cost."""
     buckets = plan_groups(profile.num_bytes, [ddp_bucket_mb])
     sizes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
-    return simulate(profile, buckets, plan_groups(sizes, caps_mb), cluster, algorithm, num_gpus,
-                    wire_bytes_factor, copy_s_per_byte)
+    return simulate(
+        profile,
+        buckets,
+        plan_groups(sizes, caps_mb),
+        cluster,
+        algorithm,
+        num_gpus,
+        wire_bytes_factor,
+        copy_s_per_byte,
+    )
 
 
 def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[float]:
@@ -109,8 +134,13 @@ def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[floa
 
 def propose_caps(make_schedule) -> tuple[list[float], Schedule]:
     """Least exposed time over geometric caps (ties: fewer all-reduces, then smaller caps)."""
-    candidates = {tuple(growing_caps(first, growth, largest)) for first in SEARCH_FIRST_MB
-                  for growth in SEARCH_GROWTH for largest in SEARCH_LARGEST_MB if first <= largest}
+    candidates = {
+        tuple(growing_caps(first, growth, largest))
+        for first in SEARCH_FIRST_MB
+        for growth in SEARCH_GROWTH
+        for largest in SEARCH_LARGEST_MB
+        if first <= largest
+    }
     scored = []
     for caps in sorted(candidates):
         schedule = make_schedule(list(caps))
@@ -128,43 +158,67 @@ def step_s(profile: Profile, schedule: Schedule, device: Device) -> float:
     return profile.forward_s + profile.backward_s + schedule.exposed_s + optimizer_s(profile, device)
 
 
-def calibrate(costs: tuple, cluster: Cluster = ABCI, num_gpus: int = SEED_GPUS, target_s: float = SEED_STEP_S,
-              memory_bandwidth: float = V100_MEMORY_BANDWIDTH, wire_bytes_factor: float = 0.5) -> Device:
+def calibrate(
+    costs: tuple,
+    cluster: Cluster = ABCI,
+    num_gpus: int = SEED_GPUS,
+    target_s: float = SEED_STEP_S,
+    memory_bandwidth: float = V100_MEMORY_BANDWIDTH,
+    wire_bytes_factor: float = 0.5,
+) -> Device:
     """The FLOP rate at which the seed's modelled step (grouped hook, proposed caps, NCCL) takes ``target_s``."""
+
     def modelled(rate):
         device = Device(rate, memory_bandwidth)
         profile = timed_profile(costs, device)
         copy = 4 / memory_bandwidth
-        _, schedule = propose_caps(lambda caps: grouped_schedule(profile, caps, cluster, "nccl", num_gpus,
-                                                                 wire_bytes_factor, copy))
+        _, schedule = propose_caps(
+            lambda caps: grouped_schedule(profile, caps, cluster, "nccl", num_gpus, wire_bytes_factor, copy)
+        )
         return step_s(profile, schedule, device)
 
     low, high = 1e12, 1e15  # FLOP/s; the step time falls as the rate rises
     if modelled(high) > target_s:
-        raise UserError(f"no FLOP rate reaches a {1e3 * target_s:.1f} ms step: the network model alone is slower")
+        raise UserError(
+            f"no FLOP rate reaches a {1e3 * target_s:.1f} ms step: the network model alone is slower"
+        )
     for _ in range(40):
         middle = math.sqrt(low * high)
         low, high = (middle, high) if modelled(middle) > target_s else (low, middle)
     return Device(high, memory_bandwidth)
 
 
-def plan_table(profile: Profile, device: Device, cluster: Cluster, gpu_counts=GPU_COUNTS,
-               wire_bytes_factor: float = 1.0) -> list[dict]:
+def plan_table(
+    profile: Profile, device: Device, cluster: Cluster, gpu_counts=GPU_COUNTS, wire_bytes_factor: float = 1.0
+) -> list[dict]:
     """Per GPU count: exposed ms of each scheme, the proposed caps and the step time (ms)."""
     copy = 4 / device.memory_bandwidth
     rows = []
     for gpus in gpu_counts:
         default = bucket_schedule(profile, DDP_DEFAULT_CAPS_MB, cluster, "nccl", gpus, wire_bytes_factor)
-        row = {"gpus": gpus, "nodes": cluster.shape(gpus)[0], "default": default,
-               "default_step_ms": 1e3 * step_s(profile, default, device)}
+        row = {
+            "gpus": gpus,
+            "nodes": cluster.shape(gpus)[0],
+            "default": default,
+            "default_step_ms": 1e3 * step_s(profile, default, device),
+        }
         row["list_caps"], row["list"] = propose_caps(
-            lambda caps, gpus=gpus: bucket_schedule(profile, caps, cluster, "nccl", gpus, wire_bytes_factor))
-        for name, algorithm in (("grouped", "nccl"), ("torus2d", "torus2d"), ("hierarchical", "hierarchical")):
+            lambda caps, gpus=gpus: bucket_schedule(profile, caps, cluster, "nccl", gpus, wire_bytes_factor)
+        )
+        for name, algorithm in (
+            ("grouped", "nccl"),
+            ("torus2d", "torus2d"),
+            ("hierarchical", "hierarchical"),
+        ):
             row[f"{name}_caps"], row[name] = propose_caps(
                 lambda caps, algorithm=algorithm, gpus=gpus: grouped_schedule(
-                    profile, caps, cluster, algorithm, gpus, wire_bytes_factor, copy))
-        best = min((row[k] for k in ("default", "list", "grouped", "torus2d", "hierarchical")),
-                   key=lambda s: s.exposed_s)
+                    profile, caps, cluster, algorithm, gpus, wire_bytes_factor, copy
+                )
+            )
+        best = min(
+            (row[k] for k in ("default", "list", "grouped", "torus2d", "hierarchical")),
+            key=lambda s: s.exposed_s,
+        )
         row["best_step_ms"] = 1e3 * step_s(profile, best, device)
         rows.append(row)
     return rows
@@ -173,15 +227,24 @@ def plan_table(profile: Profile, device: Device, cluster: Cluster, gpu_counts=GP
 def format_table(rows: list[dict]) -> str:
     """Markdown: exposed communication (ms) per scheme, caps (MiB), step time (ms) of the default and the best."""
     caps = lambda c: "[" + ", ".join(f"{x:g}" for x in c) + "]"
-    lines = [("| GPUs (nodes) | DDP default [1, 25] | bucket_cap_mb_list | grouped hook | torus2d hook"
-              " | hierarchical hook | step: default / best |"),
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        (
+            "| GPUs (nodes) | DDP default [1, 25] | bucket_cap_mb_list | grouped hook | torus2d hook"
+            " | hierarchical hook | step: default / best |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         cells = [f"{1e3 * r['default'].exposed_s:.2f}"]
-        cells += [f"{1e3 * r[k].exposed_s:.2f} {caps(r[k + '_caps'])}"
-                  for k in ("list", "grouped", "torus2d", "hierarchical")]
-        lines.append(f"| {r['gpus']} ({r['nodes']}) | " + " | ".join(cells)
-                     + f" | {r['default_step_ms']:.1f} / {r['best_step_ms']:.1f} |")
+        cells += [
+            f"{1e3 * r[k].exposed_s:.2f} {caps(r[k + '_caps'])}"
+            for k in ("list", "grouped", "torus2d", "hierarchical")
+        ]
+        lines.append(
+            f"| {r['gpus']} ({r['nodes']}) | "
+            + " | ".join(cells)
+            + f" | {r['default_step_ms']:.1f} / {r['best_step_ms']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -196,8 +259,13 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         raise UserError("--plot needs matplotlib: pip install 'lightning-lars[plot]'") from error
     gpus = [r["gpus"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("default", "DDP default [1, 25] MiB"), ("list", "bucket_cap_mb_list"),
-                       ("grouped", "grouped hook"), ("torus2d", "2D-torus hook"), ("hierarchical", "hierarchical hook")):
+    for key, label in (
+        ("default", "DDP default [1, 25] MiB"),
+        ("list", "bucket_cap_mb_list"),
+        ("grouped", "grouped hook"),
+        ("torus2d", "2D-torus hook"),
+        ("hierarchical", "hierarchical hook"),
+    ):
         ax.plot(gpus, [1e3 * r[key].exposed_s for r in rows], "o-", label=label)
     ax.set(xscale="log", xlabel="GPUs", ylabel="exposed communication per step (ms)", title=title)
     ax.set_xticks(gpus, [str(g) for g in gpus])
@@ -212,22 +280,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=SEED_BATCH_PER_GPU, help="images per GPU")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--profile", help="stored measured profile (JSON) instead of the FLOPs profile")
-    parser.add_argument("--measure", metavar="DEVICE", help="measure a profile on DEVICE (e.g. cuda) and use it")
+    parser.add_argument(
+        "--measure", metavar="DEVICE", help="measure a profile on DEVICE (e.g. cuda) and use it"
+    )
     parser.add_argument("--save-profile", help="write the profile used to this JSON file")
     parser.add_argument("--tflops", type=float, help="sustained TFLOP/s; default: calibrated to the seed run")
-    parser.add_argument("--memory-gbs", type=float, default=V100_MEMORY_BANDWIDTH / 1e9, help="GPU memory, GB/s")
+    parser.add_argument(
+        "--memory-gbs", type=float, default=V100_MEMORY_BANDWIDTH / 1e9, help="GPU memory, GB/s"
+    )
     parser.add_argument("--gpus", type=int, nargs="*", default=GPU_COUNTS)
     parser.add_argument("--gpus-per-node", type=int, default=ABCI.gpus_per_node)
     parser.add_argument("--nic-gbps", type=float, default=ABCI.nic_bandwidth * 8e-9, help="per node, Gbit/s")
-    parser.add_argument("--nvlink-gbps", type=float, default=ABCI.intra_bandwidth * 8e-9, help="per GPU, Gbit/s")
+    parser.add_argument(
+        "--nvlink-gbps", type=float, default=ABCI.intra_bandwidth * 8e-9, help="per GPU, Gbit/s"
+    )
     parser.add_argument("--inter-latency-us", type=float, default=ABCI.inter_latency * 1e6)
     parser.add_argument("--compression", choices=("bf16", "fp16"), help="gradients on the wire in 16 bits")
     parser.add_argument("--plot", help="draw exposed time vs GPUs to this PNG (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
         costs = count_costs(args.arch, args.batch_size, args.image_size)
-        device = (Device(args.tflops * 1e12, args.memory_gbs * 1e9) if args.tflops
-                  else calibrate(count_costs("resnet50", SEED_BATCH_PER_GPU)))
+        device = (
+            Device(args.tflops * 1e12, args.memory_gbs * 1e9)
+            if args.tflops
+            else calibrate(count_costs("resnet50", SEED_BATCH_PER_GPU))
+        )
         if args.profile:
             profile = load_profile(args.profile)
         elif args.measure:
@@ -236,15 +313,23 @@ def main(argv: list[str] | None = None) -> None:
             profile = timed_profile(costs, device, args.arch, args.batch_size)
         if args.save_profile:
             save_profile(profile, args.save_profile)
-        cluster = Cluster(args.gpus_per_node, args.nic_gbps * 1e9 / 8, args.nvlink_gbps * 1e9 / 8,
-                          args.inter_latency_us * 1e-6, ABCI.intra_latency, ABCI.nics_per_node)
+        cluster = Cluster(
+            args.gpus_per_node,
+            args.nic_gbps * 1e9 / 8,
+            args.nvlink_gbps * 1e9 / 8,
+            args.inter_latency_us * 1e-6,
+            ABCI.intra_latency,
+            ABCI.nics_per_node,
+        )
         rows = plan_table(profile, device, cluster, args.gpus, 0.5 if args.compression else 1.0)
-        print(f"{profile.arch}, {profile.batch_size} images per GPU: {sum(profile.num_bytes) / MIB:.1f} MiB of"
-              f" fp32 gradients in {len(profile.names)} tensors; forward {1e3 * profile.forward_s:.1f} ms,"
-              f" backward {1e3 * profile.backward_s:.1f} ms (profile: {profile.source},"
-              f" {device.flop_rate / 1e12:.1f} TFLOP/s); {args.gpus_per_node} GPUs per node, NICs"
-              f" {args.nic_gbps:g} Gbit/s per node, NVLink {args.nvlink_gbps:g} Gbit/s per GPU; wire"
-              f" {args.compression or 'fp32'}. Exposed communication per step, ms [proposed caps, MiB]:\n")
+        print(
+            f"{profile.arch}, {profile.batch_size} images per GPU: {sum(profile.num_bytes) / MIB:.1f} MiB of"
+            f" fp32 gradients in {len(profile.names)} tensors; forward {1e3 * profile.forward_s:.1f} ms,"
+            f" backward {1e3 * profile.backward_s:.1f} ms (profile: {profile.source},"
+            f" {device.flop_rate / 1e12:.1f} TFLOP/s); {args.gpus_per_node} GPUs per node, NICs"
+            f" {args.nic_gbps:g} Gbit/s per node, NVLink {args.nvlink_gbps:g} Gbit/s per GPU; wire"
+            f" {args.compression or 'fp32'}. Exposed communication per step, ms [proposed caps, MiB]:\n"
+        )
         print(format_table(rows))
         if args.plot:
             plot(rows, args.plot, f"{profile.arch}, {profile.batch_size} images per GPU")

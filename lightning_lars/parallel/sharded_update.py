@@ -71,8 +71,10 @@ class ShardedUpdate(Optimizer):
         if isinstance(optimizer, ShardedUpdate):
             raise UserError("the optimizer is already sharded: set strategy.optimizer_sharding once")
         if getattr(optimizer, "couples_all_tensors", False):  # NLCG: inner products over every tensor
-            raise UserError(f"strategy.optimizer_sharding cannot shard {type(optimizer).__name__}: its steps couple"
-                            " all tensors; set strategy.optimizer_sharding=false")
+            raise UserError(
+                f"strategy.optimizer_sharding cannot shard {type(optimizer).__name__}: its steps couple"
+                " all tensors; set strategy.optimizer_sharding=false"
+            )
         self.inner = optimizer
         self.process_group = process_group or dist.group.WORLD
         self.rank = dist.get_rank(self.process_group)
@@ -80,12 +82,15 @@ class ShardedUpdate(Optimizer):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         owners = assign_owners([p.numel() for p in params], self.world_size)
         self.owner = dict(zip(params, owners))
-        self._owned_lists = [[p for p in group["params"] if self.owner[p] == self.rank]
-                             for group in optimizer.param_groups]
+        self._owned_lists = [
+            [p for p in group["params"] if self.owner[p] == self.rank] for group in optimizer.param_groups
+        ]
         self._gather_plan = self._make_gather_plan(params)
         self._full_state: dict | None = None
         # Optimizer.__init__ sets up torch's hook registries; the groups and state are then the inner ones.
-        super().__init__([{"params": group["params"]} for group in optimizer.param_groups], optimizer.defaults)
+        super().__init__(
+            [{"params": group["params"]} for group in optimizer.param_groups], optimizer.defaults
+        )
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
 
@@ -97,15 +102,21 @@ class ShardedUpdate(Optimizer):
 
     def owned_state_bytes(self) -> int:
         """Bytes of optimizer state tensors held by this rank (for memory reports)."""
-        return sum(t.numel() * t.element_size() for s in self.inner.state.values() for t in s.values()
-                   if isinstance(t, Tensor))
+        return sum(
+            t.numel() * t.element_size()
+            for s in self.inner.state.values()
+            for t in s.values()
+            if isinstance(t, Tensor)
+        )
 
     def _make_gather_plan(self, params: list[Tensor]) -> list[tuple]:
         """Per dtype: (per-rank owned tensors, padded elements per rank) for one all_gather each."""
         by_dtype = defaultdict(lambda: [[] for _ in range(self.world_size)])
         for p in params:
             by_dtype[p.dtype][self.owner[p]].append(p)
-        return [(per_rank, max(sum(p.numel() for p in ps) for ps in per_rank)) for per_rank in by_dtype.values()]
+        return [
+            (per_rank, max(sum(p.numel() for p in ps) for ps in per_rank)) for per_rank in by_dtype.values()
+        ]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -121,8 +132,9 @@ class ShardedUpdate(Optimizer):
         try:
             for group, owned in zip(self.inner.param_groups, self._owned_lists):
                 if group.get("param_names") is not None:  # labels stay aligned with the tensors
-                    group["param_names"] = [n for p, n in zip(group["params"], group["param_names"])
-                                           if self.owner[p] == self.rank]
+                    group["param_names"] = [
+                        n for p, n in zip(group["params"], group["param_names"]) if self.owner[p] == self.rank
+                    ]
                 group["params"] = owned
             for p, grad in stand_ins.items():
                 p.grad = grad
@@ -172,7 +184,7 @@ class ShardedUpdate(Optimizer):
                 offset = rank * padded
                 for p in params:
                     targets.append(p.detach())
-                    sources.append(received[offset:offset + p.numel()].view_as(p))
+                    sources.append(received[offset : offset + p.numel()].view_as(p))
                     offset += p.numel()
             if targets:
                 torch._foreach_copy_(targets, sources)
@@ -185,8 +197,11 @@ class ShardedUpdate(Optimizer):
         dist.all_gather_object(everyone, local, group=self.process_group)
         params = [p for group in self.inner.param_groups for p in group["params"]]
         index_owner = {i: self.owner[p] for i, p in enumerate(params)}
-        state = {i: everyone[index_owner[i]]["state"][i] for i in range(len(params))
-                 if i in everyone[index_owner[i]]["state"]}
+        state = {
+            i: everyone[index_owner[i]]["state"][i]
+            for i in range(len(params))
+            if i in everyone[index_owner[i]]["state"]
+        }
         groups = []
         for k, group in enumerate(local["param_groups"]):
             first = group["params"][0] if group["params"] else None
@@ -197,7 +212,9 @@ class ShardedUpdate(Optimizer):
     def state_dict(self) -> dict:
         """The full (unsharded) state; call :meth:`consolidate_state_dict` on every rank first."""
         if self._full_state is None:
-            raise RuntimeError("ShardedUpdate.state_dict() needs consolidate_state_dict() on every rank first")
+            raise RuntimeError(
+                "ShardedUpdate.state_dict() needs consolidate_state_dict() on every rank first"
+            )
         full, self._full_state = self._full_state, None
         return full
 

@@ -40,8 +40,13 @@ class BucketedDDPStrategy(DDPStrategy):
             (``bucket_cap_mb``, ``bucket_cap_mb_list``, ``gradient_as_bucket_view``, ``static_graph``).
     """
 
-    def __init__(self, ddp_comm_hook: Callable | None = grouped_allreduce_hook, ddp_comm_state=None,
-                 optimizer_sharding: bool = False, **kwargs):
+    def __init__(
+        self,
+        ddp_comm_hook: Callable | None = grouped_allreduce_hook,
+        ddp_comm_state=None,
+        optimizer_sharding: bool = False,
+        **kwargs,
+    ):
         self.optimizer_sharding = optimizer_sharding
         if kwargs.get("bucket_cap_mb_list") is not None:
             if not supports_bucket_cap_mb_list():

@@ -56,7 +56,9 @@ class _GridState(GroupedAllReduceState):
     def __post_init__(self):
         super().__post_init__()
         if self.process_group is not None:
-            raise UserError("grid all-reduce hooks run on the default (world) group: drop ddp_comm_state.process_group")
+            raise UserError(
+                "grid all-reduce hooks run on the default (world) group: drop ddp_comm_state.process_group"
+            )
         if self.grid is not None:
             self.grid = [int(n) for n in self.grid]
             if len(self.grid) != 2 or min(self.grid) < 1:
@@ -76,7 +78,9 @@ class _GridState(GroupedAllReduceState):
             devices = int(os.environ["LOCAL_WORLD_SIZE"])
             nodes = world_size // devices
         else:
-            raise UserError("cannot tell the nodes x devices grid: set strategy.ddp_comm_state.grid=[NODES,DEVICES]")
+            raise UserError(
+                "cannot tell the nodes x devices grid: set strategy.ddp_comm_state.grid=[NODES,DEVICES]"
+            )
         if nodes * devices != world_size:
             raise UserError(
                 f"grid {nodes} x {devices} does not match the {world_size} ranks: set"

@@ -52,14 +52,20 @@ def _format(value) -> str:
 
 def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     published = plan.published
-    lines = [f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
-             f"  source: {published.get('source', '?')}",
-             (f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
-             f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
-             f" on {published.get('hardware', '?')}"),
-             "",
-             (f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
-             " (the lines a run prints):")]
+    lines = [
+        f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
+        f"  source: {published.get('source', '?')}",
+        (
+            f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
+            f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
+            f" on {published.get('hardware', '?')}"
+        ),
+        "",
+        (
+            f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
+            " (the lines a run prints):"
+        ),
+    ]
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
@@ -70,12 +76,22 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     keys = ["lr", "weight_decay", "momentum", "global_batch"]
     keys += sorted({k for *_, values in rows for k in values} - set(keys))
     header = ["", "step", "epoch", *keys]
-    table = [[name, str(step), f"{epoch:.3f}", *(_format(values.get(k)) for k in keys)]
-             for name, step, epoch, values in rows]
+    table = [
+        [name, str(step), f"{epoch:.3f}", *(_format(values.get(k)) for k in keys)]
+        for name, step, epoch, values in rows
+    ]
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-    lines += ["", "Values applied at update `step` (updates done before it; epoch: the source's epochs done by then):"]
-    lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                               enumerate(zip(row, widths))) for row in [header, *table]]
+    lines += [
+        "",
+        "Values applied at update `step` (updates done before it; epoch: the source's epochs done by then):",
+    ]
+    lines += [
+        "  "
+        + "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        )
+        for row in [header, *table]
+    ]
     return "\n".join(lines)
 
 
@@ -86,20 +102,31 @@ def plot(plan: RecipePlan, path: Path) -> Path:
 
         matplotlib.use("Agg")  # no display: the plot goes to a file
         import matplotlib.pyplot as plt  # after choosing the backend
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install 'lightning-lars[dev]' (or pip install matplotlib)")
+    except ImportError as error:
+        raise UserError(
+            "--plot needs matplotlib: pip install 'lightning-lars[dev]' (or pip install matplotlib)"
+        ) from error
     stride = max(1, plan.total_steps // MAX_PLOT_POINTS)
     steps = sorted(set(range(0, plan.total_steps, stride)) | {plan.total_steps - 1})
     values = [plan.values(s) for s in steps]
-    keys = [k for k in ("lr", "weight_decay", "momentum", "global_batch", "sgd_fraction")
-            if any(v.get(k) is not None for v in values)
-            and (k in ("lr", "weight_decay", "momentum") or len({v.get(k) for v in values}) > 1)]
+    keys = [
+        k
+        for k in ("lr", "weight_decay", "momentum", "global_batch", "sgd_fraction")
+        if any(v.get(k) is not None for v in values)
+        and (k in ("lr", "weight_decay", "momentum") or len({v.get(k) for v in values}) > 1)
+    ]
     evals = [s - 1 for s in plan.eval_steps]  # the update that completes before each evaluation
     figure, axes = plt.subplots(len(keys), 1, sharex=True, figsize=(9, 1.9 * len(keys) + 0.9), squeeze=False)
     for axis, key in zip(axes[:, 0], keys):
         axis.plot(steps, [v.get(key) for v in values], lw=1.2, color="tab:blue")
-        axis.plot(evals, [plan.values(s).get(key) for s in evals], "o", ms=3.5, color="tab:red",
-                  label="evaluation" if key == "lr" else None)
+        axis.plot(
+            evals,
+            [plan.values(s).get(key) for s in evals],
+            "o",
+            ms=3.5,
+            color="tab:red",
+            label="evaluation" if key == "lr" else None,
+        )
         curve = [v.get(key) for v in values]
         if min(curve) > 0 and max(curve) / min(curve) > 100:  # step schedules: each drop visible
             axis.set_yscale("log")
@@ -108,9 +135,11 @@ def plot(plan: RecipePlan, path: Path) -> Path:
         if plan.warmup_steps:
             axis.axvline(plan.warmup_steps, color="gray", ls="--", lw=0.8)
     axes[0, 0].legend(loc="upper right", fontsize=8)
-    axes[0, 0].set_title(f"{plan.recipe}: {plan.total_steps} steps, {plan.steps_per_epoch} steps/epoch"
-                         f" ({plan.epoch_mode}), {len(plan.eval_steps)} evaluations; dashed: end of warmup",
-                         fontsize=9)
+    axes[0, 0].set_title(
+        f"{plan.recipe}: {plan.total_steps} steps, {plan.steps_per_epoch} steps/epoch"
+        f" ({plan.epoch_mode}), {len(plan.eval_steps)} evaluations; dashed: end of warmup",
+        fontsize=9,
+    )
     axes[-1, 0].set_xlabel("optimizer step")
     figure.tight_layout()
     path = Path(path)

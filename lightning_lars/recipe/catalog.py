@@ -63,12 +63,18 @@ def published(name: str) -> dict:
 
 
 def rows() -> list[dict]:
-    return [{"recipe": name, **{k: published(name).get(k, "?") for k in COLUMNS[1:]}} for name in recipe_names()]
+    return [
+        {"recipe": name, **{k: published(name).get(k, "?") for k in COLUMNS[1:]}} for name in recipe_names()
+    ]
 
 
 def deviation_rows() -> list[dict]:
     """Every recipe's own ``deviations:`` entries (an alias lists those of the recipe it extends there)."""
-    return [{"recipe": name, **entry} for name in recipe_names() for entry in recipe_yaml(name).get("deviations") or []]
+    return [
+        {"recipe": name, **entry}
+        for name in recipe_names()
+        for entry in recipe_yaml(name).get("deviations") or []
+    ]
 
 
 def run_rows(path: Path = RUNS_FILE) -> list[dict]:
@@ -89,15 +95,24 @@ def _table(columns, records) -> list[str]:
 def markdown(runs_path: Path = RUNS_FILE) -> str:
     text = HEADER + "\n".join(_table(COLUMNS, rows())) + "\n"
     deviations = deviation_rows()
-    text += DEVIATIONS_HEADER + ("\n".join(_table(DEVIATION_COLUMNS, deviations)) if deviations
-                                 else "No recipe lists a deviation yet.") + "\n"
+    text += (
+        DEVIATIONS_HEADER
+        + (
+            "\n".join(_table(DEVIATION_COLUMNS, deviations))
+            if deviations
+            else "No recipe lists a deviation yet."
+        )
+        + "\n"
+    )
     return text + RUNS_HEADER + "\n".join(_table(RUN_COLUMNS, run_rows(runs_path))) + "\n"
 
 
 def show_main(argv: list[str]) -> None:
 
-    parser = argparse.ArgumentParser(prog="python -m lightning_lars.recipe.catalog show",
-                                     description="A recipe's card: what a run will do, without data or a GPU.")
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_lars.recipe.catalog show",
+        description="A recipe's card: what a run will do, without data or a GPU.",
+    )
     parser.add_argument("name")
     parser.add_argument("--devices", type=int, default=1, help="devices per node (default 1)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
@@ -119,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["show"]:
         return show_main(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--markdown", action="store_true", help="print recipes/README.md")
     args = parser.parse_args(argv)
     if args.markdown:
@@ -130,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     print("  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]))
     for r in table:
         print("  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]))
-    print("\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
-          "\nits card: python -m lightning_lars.recipe.catalog show NAME [--devices G --nodes N] [--plot FILE.png]")
+    print(
+        "\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
+        "\nits card: python -m lightning_lars.recipe.catalog show NAME [--devices G --nodes N] [--plot FILE.png]"
+    )
 
 
 if __name__ == "__main__":

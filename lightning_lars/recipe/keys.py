@@ -13,8 +13,9 @@ from omegaconf import DictConfig
 from lightning_lars.core.errors import UserError
 
 
-def count_steps_per_epoch(num_images: int, global_batch: int, mode: str, workers: int | None = None,
-                          steps: int | None = None) -> int:
+def count_steps_per_epoch(
+    num_images: int, global_batch: int, mode: str, workers: int | None = None, steps: int | None = None
+) -> int:
     """Optimizer steps in one epoch as the source counted them.
 
     - ``drop_last``: ``N // B``, every step a full batch (PyTorch ``drop_last=True``, our loaders).
@@ -43,18 +44,26 @@ def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: in
     workers, steps = spec.get("workers"), spec.get("steps")
     if mode == "padded":
         if global_batch % workers:
-            raise recipe_error(recipe, "epoch_length.workers", f"({workers}) must divide the global batch"
-                               f" {global_batch}: each worker's batch is B / workers")
-        text = (f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
-                " each worker pads its last batch")
+            raise recipe_error(
+                recipe,
+                "epoch_length.workers",
+                f"({workers}) must divide the global batch"
+                f" {global_batch}: each worker's batch is B / workers",
+            )
+        text = (
+            f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
+            " each worker pads its last batch"
+        )
     elif mode == "fixed":
         text = f"fixed: the source's {steps} steps per epoch"
     else:
         text = f"drop_last: {num_images} // {global_batch}"
     per_epoch = count_steps_per_epoch(num_images, global_batch, mode, workers, steps)
     if per_epoch < 1:
-        raise UserError(f"recipe {recipe}: global batch {global_batch} exceeds the {num_images} training images;"
-                        " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)")
+        raise UserError(
+            f"recipe {recipe}: global batch {global_batch} exceeds the {num_images} training images;"
+            " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)"
+        )
     return mode, per_epoch, text
 
 
@@ -70,16 +79,27 @@ def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps:
     offset_epochs, offset_steps = spec.get("offset_epochs") or 0, spec.get("offset_steps") or 0
     if every_epochs is not None:
         every = every_epochs
-        offset_at = epoch_ends[offset_epochs - 1] if 0 < offset_epochs <= len(epoch_ends) else (
-            0 if offset_epochs == 0 else math.inf)
+        offset_at = (
+            epoch_ends[offset_epochs - 1]
+            if 0 < offset_epochs <= len(epoch_ends)
+            else (0 if offset_epochs == 0 else math.inf)
+        )
         if offset_epochs and offset_at >= total_steps:
-            raise recipe_error(recipe, "evaluation.offset_epochs", f"({offset_epochs}) is past the run"
-                                f" ({total_steps} steps): the first evaluation would never come")
+            raise recipe_error(
+                recipe,
+                "evaluation.offset_epochs",
+                f"({offset_epochs}) is past the run"
+                f" ({total_steps} steps): the first evaluation would never come",
+            )
         steps = [epoch_ends[e - 1] for e in range(offset_epochs + 1, len(epoch_ends) + 1, every)]
     else:
         every = every_steps
         if offset_steps >= total_steps:
-            raise recipe_error(recipe, "evaluation.offset_steps", f"({offset_steps}) is past the run"
-                                f" ({total_steps} steps): the first evaluation would never come")
+            raise recipe_error(
+                recipe,
+                "evaluation.offset_steps",
+                f"({offset_steps}) is past the run"
+                f" ({total_steps} steps): the first evaluation would never come",
+            )
         steps = list(range(offset_steps + every, total_steps + 1, every))
     return sorted({s for s in steps if s <= total_steps} | {total_steps})

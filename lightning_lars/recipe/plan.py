@@ -39,7 +39,9 @@ class RecipePlan:
     epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
     total_steps: int
     warmup_steps: int
-    decay_end_step: int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
+    decay_end_step: (
+        int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
+    )
     eval_steps: list[int]
     batch_plan: BatchPlan
     lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
@@ -59,7 +61,9 @@ class RecipePlan:
         """Epochs done after ``step`` completed updates, in the source's count (fractional inside an epoch)."""
         ends = self.epoch_end_steps
         index = bisect.bisect_right(ends, step)
-        if index >= len(ends):  # past the planned epochs (max_steps beyond them): whole epochs of the last size
+        if index >= len(
+            ends
+        ):  # past the planned epochs (max_steps beyond them): whole epochs of the last size
             last = ends[-1] - (ends[-2] if len(ends) > 1 else 0)
             return len(ends) + (step - ends[-1]) / last
         start = ends[index - 1] if index else 0
@@ -67,8 +71,12 @@ class RecipePlan:
 
     def values(self, step: int) -> dict[str, float]:
         """What update ``step`` uses: lr, weight_decay (the decayed group's), momentum, global_batch, ..."""
-        values = {"lr": float(self.lr_schedule(step)), "weight_decay": self.base_weight_decay,
-                  "momentum": self.base_momentum, "global_batch": self.batch_plan.global_size}
+        values = {
+            "lr": float(self.lr_schedule(step)),
+            "weight_decay": self.base_weight_decay,
+            "momentum": self.base_momentum,
+            "global_batch": self.batch_plan.global_size,
+        }
         for hook in self.value_hooks:
             hook.planned_values(step, values, self)
         return values
@@ -87,11 +95,19 @@ class RecipePlan:
 
     def summary(self) -> dict:
         """The plan as plain data, for the logger's hyperparameters and results.json."""
-        return {"num_train_images": self.num_train_images, "epoch_mode": self.epoch_mode,
-                "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
-                "total_epochs": self.total_epochs, "warmup_steps": self.warmup_steps,
-                "decay_end_step": self.decay_end_step, "eval_steps": list(self.eval_steps), "peak_lr": self.peak_lr,
-                **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()}, "deviations": self.deviations}
+        return {
+            "num_train_images": self.num_train_images,
+            "epoch_mode": self.epoch_mode,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "total_epochs": self.total_epochs,
+            "warmup_steps": self.warmup_steps,
+            "decay_end_step": self.decay_end_step,
+            "eval_steps": list(self.eval_steps),
+            "peak_lr": self.peak_lr,
+            **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()},
+            "deviations": self.deviations,
+        }
 
     def _decay_note(self) -> str:
         if self.decay_end_step > self.total_steps:
@@ -107,13 +123,17 @@ class RecipePlan:
         plural = "" if len(evals) == 1 else "s"
         lines = [
             f"plan: {self.batch_plan.describe()}",
-            (f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
-            f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
-            f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"),
+            (
+                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
+                f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
+                f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"
+            ),
             f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
         ]
-        lines += [f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
-                  for d in self.deviations]
+        lines += [
+            f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
+            for d in self.deviations
+        ]
         return lines
 
 
@@ -153,7 +173,9 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth: BatchGrowth | None) -
     return ends
 
 
-def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int) -> RecipePlan:
+def make_plan(
+    cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int
+) -> RecipePlan:
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images. ``devices=None``
     (the composition checks) leaves out the callbacks' planned values: reading them imports every callback
     module, so Lightning, before the data files are checked; the run and the card read them."""
@@ -170,7 +192,9 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     max_steps = cfg.trainer.get("max_steps")
     epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
     if epochs == 0 and (max_steps is None or max_steps < 0):
-        raise recipe_error(recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end")
+        raise recipe_error(
+            recipe, "trainer.max_epochs", "or trainer.max_steps must be set: the run needs an end"
+        )
     epoch_ends = _epoch_ends(per_epoch, epochs, batch_growth)
     total = _total_steps(cfg, epoch_ends)
     if total < 1:
@@ -183,7 +207,9 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
 
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
     if "total_steps" in scheduler and scheduler["total_steps"] is None:
-        scheduler["total_steps"] = total  # a schedule in steps decays over the run unless the recipe says otherwise
+        scheduler["total_steps"] = (
+            total  # a schedule in steps decays over the run unless the recipe says otherwise
+        )
     # a grown batch shortens epochs: the base schedule spans the planned epochs, read at the same epoch
     epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)
@@ -194,14 +220,28 @@ def make_plan(cfg: DictConfig, recipe: str, num_train_images: int, devices: int 
     momentum = optimizer.get("momentum")
     if momentum is None and optimizer.get("betas") is not None:
         momentum = optimizer.betas[0]
-    hooks = [] if devices is None else [h for h in _value_hooks(cfg)
-                                        if not (growth is not None and type(h) is type(growth))]
+    hooks = (
+        []
+        if devices is None
+        else [h for h in _value_hooks(cfg) if not (growth is not None and type(h) is type(growth))]
+    )
     return RecipePlan(
-        recipe=recipe, num_train_images=num_train_images, epoch_mode=mode, epoch_mode_text=text,
-        steps_per_epoch=per_epoch, epoch_end_steps=epoch_ends, total_steps=total,
-        warmup_steps=schedule.warmup_steps, decay_end_step=schedule.decay_end_step, eval_steps=evals,
-        batch_plan=plan, lr_schedule=schedule, peak_lr=schedule.peak_lr, base_lr_schedule=base_schedule,
-        deviations=deviations, published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
+        recipe=recipe,
+        num_train_images=num_train_images,
+        epoch_mode=mode,
+        epoch_mode_text=text,
+        steps_per_epoch=per_epoch,
+        epoch_end_steps=epoch_ends,
+        total_steps=total,
+        warmup_steps=schedule.warmup_steps,
+        decay_end_step=schedule.decay_end_step,
+        eval_steps=evals,
+        batch_plan=plan,
+        lr_schedule=schedule,
+        peak_lr=schedule.peak_lr,
+        base_lr_schedule=base_schedule,
+        deviations=deviations,
+        published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
         value_hooks=([growth] if growth is not None else []) + hooks,
         base_weight_decay=float(optimizer.get("weight_decay") or 0.0),
         base_momentum=None if momentum is None else float(momentum),
@@ -247,7 +287,9 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     return cfg, accepted
 
 
-def plan_recipe(name: str, devices: int = 1, nodes: int = 1, overrides: list[str] | tuple[str, ...] = ()) -> RecipePlan:
+def plan_recipe(
+    name: str, devices: int = 1, nodes: int = 1, overrides: list[str] | tuple[str, ...] = ()
+) -> RecipePlan:
     """Compose recipe ``name`` (with ``overrides``) and plan it at ``epoch_length.num_train_images`` images
     (ImageNet-1k: 1,281,167) on ``devices x nodes``: no data, no GPU."""
     cfg = compose_recipe(name, overrides)

@@ -59,8 +59,14 @@ def _lr_panel(ax, samples: HParamSamples | None) -> None:
     steps = _planned_steps(samples)
     if schedule is not None:
         ax.plot(steps, [schedule(s) for s in steps], color="C0", lw=1.5, label="planned (schedule)")
-    ax.plot([h[0] for h in samples.applied], [h[2] for h in samples.applied], "o", ms=3, color="C3",
-            label="applied (optimizer)")
+    ax.plot(
+        [h[0] for h in samples.applied],
+        [h[2] for h in samples.applied],
+        "o",
+        ms=3,
+        color="C3",
+        label="applied (optimizer)",
+    )
     ax.set(title="learning rate, group 0", xlabel="optimizer step", ylabel="LR")
     ax.legend(fontsize=8)
 
@@ -80,15 +86,23 @@ def _wd_momentum_panel(ax, samples: HParamSamples | None) -> None:
     ax.plot([h[0] for h in rows], applied_wd, "o", ms=3, color="C3", label="weight decay applied")
     # weight decay in the lower half, momentum (0..1 scale) near the top: two constants must not overlap
     ax.set_ylim(0, 2 * max([*applied_wd, base_wd or 0.0]) or 1.0)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))  # an offset label hits the title
+    ax.yaxis.set_major_formatter(
+        FuncFormatter(lambda value, _: f"{value:.3g}")
+    )  # an offset label hits the title
     ax.set(title="weight decay and momentum, group 0", xlabel="optimizer step", ylabel="weight decay")
     momentum = [(h[0], h[4]) for h in rows if h[4] is not None]
     handles, labels = ax.get_legend_handles_labels()
     if momentum:
         twin = ax.twinx()
         if samples.base_momentum is not None:
-            twin.plot(steps, [samples.base_momentum] * len(steps), color="C2", lw=1.5, ls="--",
-                      label="momentum planned")
+            twin.plot(
+                steps,
+                [samples.base_momentum] * len(steps),
+                color="C2",
+                lw=1.5,
+                ls="--",
+                label="momentum planned",
+            )
         twin.plot(*zip(*momentum), "s", ms=3, color="C1", label="momentum applied")
         twin.set_ylabel("momentum")
         twin.set_ylim(0, 1.02)
@@ -136,8 +150,11 @@ def _trust_panel(fig, ax, trust: TrustRecord | None) -> None:
     steps = [s for s, _ in rows]
     ticks = sorted(set(np.linspace(0, len(steps) - 1, min(len(steps), 6)).round().astype(int)))
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
-    ax.set(title=f"trust ratio per layer ({ratios.shape[0]} adapted tensors)", xlabel="optimizer step",
-           ylabel="layer (input -> output)")
+    ax.set(
+        title=f"trust ratio per layer ({ratios.shape[0]} adapted tensors)",
+        xlabel="optimizer step",
+        ylabel="layer (input -> output)",
+    )
     fig.colorbar(image, ax=ax, label="log10 trust ratio")
 
 
@@ -168,8 +185,10 @@ def write_report_png(cfg, record: RunRecord, out_dir: Path) -> Path | None:
     _top1_panel(axes[1, 0], cfg, record)
     _loss_panel(axes[1, 1], record.epoch_rows)
     _throughput_panel(axes[1, 2], record.epoch_rows)
-    fig.suptitle(f"{cfg.recipe_name}: seed {cfg.seed}, global batch {cfg.batch.global_size},"
-                 f" {record.steps} optimizer steps, {record.world_size} device(s)" + _final_top1_text(record))
+    fig.suptitle(
+        f"{cfg.recipe_name}: seed {cfg.seed}, global batch {cfg.batch.global_size},"
+        f" {record.steps} optimizer steps, {record.world_size} device(s)" + _final_top1_text(record)
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / REPORT_FILE
     temp = out_dir / f".{REPORT_FILE}.tmp-{os.getpid()}.png"

@@ -9,7 +9,17 @@ import subprocess
 
 from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT
 
-LIBRARIES = ("torch", "torchvision", "lightning", "timm", "ffcv", "hydra-core", "wandb", "torchmetrics", "numpy")
+LIBRARIES = (
+    "torch",
+    "torchvision",
+    "lightning",
+    "timm",
+    "ffcv",
+    "hydra-core",
+    "wandb",
+    "torchmetrics",
+    "numpy",
+)
 # The tested sets (requirements/*.txt, shipped inside the package too): which one a run used goes in its log.
 REQUIREMENT_SETS = {"newest": "lock-newest.txt", "oldest": "oldest.txt"}
 REQUIREMENTS_DIR = PACKAGE_DIR / "requirements"
@@ -17,7 +27,9 @@ REQUIREMENTS_DIR = PACKAGE_DIR / "requirements"
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -57,15 +69,22 @@ def requirement_set(versions: dict[str, str | None] | None = None) -> dict[str, 
     Compared on ``LIBRARIES`` (the ones whose version changes results). ``differs``: for an untested set, each
     library whose version is not the newest lock's, as ``{name: [in use, locked]}``."""
     versions = library_versions() if versions is None else versions
-    in_use = {name: version for name, version in versions.items() if name in LIBRARIES and version is not None}
-    pins = {name: read_pins(REQUIREMENTS_DIR / file) for name, file in REQUIREMENT_SETS.items()
-            if (REQUIREMENTS_DIR / file).is_file()}
+    in_use = {
+        name: version for name, version in versions.items() if name in LIBRARIES and version is not None
+    }
+    pins = {
+        name: read_pins(REQUIREMENTS_DIR / file)
+        for name, file in REQUIREMENT_SETS.items()
+        if (REQUIREMENTS_DIR / file).is_file()
+    }
     for name, pinned in pins.items():
         if all(pinned.get(lib) == version for lib, version in in_use.items()):
             return {"name": name, "differs": {}}
     newest = pins.get("newest", {})
-    return {"name": "untested",
-            "differs": {lib: [v, newest.get(lib)] for lib, v in in_use.items() if newest.get(lib) != v}}
+    return {
+        "name": "untested",
+        "differs": {lib: [v, newest.get(lib)] for lib, v in in_use.items() if newest.get(lib) != v},
+    }
 
 
 def gpu_description() -> str | None:
@@ -81,5 +100,10 @@ def gpu_description() -> str | None:
 
 def provenance() -> dict[str, object]:
     versions = library_versions()
-    return {**git_state(), "versions": versions, "requirement_set": requirement_set(versions),
-            "gpus": gpu_description(), "host": platform.node()}
+    return {
+        **git_state(),
+        "versions": versions,
+        "requirement_set": requirement_set(versions),
+        "gpus": gpu_description(),
+        "host": platform.node(),
+    }

@@ -49,8 +49,7 @@ def summary_rows(cfg, metrics: dict[str, float], record: RunRecord) -> list[tupl
         ("epochs", f"{record.epochs:.4g}", str(published.get("epochs", "-"))),
         ("optimizer steps", str(record.steps), "-"),
         ("global batch", str(cfg.batch.global_size), str(published.get("global_batch", "-"))),
-        ("hardware", f"{record.world_size} x {record.accelerator}",
-         str(published.get("hardware", "-"))),
+        ("hardware", f"{record.world_size} x {record.accelerator}", str(published.get("hardware", "-"))),
         ("images/s (train, all devices)", f"{images_per_sec:,.0f}", "-"),
     ]
     if throughput is not None:
@@ -58,8 +57,11 @@ def summary_rows(cfg, metrics: dict[str, float], record: RunRecord) -> list[tupl
         rows.append(("data wait (share of train time)", f"{100 * wait:.1f} %", "-"))
     target = record.target
     if target is not None and target.target_top1 is not None:
-        reached = (f"{target.time_to_target_s:.1f} s, {target.epochs_to_target:.2f} epochs" if target.reached
-                   else "not reached")
+        reached = (
+            f"{target.time_to_target_s:.1f} s, {target.epochs_to_target:.2f} epochs"
+            if target.reached
+            else "not reached"
+        )
         rows.append((f"time to {target.target_top1:g} % top-1", reached, str(published.get("time", "-"))))
     return rows
 
@@ -78,8 +80,14 @@ def results_table(cfg, metrics: dict[str, float], record: RunRecord, loggers: li
     lines = [f"\nResults: recipe {cfg.recipe_name}", f"{'':{width}}  {'this run':>{ours_width}}  published"]
     lines += [f"{name:{width}}  {ours:>{ours_width}}  {theirs}" for name, ours, theirs in rows]
     listed = deviations(cfg)
-    lines.append(f"Deviations from the source ({len(listed)}):" if listed else "Deviations from the source: none listed")
-    lines += [f"  {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})" for d in listed]
+    lines.append(
+        f"Deviations from the source ({len(listed)}):"
+        if listed
+        else "Deviations from the source: none listed"
+    )
+    lines += [
+        f"  {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})" for d in listed
+    ]
     lines.append(f"W&B run: {wandb_dir or 'none (no W&B logger)'}")
     if wandb_dir and "offline-run" in wandb_dir:
         lines.append(f"  offline; upload it with: wandb sync {wandb_dir}")
@@ -88,10 +96,18 @@ def results_table(cfg, metrics: dict[str, float], record: RunRecord, loggers: li
 
 def results(cfg, metrics: dict[str, float], record: RunRecord) -> dict:
     """The machine-readable record of a run (``results.json``): final metrics, time-to-target, published."""
-    out = {"recipe": cfg.recipe_name, "seed": int(cfg.seed), "global_batch": int(cfg.batch.global_size),
-           "epochs": record.epochs, "steps": record.steps, "world_size": record.world_size,
-           "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "published": _published(cfg),
-           "deviations": deviations(cfg), "hardware": record.hardware}
+    out = {
+        "recipe": cfg.recipe_name,
+        "seed": int(cfg.seed),
+        "global_batch": int(cfg.batch.global_size),
+        "epochs": record.epochs,
+        "steps": record.steps,
+        "world_size": record.world_size,
+        "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)},
+        "published": _published(cfg),
+        "deviations": deviations(cfg),
+        "hardware": record.hardware,
+    }
     if record.throughput is not None:
         out["metrics"].update({k: v for k, v in record.throughput.items() if math.isfinite(v)})
     target = record.target
@@ -127,31 +143,43 @@ def log_to_wandb(cfg, metrics: dict[str, float], record: RunRecord, loggers: lis
 
     run = logger.experiment
     rows = summary_rows(cfg, metrics, record)
-    report = {"report/summary": wandb.Table(columns=["quantity", "this run", "published"], data=rows),
-              "report/deviations": wandb.Table(columns=["technique", "published", "ours", "why"],
-                                               data=[[d[k] for k in ("technique", "published", "ours", "why")]
-                                                     for d in deviations(cfg)])}
+    report = {
+        "report/summary": wandb.Table(columns=["quantity", "this run", "published"], data=rows),
+        "report/deviations": wandb.Table(
+            columns=["technique", "published", "ours", "why"],
+            data=[[d[k] for k in ("technique", "published", "ours", "why")] for d in deviations(cfg)],
+        ),
+    }
     lr = lr_series(record)
     if lr:
         table = wandb.Table(columns=["step", "lr", "kind"], data=lr)
-        report["report/lr_schedule"] = wandb.plot.line(table, "step", "lr", stroke="kind", title="LR schedule")
+        report["report/lr_schedule"] = wandb.plot.line(
+            table, "step", "lr", stroke="kind", title="LR schedule"
+        )
     target = record.target
     if target is not None and target.evals:
-        table = wandb.Table(columns=["epoch", "step", "top1", "elapsed_s"], data=[list(e) for e in target.evals])
-        report["report/top1_vs_epoch"] = wandb.plot.line(table, "epoch", "top1", title="val top-1 (%) vs epoch")
+        table = wandb.Table(
+            columns=["epoch", "step", "top1", "elapsed_s"], data=[list(e) for e in target.evals]
+        )
+        report["report/top1_vs_epoch"] = wandb.plot.line(
+            table, "epoch", "top1", title="val top-1 (%) vs epoch"
+        )
     trust = record.trust
     if trust is not None and trust.quantiles:
         data = [[step, q, v] for step, summary in trust.quantiles for q, v in summary.items()]
         table = wandb.Table(columns=["step", "quantile", "trust_ratio"], data=data)
         report["report/trust_ratio_quantiles"] = wandb.plot.line(
-            table, "step", "trust_ratio", stroke="quantile", title="trust ratio over layers (quantiles)")
+            table, "step", "trust_ratio", stroke="quantile", title="trust ratio over layers (quantiles)"
+        )
     if trust is not None and trust.last is not None:
         last = trust.last
-        table = wandb.Table(columns=["layer", "w_norm", "g_norm", "trust_ratio"],
-                            data=[list(r) for r in zip(last["names"], last["w_norm"], last["g_norm"],
-                                                       last["trust_ratio"])])
+        table = wandb.Table(
+            columns=["layer", "w_norm", "g_norm", "trust_ratio"],
+            data=[list(r) for r in zip(last["names"], last["w_norm"], last["g_norm"], last["trust_ratio"])],
+        )
         report["report/trust_ratio_per_layer"] = wandb.plot.bar(
-            table, "layer", "trust_ratio", title=f"trust ratio per layer at step {last['step']}")
+            table, "layer", "trust_ratio", title=f"trust ratio per layer at step {last['step']}"
+        )
     run.log(report)
     run.summary.update({k: v for k, v in results(cfg, metrics, record)["metrics"].items()})
     return True

@@ -38,7 +38,8 @@ def unreachable(base_url: str, timeout_s: float) -> str | None:
     """Why the W&B server (or the proxy in front of it) takes no TCP connection, or None when it does."""
     url = urlsplit(base_url)
     proxy = os.environ.get("HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY") or os.environ.get(
-        "https_proxy" if url.scheme == "https" else "http_proxy")
+        "https_proxy" if url.scheme == "https" else "http_proxy"
+    )
     target = urlsplit(proxy) if proxy else url
     host, port = target.hostname, target.port or (443 if target.scheme == "https" else 80)
     try:
@@ -69,12 +70,21 @@ class FallbackWandbLogger(WandbLogger):
 
 
 def _notice(reason: str, save_dir: str) -> None:
-    rank_zero_info(f"W&B: offline ({reason}); run written under {save_dir}/wandb,"
-                   f" upload it later with `wandb sync {save_dir}/wandb/offline-run-*`")
+    rank_zero_info(
+        f"W&B: offline ({reason}); run written under {save_dir}/wandb,"
+        f" upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
+    )
 
 
-def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str | None = None,
-                 probe_timeout_s: float = 3.0, init_timeout_s: float = 30.0, **kwargs) -> WandbLogger:
+def wandb_logger(
+    project: str,
+    save_dir: str,
+    name: str | None = None,
+    mode: str | None = None,
+    probe_timeout_s: float = 3.0,
+    init_timeout_s: float = 30.0,
+    **kwargs,
+) -> WandbLogger:
     """``mode``: "online", "offline" or None (= $WANDB_MODE, else online iff credentials exist).
 
     Lightning's WandbLogger creates the run on global rank 0 only, so there is one W&B run per training run.
@@ -83,8 +93,10 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str
     """
     # WandbLogger uploads the files ModelCheckpoint reports to it; our Checkpoint reports none
     if kwargs.get("log_model"):
-        raise UserError("logger.log_model is not supported: checkpoints stay in the run folder"
-                        " (<output_dir>/checkpoints); drop logger.log_model")
+        raise UserError(
+            "logger.log_model is not supported: checkpoints stay in the run folder"
+            " (<output_dir>/checkpoints); drop logger.log_model"
+        )
     reason = "asked for" if (mode or os.environ.get("WANDB_MODE")) else "no credentials configured"
     mode = mode or os.environ.get("WANDB_MODE") or ("online" if has_credentials() else "offline")
     Path(save_dir).mkdir(parents=True, exist_ok=True)
@@ -96,8 +108,11 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None, mode: str
     if mode in ("offline", "dryrun"):
         _notice(reason, save_dir)
     settings = {"silent": True, "init_timeout": init_timeout_s, **kwargs.pop("settings", {})}
-    logger = FallbackWandbLogger(project=project, save_dir=save_dir, name=name, offline=mode != "online",
-                                 settings=settings, **kwargs)
-    if logger._wandb_init.get("anonymous") is None:  # Lightning passes anonymous=None: W&B warns at every start
+    logger = FallbackWandbLogger(
+        project=project, save_dir=save_dir, name=name, offline=mode != "online", settings=settings, **kwargs
+    )
+    if (
+        logger._wandb_init.get("anonymous") is None
+    ):  # Lightning passes anonymous=None: W&B warns at every start
         logger._wandb_init.pop("anonymous", None)
     return logger

@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 # Lightning logs "`weights_only` was not set, defaulting to `False`." at every save without the argument, as
 # its own SLURM requeue save does: our checkpoints are always full (exact resume). Only that record is dropped.
 logging.getLogger("lightning.pytorch.trainer.connectors.checkpoint_connector").addFilter(
-    lambda record: "`weights_only` was not set" not in record.getMessage())
+    lambda record: "`weights_only` was not set" not in record.getMessage()
+)
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temp file in the target's folder + fsync + ``os.replace``: a reader sees the old
@@ -154,12 +156,20 @@ class Checkpoint(LightningCheckpoint):
             each validation (False); None: at the epoch's end when validation runs once per epoch or never.
     """
 
-    def __init__(self, dirpath: str | os.PathLike | None = None, filename: str = "epoch{epoch}-step{step}",
-                 save_last: bool = False, save_top_k: int = 1, every_n_train_steps: int | None = None,
-                 every_n_epochs: int | None = None, save_on_train_epoch_end: bool | None = None):
+    def __init__(
+        self,
+        dirpath: str | os.PathLike | None = None,
+        filename: str = "epoch{epoch}-step{step}",
+        save_last: bool = False,
+        save_top_k: int = 1,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+    ):
         if save_top_k < -1:
-            raise ValueError(f"save_top_k={save_top_k} must be -1 (all), 0 (last.ckpt only) or how many"
-                             " to keep")
+            raise ValueError(
+                f"save_top_k={save_top_k} must be -1 (all), 0 (last.ckpt only) or how many to keep"
+            )
         for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
             if value is not None and value < 0:
                 raise ValueError(f"{name}={value} must be >= 0 (0 or null: off)")
@@ -208,8 +218,12 @@ class Checkpoint(LightningCheckpoint):
             self._save_last(trainer)  # a run of no steps still leaves last.ckpt
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dirpath": self.dirpath, "kept": list(self._kept), "best_model_path": self.best_model_path,
-                "last_model_path": self.last_model_path}
+        return {
+            "dirpath": self.dirpath,
+            "kept": list(self._kept),
+            "best_model_path": self.best_model_path,
+            "last_model_path": self.last_model_path,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # the resumed run trims the files of the run it continues (only those in its own folder, see _remove)
@@ -236,8 +250,12 @@ class Checkpoint(LightningCheckpoint):
             self._save_last(trainer)
 
     def _skip(self, trainer: L.Trainer) -> bool:
-        return (bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
-                or self._last_step_saved == trainer.global_step)  # this step is saved already
+        return (
+            bool(trainer.fast_dev_run)
+            or trainer.state.fn != TrainerFn.FITTING
+            or trainer.sanity_checking
+            or self._last_step_saved == trainer.global_step
+        )  # this step is saved already
 
     def _save_top_k(self, trainer: L.Trainer) -> None:
         if self.save_top_k == 0:
@@ -267,8 +285,11 @@ class Checkpoint(LightningCheckpoint):
         """Delete an older top-k file, unless it is not ours (another folder, the checkpoint this run resumed)
         or the newer write failed."""
         resumed_from = Path(trainer.ckpt_path).absolute() if trainer.ckpt_path else None
-        if (Path(self.dirpath).absolute() not in Path(path).absolute().parents
-                or Path(path).absolute() == resumed_from or not os.path.exists(path)):
+        if (
+            Path(self.dirpath).absolute() not in Path(path).absolute().parents
+            or Path(path).absolute() == resumed_from
+            or not os.path.exists(path)
+        ):
             return  # not ours to delete, or its own write failed earlier: nothing to keep or remove
         if self._last_write_failed:
             log.warning(f"keeping {path}: the newer checkpoint could not be written")
@@ -289,7 +310,10 @@ class ResumeState(L.Callback):
         self._pending_aggregates: dict | None = None  # logged-value sums to fold in after the first batch
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        local = {"rng": resume.collect_rng_states(), "aggregates": resume.collect_epoch_aggregates(trainer, pl_module)}
+        local = {
+            "rng": resume.collect_rng_states(),
+            "aggregates": resume.collect_epoch_aggregates(trainer, pl_module),
+        }
         # every rank runs this hook (trainer.save_checkpoint is collective); rank 0's dict is the one written
         if _distributed(trainer):  # Lightning strategies have no all_gather_object: use torch.distributed's
             gathered: list = [None] * torch.distributed.get_world_size()
@@ -306,8 +330,10 @@ class ResumeState(L.Callback):
         if not per_rank:
             return
         if len(per_rank) != trainer.world_size:
-            log.warning(f"checkpoint holds {len(per_rank)} ranks' RNG states, this run has {trainer.world_size}:"
-                        " RNG states and epoch aggregates not restored (weights and data position are)")
+            log.warning(
+                f"checkpoint holds {len(per_rank)} ranks' RNG states, this run has {trainer.world_size}:"
+                " RNG states and epoch aggregates not restored (weights and data position are)"
+            )
             return
         mine = per_rank[trainer.global_rank]
         resume.set_rng_states(mine["rng"])
@@ -380,7 +406,6 @@ class SignalCheckpoint(L.Callback):
             self._displaced[signum] = current if callable(current) else None
             signal.signal(signum, self._record)
 
-
     def _record(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == signal.SIGINT:  # Ctrl-C twice: stop now, without a save
             raise KeyboardInterrupt
@@ -399,12 +424,17 @@ class SignalCheckpoint(L.Callback):
             self._stop(trainer)
 
     def _stop(self, trainer: L.Trainer) -> None:
-        submitit_signum, submitit = next(((s, h) for s, h in self._displaced.items() if is_submitit_handler(h)),
-                                         (None, None))
+        submitit_signum, submitit = next(
+            ((s, h) for s, h in self._displaced.items() if is_submitit_handler(h)), (None, None)
+        )
         signum = self.received or submitit_signum or self.signums[0]  # a rank without the signal acts alike
         name = signal.Signals(signum).name
-        lightning = (self._displaced.get(signum) if signum != signal.SIGINT  # Ctrl-C: never a requeue
-                     and not is_submitit_handler(self._displaced.get(signum)) else None)
+        lightning = (
+            self._displaced.get(signum)
+            if signum != signal.SIGINT  # Ctrl-C: never a requeue
+            and not is_submitit_handler(self._displaced.get(signum))
+            else None
+        )
         job_id = requeue_job_id()
         io = checkpoint_io(trainer)
         failed_before = io.num_failed_writes if io else 0
@@ -413,7 +443,11 @@ class SignalCheckpoint(L.Callback):
             lightning(signum, None)  # Lightning: save hpc checkpoint + scontrol requeue
             where, next_step = f"checkpoint in {trainer.default_root_dir}", f"SLURM job {job_id} requeued"
         else:
-            folder = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else trainer.default_root_dir
+            folder = (
+                trainer.checkpoint_callback.dirpath
+                if trainer.checkpoint_callback
+                else trainer.default_root_dir
+            )
             path = Path(folder) / f"signal-step{trainer.global_step}.ckpt"
             trainer.save_checkpoint(path, weights_only=False)  # the full state: exact resume
             where = f"checkpoint {path}"
@@ -422,7 +456,9 @@ class SignalCheckpoint(L.Callback):
                 then = functools.partial(submitit, signum, None)  # runs once fit has unwound
             else:
                 next_step = f"resume with: {resume_command(path)}"
-        if io and io.num_failed_writes > failed_before:  # disk full or gone: the older checkpoints still count
+        if (
+            io and io.num_failed_writes > failed_before
+        ):  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
         raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {next_step}", then=then)
 
@@ -435,7 +471,9 @@ class SignalCheckpoint(L.Callback):
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._displaced = {}
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         self._restore_handlers()
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -37,7 +37,9 @@ class Preempted(Exception):
         self.then = then
 
 
-SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit/core/job_environment.py: USR2 unless this names another
+SUBMITIT_SIGNAL_ENV = (
+    "SUBMITIT_PREEMPT_SIGNAL"  # submitit/core/job_environment.py: USR2 unless this names another
+)
 
 
 def preemption_signals(names: list[str] | None = None) -> list[int]:
@@ -48,7 +50,9 @@ def preemption_signals(names: list[str] | None = None) -> list[int]:
     for name in names:
         signum = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
         if not isinstance(signum, signal.Signals):
-            raise UserError(f"unknown signal {name!r} (from {SUBMITIT_SIGNAL_ENV} or signal_names): use e.g. USR2")
+            raise UserError(
+                f"unknown signal {name!r} (from {SUBMITIT_SIGNAL_ENV} or signal_names): use e.g. USR2"
+            )
         if signum not in signums:
             signums.append(signum)
     return signums

@@ -77,12 +77,16 @@ def load_meta(path: str | Path) -> dict[str, Any]:
 def _load_sharded_meta(path: Path) -> dict[str, Any]:
     meta = path / SHARDED_META
     if not meta.is_file() or not (path / ".metadata").is_file():  # .metadata: the shards' index (torch DCP)
-        raise DamagedCheckpoint(f"{path}: distributed checkpoint without {SHARDED_META} or .metadata (interrupted save)")
+        raise DamagedCheckpoint(
+            f"{path}: distributed checkpoint without {SHARDED_META} or .metadata (interrupted save)"
+        )
     try:
         checkpoint = torch.load(meta, map_location="cpu", weights_only=False)
     except Exception as error:  # noqa: BLE001
         raise DamagedCheckpoint(f"{meta}: {_first_line(error)}") from None
-    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in REQUIRED_KEYS if k != "state_dict"):
+    if not isinstance(checkpoint, dict) or any(
+        k not in checkpoint for k in REQUIRED_KEYS if k != "state_dict"
+    ):
         raise DamagedCheckpoint(f"{path}: not a Lightning training checkpoint")
     return checkpoint
 
@@ -124,8 +128,15 @@ def newest_good(folders: list[Path]) -> Path | None:
 
 def search_folders(run_dir: Path, runs_dir: Path) -> list[Path]:
     """This run's folder first, then earlier runs of the recipe, newest folder first."""
-    earlier = sorted((p for p in runs_dir.glob("*") if p.is_dir() and p.resolve() != run_dir.resolve()),
-                     key=lambda p: p.stat().st_mtime_ns, reverse=True) if runs_dir.is_dir() else []
+    earlier = (
+        sorted(
+            (p for p in runs_dir.glob("*") if p.is_dir() and p.resolve() != run_dir.resolve()),
+            key=lambda p: p.stat().st_mtime_ns,
+            reverse=True,
+        )
+        if runs_dir.is_dir()
+        else []
+    )
     return [run_dir, *earlier]
 
 
@@ -144,8 +155,13 @@ def config_differences(current: dict, saved: dict, run_folders: tuple[Path, ...]
     def per_run(value: Any) -> bool:
         return bool(folders) and isinstance(value, str) and any(f in value for f in folders)
 
-    keys = sorted(k for k in set(now) | set(then) if not k.startswith(IGNORED_KEYS) and now.get(k) != then.get(k)
-                  and not (per_run(now.get(k)) or per_run(then.get(k))))
+    keys = sorted(
+        k
+        for k in set(now) | set(then)
+        if not k.startswith(IGNORED_KEYS)
+        and now.get(k) != then.get(k)
+        and not (per_run(now.get(k)) or per_run(then.get(k)))
+    )
     return [f"{k} ({then.get(k, 'unset')} -> {now.get(k, 'unset')})" for k in keys]
 
 
@@ -160,7 +176,9 @@ def saved_config(run_folder: Path, name: str = ".hydra/config.yaml") -> dict | N
 def _resolved(cfg: DictConfig) -> dict | None:
     try:
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # epoch_length.mode: an Enum
-    except OmegaConfBaseException:  # a value that cannot be resolved here: only the unresolved config compares
+    except (
+        OmegaConfBaseException
+    ):  # a value that cannot be resolved here: only the unresolved config compares
         return None
 
 
@@ -185,7 +203,9 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
         saved = saved_config(folder) if folder.resolve() != run_dir.resolve() else None
         differs = config_differences(current, saved) if saved is not None else []
         saved_resolved = saved_config(folder, RESOLVED_FILE) if saved is not None and not differs else None
-        if resolved is not None and saved_resolved is not None:  # same text; an environment variable may differ
+        if (
+            resolved is not None and saved_resolved is not None
+        ):  # same text; an environment variable may differ
             differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
         (other if differs else matching).append((folder, differs))
     found = newest_good([folder for folder, _ in matching])
@@ -196,9 +216,11 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
         if path is None:
             continue
         shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
-        raise UserError(f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
-                        f" {path}, is from a run whose config differs: {shown}; resume it anyway with"
-                        f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh")
+        raise UserError(
+            f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
+            f" {path}, is from a run whose config differs: {shown}; resume it anyway with"
+            f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh"
+        )
     return None
 
 
@@ -216,19 +238,24 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     if str(wanted) == "last":
         found = _newest_of_this_config(cfg, run_dir)
         if found is None:
-            log.warning("run.ckpt_path=last: no checkpoint of this recipe and config yet; starting from scratch")
+            log.warning(
+                "run.ckpt_path=last: no checkpoint of this recipe and config yet; starting from scratch"
+            )
             return None
         log.info(f"resuming from {found}")
         return str(found)
     path = Path(str(wanted)).expanduser()
     if not path.exists():
-        raise UserError(f"checkpoint {path} not found: give an existing .ckpt file or directory, or run.ckpt_path=last"
-                        " for the newest checkpoint of this recipe")
+        raise UserError(
+            f"checkpoint {path} not found: give an existing .ckpt file or directory, or run.ckpt_path=last"
+            " for the newest checkpoint of this recipe"
+        )
     try:
         load_meta(path)
     except DamagedCheckpoint as error:
-        raise UserError(f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the"
-                        " newest good one") from None
+        raise UserError(
+            f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the newest good one"
+        ) from None
     return str(path)
 
 
@@ -271,8 +298,13 @@ def collect_rng_states() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     states = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -283,8 +315,15 @@ def collect_rng_states() -> dict[str, Any]:
 def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     saved = states["numpy"]
-    np.random.set_state((saved["name"], saved["keys"].numpy().astype(np.uint32), saved["pos"], saved["has_gauss"],
-                         saved["cached_gaussian"]))
+    np.random.set_state(
+        (
+            saved["name"],
+            saved["keys"].numpy().astype(np.uint32),
+            saved["pos"],
+            saved["has_gauss"],
+            saved["cached_gaussian"],
+        )
+    )
     version, internal_state, gauss_next = states["python"]
     random.setstate((version, tuple(internal_state), gauss_next))
     if "cuda" in states and torch.cuda.is_available():
@@ -305,11 +344,17 @@ def collect_epoch_aggregates(trainer: L.Trainer, pl_module: L.LightningModule) -
     # Lightning has no public handle on the training epoch's logged values: its result collection it is.
     for key, result in trainer.fit_loop.epoch_loop._results.items():
         if result.is_tensor and result.meta.on_epoch and not result.has_reset:
-            logged[key] = {"value": _cpu(result.value), "count": _cpu(getattr(result, "cumulated_batch_size", None))}
+            logged[key] = {
+                "value": _cpu(result.value),
+                "count": _cpu(getattr(result, "cumulated_batch_size", None)),
+            }
     metrics = {
-        name: {"states": {state: _cpu(getattr(module, state)) for state in module._defaults},
-               "update_count": int(module._update_count)}
-        for name, module in pl_module.named_modules() if isinstance(module, Metric)
+        name: {
+            "states": {state: _cpu(getattr(module, state)) for state in module._defaults},
+            "update_count": int(module._update_count),
+        }
+        for name, module in pl_module.named_modules()
+        if isinstance(module, Metric)
     }
     return {"epoch": trainer.current_epoch, "logged": logged, "metrics": metrics}
 

@@ -20,7 +20,9 @@ def scale_lr(base_lr: float, base_batch: int, global_batch: int) -> float:
     published and changes only if the user changes the global batch).
     """
     if base_batch <= 0 or global_batch <= 0:
-        raise UserError(f"batch sizes must be positive (base_batch={base_batch}, global_batch={global_batch})")
+        raise UserError(
+            f"batch sizes must be positive (base_batch={base_batch}, global_batch={global_batch})"
+        )
     return base_lr * global_batch / base_batch
 
 
@@ -63,8 +65,13 @@ def _bn_ranks(per_device: int, bn_group: int | None, world: int) -> int | None:
     return None
 
 
-def plan_batch(global_size: int, devices: int, nodes: int = 1, max_per_device: int | None = None,
-               bn_group: int | None = None) -> BatchPlan:
+def plan_batch(
+    global_size: int,
+    devices: int,
+    nodes: int = 1,
+    max_per_device: int | None = None,
+    bn_group: int | None = None,
+) -> BatchPlan:
     """Split ``global_size`` over ``devices * nodes`` ranks, accumulating when a rank's share is too big.
 
     The smallest accumulation count wins whose per-device batch fits ``max_per_device``, divides the rank's
@@ -81,7 +88,9 @@ def plan_batch(global_size: int, devices: int, nodes: int = 1, max_per_device: i
             f" use a device count that divides it, or set batch.global_size to a multiple of {world}"
         )
     if bn_group is not None and not 0 < bn_group <= global_size:
-        raise UserError(f"batch.bn_group={bn_group} must lie in [1, global batch {global_size}]; or null for plain BN")
+        raise UserError(
+            f"batch.bn_group={bn_group} must lie in [1, global batch {global_size}]; or null for plain BN"
+        )
     per_rank = global_size // world
     cap = max_per_device or per_rank
     for accumulation in range(1, per_rank + 1):

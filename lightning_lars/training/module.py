@@ -25,7 +25,8 @@ class ImageClassifier(L.LightningModule):
         num_classes: classifier width.
         optimizer: ``optimizer(param_groups) -> torch.optim.Optimizer`` (a Hydra ``_partial_``); its
             ``weight_decay`` keyword is the decay of the tensors the exclusion rule keeps.
-        lr_schedule: pure ``step -> lr`` function, applied by `lightning_lars.callbacks.techniques.schedule.ScheduleCallback`.
+        lr_schedule: pure ``step -> lr`` function, applied by
+            `lightning_lars.callbacks.techniques.schedule.ScheduleCallback`.
         exclusion_rule: which tensors skip weight decay and LARS/LAMB trust adaptation:
             ``"ndim<=1"`` (BN gamma/beta and biases; MLPerf, Goyal), ``"none"`` (You et al. 2017) or
             ``"norm_layers"`` (only BN/LN/GN parameters; the LAMB authors' ResNet-50 code).
@@ -95,8 +96,12 @@ class ImageClassifier(L.LightningModule):
 
         TF's ``'batch_normalization' not in v.name``: every tensor of a non-norm layer, the FC bias included.
         Read from the modules at each call, so parameters replaced by a sharding wrapper are the ones summed."""
-        params = [p for m in self.model.modules() if not isinstance(m, NORM_LAYERS)
-                  for p in m.parameters(recurse=False)]
+        params = [
+            p
+            for m in self.model.modules()
+            if not isinstance(m, NORM_LAYERS)
+            for p in m.parameters(recurse=False)
+        ]
         return sum(p.float().pow(2).sum() for p in params) / 2
 
     def validation_step(self, batch, batch_idx):

@@ -37,19 +37,42 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
-    callbacks += [ScheduleCallback(), ResumeState(), SignalCheckpoint(), SignalCheckpoint(signal_names=["SIGINT"]), RunHistory()]
+    callbacks += [
+        ScheduleCallback(),
+        ResumeState(),
+        SignalCheckpoint(),
+        SignalCheckpoint(signal_names=["SIGINT"]),
+        RunHistory(),
+    ]
     callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line
-    logger = (instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
-              if cfg.get("logger") and "_target_" in cfg.logger else False)  # ~logger: no logging at all
+    logger = (
+        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+        if cfg.get("logger") and "_target_" in cfg.logger
+        else False
+    )  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
-    trainer = instantiate(cfg.trainer, strategy=strategy, callbacks=callbacks, logger=logger, plugins=plugins,
-                          check_val_every_n_epoch=None, val_check_interval=1)
+    trainer = instantiate(
+        cfg.trainer,
+        strategy=strategy,
+        callbacks=callbacks,
+        logger=logger,
+        plugins=plugins,
+        check_val_every_n_epoch=None,
+        val_check_interval=1,
+    )
 
-    batch = plan_batch(cfg.batch.global_size, trainer.num_devices, trainer.num_nodes, cfg.batch.max_per_device,
-                       cfg.batch.bn_group)
+    batch = plan_batch(
+        cfg.batch.global_size,
+        trainer.num_devices,
+        trainer.num_nodes,
+        cfg.batch.max_per_device,
+        cfg.batch.bn_group,
+    )
     datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
-    plan = make_plan(cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes)
+    plan = make_plan(
+        cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes
+    )
     apply_plan(trainer, plan)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
@@ -57,17 +80,25 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
 
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
-        rank_zero_info(f"[lightning-lars] the data has {plan.num_train_images} train images, the recipe was planned"
-                       f" at {planned_images} (epoch_length.num_train_images): steps follow the data")
+        rank_zero_info(
+            f"[lightning-lars] the data has {plan.num_train_images} train images, the recipe was planned"
+            f" at {planned_images} (epoch_length.num_train_images): steps follow the data"
+        )
     for line in plan.describe():
         rank_zero_info(f"[lightning-lars] {line}")
-    rank_zero_info(f"[lightning-lars] start-up {time.perf_counter() - started:.1f} s (command line to first build)")
+    rank_zero_info(
+        f"[lightning-lars] start-up {time.perf_counter() - started:.1f} s (command line to first build)"
+    )
     if trainer.logger is not None:
-        trainer.logger.log_hyperparams({
-            "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),  # the schema's Enum as text
-            "plan": plan.summary(),
-            "provenance": provenance(),
-        })
+        trainer.logger.log_hyperparams(
+            {
+                "config": OmegaConf.to_container(
+                    cfg, resolve=True, enum_to_str=True
+                ),  # the schema's Enum as text
+                "plan": plan.summary(),
+                "provenance": provenance(),
+            }
+        )
     return trainer, module, datamodule, plan.batch_plan
 
 
@@ -100,7 +131,9 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
     # than the source's padded epoch, so they do not bound the run.
     trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
     trainer.fit_loop.max_epochs = -1
-    loader_steps = plan.num_train_images // plan.batch_plan.global_size  # our loaders drop the last partial batch
+    loader_steps = (
+        plan.num_train_images // plan.batch_plan.global_size
+    )  # our loaders drop the last partial batch
     if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
         # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
         trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation

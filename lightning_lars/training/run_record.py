@@ -57,11 +57,17 @@ def hparam_samples(trainer: L.Trainer) -> HParamSamples | None:
     follows = find_callback(trainer, WeightDecayFollowsLR)
     weight_decay_schedule = None
     if follows is not None and base_weight_decay is not None:
-        weight_decay_schedule = functools.partial(follows.weight_decay_at, lr_schedule=lr_schedule,
-                                                  base_weight_decay=base_weight_decay)
-    return HParamSamples(applied=tuple(monitor.history), total_steps=monitor.total_steps,
-                         lr_schedule=lr_schedule, weight_decay_schedule=weight_decay_schedule,
-                         base_weight_decay=base_weight_decay, base_momentum=keywords.get("momentum"))
+        weight_decay_schedule = functools.partial(
+            follows.weight_decay_at, lr_schedule=lr_schedule, base_weight_decay=base_weight_decay
+        )
+    return HParamSamples(
+        applied=tuple(monitor.history),
+        total_steps=monitor.total_steps,
+        lr_schedule=lr_schedule,
+        weight_decay_schedule=weight_decay_schedule,
+        base_weight_decay=base_weight_decay,
+        base_momentum=keywords.get("momentum"),
+    )
 
 
 def hardware_of(trainer: L.Trainer) -> str:

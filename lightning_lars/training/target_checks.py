@@ -44,16 +44,18 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
         if key is None:
             return  # not a judgement of one of our keys (e.g. an unknown keyword): the real build reports it
         message = str(error).strip().splitlines()[0]
-        raise UserError(message if f"optimizer.{key}" in message
-                        else f"optimizer.{key}={optimizer[key]}: {message}") from None
+        raise UserError(
+            message if f"optimizer.{key}" in message else f"optimizer.{key}={optimizer[key]}: {message}"
+        ) from None
     except Exception:  # noqa: BLE001  (not ours to judge here: the real build says what is wrong, in context)
         return
 
 
 def key_named_in(message: str, keys: list[str]) -> str | None:
     """The first of ``keys`` that ``message`` names as ``key=value`` (``LARS momentum=1.0 is ...``)."""
-    found = [(match.start(), key) for key in keys
-             if (match := re.search(rf"(?<![\w.]){re.escape(key)}=", message))]
+    found = [
+        (match.start(), key) for key in keys if (match := re.search(rf"(?<![\w.]){re.escape(key)}=", message))
+    ]
     return min(found)[1] if found else None
 
 
@@ -65,7 +67,11 @@ def check_arch(arch: str | None) -> None:
     if arch is None or timm.is_model(arch):
         return
     close = difflib.get_close_matches(str(arch), timm.list_models(), n=5, cutoff=0.6)
-    hint = f"close names: {', '.join(close)}" if close else "list them with: python -c \"import timm; print(timm.list_models('resnet*'))\""
+    hint = (
+        f"close names: {', '.join(close)}"
+        if close
+        else "list them with: python -c \"import timm; print(timm.list_models('resnet*'))\""
+    )
     raise UserError(f"model.arch={arch}: timm has no such model; {hint}")
 
 
@@ -73,8 +79,11 @@ def available_accelerators() -> list[str]:
     """Accelerator names Lightning knows that work on this machine (always ``cpu``)."""
     from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
 
-    return sorted(name for name in AcceleratorRegistry.available_accelerators()
-                  if AcceleratorRegistry[name]["accelerator"].is_available())
+    return sorted(
+        name
+        for name in AcceleratorRegistry.available_accelerators()
+        if AcceleratorRegistry[name]["accelerator"].is_available()
+    )
 
 
 def check_accelerator(accelerator: str | None) -> None:
@@ -85,12 +94,16 @@ def check_accelerator(accelerator: str | None) -> None:
     here = available_accelerators()
     name = "cuda" if accelerator in GPU_NAMES else accelerator
     if name not in AcceleratorRegistry.available_accelerators():
-        raise UserError(f"trainer.accelerator={accelerator} is not an accelerator Lightning knows; on this machine:"
-                        f" {', '.join(['auto', *here])}")
+        raise UserError(
+            f"trainer.accelerator={accelerator} is not an accelerator Lightning knows; on this machine:"
+            f" {', '.join(['auto', *here])}"
+        )
     if name not in here:
-        raise UserError(f"trainer.accelerator={accelerator}, but this machine has no {name.upper()} device"
-                        f" (available here: {', '.join(here)}); use trainer.accelerator=auto or"
-                        f" trainer.accelerator={here[0]}")
+        raise UserError(
+            f"trainer.accelerator={accelerator}, but this machine has no {name.upper()} device"
+            f" (available here: {', '.join(here)}); use trainer.accelerator=auto or"
+            f" trainer.accelerator={here[0]}"
+        )
 
 
 def valid_precisions() -> list[str]:
@@ -106,5 +119,7 @@ def check_precision(precision) -> None:
         return
     valid = valid_precisions()
     if str(precision) not in valid:
-        raise UserError(f"trainer.precision={precision} is not a precision Lightning takes; use one of"
-                        f" {', '.join(v for v in valid if '-' in v)} (CPU: 32-true or bf16-mixed)")
+        raise UserError(
+            f"trainer.precision={precision} is not a precision Lightning takes; use one of"
+            f" {', '.join(v for v in valid if '-' in v)} (CPU: 32-true or bf16-mixed)"
+        )

@@ -77,25 +77,30 @@ MOVED: dict[str, str] = {
     "lightning_lars.schedules.warmup_step": "lightning_lars.schedules.lr.WarmupStep.from_epochs",
     "lightning_lars.schedules.piecewise": "lightning_lars.schedules.lr.Piecewise.from_epochs",
     "lightning_lars.schedules.warmup_caffe_poly": "lightning_lars.schedules.lr.CaffePoly.from_epochs",
-    "lightning_lars.source_schedules.mxnet_warmup_poly":
-        "lightning_lars.schedules.source.MXNetPoly.from_epochs",
+    "lightning_lars.source_schedules.mxnet_warmup_poly": "lightning_lars.schedules.source.MXNetPoly.from_epochs",
     "lightning_lars.source_schedules.tf_lars_poly": "lightning_lars.schedules.source.TFLarsPoly.from_epochs",
     "lightning_lars.source_schedules.fujitsu_lr": "lightning_lars.schedules.source.FujitsuLR.from_epochs",
-    "lightning_lars.source_schedules.fujitsu_wd_coefficient":
-        "lightning_lars.schedules.source.FujitsuWeightDecay",
+    "lightning_lars.source_schedules.fujitsu_wd_coefficient": "lightning_lars.schedules.source.FujitsuWeightDecay",
 }
 
 
 def recipe_names() -> list[str]:
     return sorted(p.stem for p in (HERE / "configs").glob("*.yaml")) or sorted(
-        p.stem for p in (ROOT / "recipes").glob("*.yaml"))
+        p.stem for p in (ROOT / "recipes").glob("*.yaml")
+    )
 
 
 def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "lightning_lars.train", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_lars.train", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def job_config(recipe: str) -> str:
@@ -143,10 +148,19 @@ def config_differences(names: list[str] | None = None) -> list[str]:
     for name in names:
         saved = mapped((CONFIGS / f"{name}.yaml").read_text())
         if now[name] != saved:
-            first = next(i for i, (a, b) in enumerate(zip(saved.splitlines(), now[name].splitlines() + [""]))
-                         if a != b) if saved.splitlines() != now[name].splitlines() else 0
-            problems.append(f"{name}: line {first + 1}: saved {saved.splitlines()[first:first + 1]}"
-                            f" now {now[name].splitlines()[first:first + 1]}")
+            first = (
+                next(
+                    i
+                    for i, (a, b) in enumerate(zip(saved.splitlines(), now[name].splitlines() + [""]))
+                    if a != b
+                )
+                if saved.splitlines() != now[name].splitlines()
+                else 0
+            )
+            problems.append(
+                f"{name}: line {first + 1}: saved {saved.splitlines()[first : first + 1]}"
+                f" now {now[name].splitlines()[first : first + 1]}"
+            )
     return problems
 
 

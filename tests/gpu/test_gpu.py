@@ -32,8 +32,8 @@ def _unit_module(name: str):
 
 
 def _classifier(channels_last: bool, num_classes: int = 10):
-    from lightning_lars.training.module import ImageClassifier
     from lightning_lars.optim.lars import LARS
+    from lightning_lars.training.module import ImageClassifier
 
     optimizer = functools.partial(LARS, momentum=0.9, weight_decay=5e-5, trust_coefficient=0.001)
     return ImageClassifier("resnet18", num_classes, optimizer, lambda step: 0.5, channels_last=channels_last)
@@ -49,15 +49,30 @@ def test_mixed_precision_and_channels_last_train_on_cuda(precision, channels_las
     model = _classifier(channels_last)
     first_conv = model.model.conv1
     seen = {}
-    first_conv.register_forward_hook(lambda module, inputs, output: seen.update(dtype=output.dtype,
-                                                                               weight=module.weight))
+    first_conv.register_forward_hook(
+        lambda module, inputs, output: seen.update(dtype=output.dtype, weight=module.weight)
+    )
     layout = ["channels_last"] if channels_last else ["to_torch_image"]
-    data = SyntheticDataModule(num_classes=10, batch_size=32, resolution=64, num_train_images=32 * 8,
-                               num_val_images=32, pipeline={"train": layout})
+    data = SyntheticDataModule(
+        num_classes=10,
+        batch_size=32,
+        resolution=64,
+        num_train_images=32 * 8,
+        num_val_images=32,
+        pipeline={"train": layout},
+    )
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = L.Trainer(accelerator="gpu", devices=1, precision=precision, max_steps=8, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0,
-                        limit_val_batches=1)
+    trainer = L.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision=precision,
+        max_steps=8,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+    )
     trainer.fit(model, datamodule=data)
 
     assert seen["dtype"] == (torch.bfloat16 if precision == "bf16-mixed" else torch.float16)  # autocast ran
@@ -82,16 +97,41 @@ def test_cuda_optimizer_path_matches_the_float64_reference(name):
     model = model.cuda()
     adapted = [p.ndim > 1 for p in start]
     if name == "lars":
-        optimizer = LARS(param_groups(model, 1e-3, "ndim<=1"), momentum=0.9, trust_coefficient=0.02, eps=1e-9,
-                         nesterov=True, form="mlperf")
-        expected = unit.reference(start, grads, unit.LRS, adapted=adapted,
-                                  decay=[1e-3 if a else 0.0 for a in adapted], form="mlperf", mu=0.9, eta=0.02,
-                                  eps=1e-9, nesterov=True, clip=False)
+        optimizer = LARS(
+            param_groups(model, 1e-3, "ndim<=1"),
+            momentum=0.9,
+            trust_coefficient=0.02,
+            eps=1e-9,
+            nesterov=True,
+            form="mlperf",
+        )
+        expected = unit.reference(
+            start,
+            grads,
+            unit.LRS,
+            adapted=adapted,
+            decay=[1e-3 if a else 0.0 for a in adapted],
+            form="mlperf",
+            mu=0.9,
+            eta=0.02,
+            eps=1e-9,
+            nesterov=True,
+            clip=False,
+        )
     else:
         optimizer = LAMB(param_groups(model, 0.1, "ndim<=1"), betas=(0.9, 0.99), eps=1e-6, max_grad_norm=0.5)
-        expected = unit.reference(start, grads, unit.LRS, adapted=adapted,
-                                  decay=[0.1 if a else 0.0 for a in adapted], b1=0.9, b2=0.99, eps=1e-6,
-                                  max_grad_norm=0.5, bias_correction=True)
+        expected = unit.reference(
+            start,
+            grads,
+            unit.LRS,
+            adapted=adapted,
+            decay=[0.1 if a else 0.0 for a in adapted],
+            b1=0.9,
+            b2=0.99,
+            eps=1e-6,
+            max_grad_norm=0.5,
+            bias_correction=True,
+        )
     cuda_grads = [[g.cuda() for g in step] for step in grads]
     got = unit._run(model, optimizer, cuda_grads, unit.LRS)
     assert all(p.is_cuda for p in model.parameters())
@@ -104,13 +144,33 @@ def test_cuda_optimizer_path_matches_the_float64_reference(name):
 def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
     """goyal_8k at toy scale on generated data, bf16, through the entry point, as a user starts it."""
     probe = "+callbacks.gpu_probe._target_=gpu_probe.ProcessGroupProbe"
-    command = [sys.executable, "-m", "lightning_lars.train", "recipe=goyal_8k", "debug=toy", "data=synthetic",
-               "data.num_classes=1000", "data.resolution=64", "data.num_train_images=256", "data.num_val_images=64",
-               "trainer.accelerator=gpu", "trainer.precision=bf16-mixed", f"strategy={strategy}",
-               f"paths.log_dir={tmp_path}", probe]
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "lightning_lars.train",
+        "recipe=goyal_8k",
+        "debug=toy",
+        "data=synthetic",
+        "data.num_classes=1000",
+        "data.resolution=64",
+        "data.num_train_images=256",
+        "data.num_val_images=64",
+        "trainer.accelerator=gpu",
+        "trainer.precision=bf16-mixed",
+        f"strategy={strategy}",
+        f"paths.log_dir={tmp_path}",
+        probe,
+    ]
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "probe: backend=nccl world_size=1 device=cuda" in out, out[-3000:]
@@ -131,9 +191,17 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     }
     batches = {}
     for name, ops in variants.items():
-        data = FFCVDataModule(str(tmp_path / "train.beton"), str(tmp_path / "val.beton"), num_classes=2,
-                              batch_size=8, num_workers=1, resolution=32, val_resolution=32, order="sequential",
-                              pipeline={"train": ops, "val": ops})
+        data = FFCVDataModule(
+            str(tmp_path / "train.beton"),
+            str(tmp_path / "val.beton"),
+            num_classes=2,
+            batch_size=8,
+            num_workers=1,
+            resolution=32,
+            val_resolution=32,
+            order="sequential",
+            pipeline={"train": ops, "val": ops},
+        )
         data.device = torch.device("cuda")
         images, labels = next(iter(data.val_dataloader()))
         images, labels = data.on_after_batch_transfer((images.cuda(), labels.cuda()), 0)

@@ -22,11 +22,17 @@ HERE = Path(__file__).resolve().parent
 STEPS_PER_EPOCH, EPOCHS, CHECKPOINT_EVERY = 6, 2, 4
 
 OVERRIDES = [
-    "recipe=demo", "model.arch=test_resnet", "batch.global_size=32", "batch.max_per_device=16",
-    f"trainer.max_epochs={EPOCHS}", "trainer.deterministic=true", "trainer.log_every_n_steps=1",
+    "recipe=demo",
+    "model.arch=test_resnet",
+    "batch.global_size=32",
+    "batch.max_per_device=16",
+    f"trainer.max_epochs={EPOCHS}",
+    "trainer.deterministic=true",
+    "trainer.log_every_n_steps=1",
     "data.num_workers=1",
     "data.pipeline.train=[random_resized_crop,flip,{normalize:imagenet},to_tensor,to_device,to_torch_image]",
-    f"callbacks.checkpoint.every_n_train_steps={CHECKPOINT_EVERY}", "callbacks.checkpoint.every_n_epochs=null",
+    f"callbacks.checkpoint.every_n_train_steps={CHECKPOINT_EVERY}",
+    "callbacks.checkpoint.every_n_epochs=null",
     "+callbacks.final_state._target_=resume_runs.FinalState",
 ]
 
@@ -35,9 +41,15 @@ class FinalState(L.Callback):
     """Writes the final weights, optimizer state and metrics to ``<run dir>/final.pt`` when fit ends."""
 
     def on_fit_end(self, trainer, pl_module):
-        torch.save({"state_dict": pl_module.state_dict(), "optimizer": trainer.optimizers[0].state_dict(),
-                    "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-                    "global_step": trainer.global_step}, Path(trainer.default_root_dir) / "final.pt")
+        torch.save(
+            {
+                "state_dict": pl_module.state_dict(),
+                "optimizer": trainer.optimizers[0].state_dict(),
+                "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+                "global_step": trainer.global_step,
+            },
+            Path(trainer.default_root_dir) / "final.pt",
+        )
 
 
 def env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -45,8 +57,14 @@ def env(tmp: Path, **extra: str) -> dict[str, str]:
     # WANDB_SERVICE: set once this process ran W&B (an in-process test); a child would join that service,
     # which still holds the run of a process we SIGKILLed ("run ID ... is in use") -- a fresh job has none
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
-    return {**clean, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1",
-            "LARS_DATA_DIR": str(tmp / "data"), **extra}
+    return {
+        **clean,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}",
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+        "LARS_DATA_DIR": str(tmp / "data"),
+        **extra,
+    }
 
 
 def train_command(tmp: Path, *extra: str) -> list[str]:
@@ -56,9 +74,27 @@ def train_command(tmp: Path, *extra: str) -> list[str]:
 def make_demo_data(tmp: Path) -> None:
     if (tmp / "data" / "demo" / "val.beton").is_file():
         return
-    made = subprocess.run([sys.executable, "-m", "lightning_lars.data.demo", "--out", str(tmp / "data" / "demo"),
-                           "--train-per-class", "20", "--val-per-class", "5", "--workers", "1"],
-                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600, check=False)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(tmp / "data" / "demo"),
+            "--train-per-class",
+            "20",
+            "--val-per-class",
+            "5",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
 
 
@@ -67,8 +103,15 @@ def reference_run(tmp: Path) -> dict:
     make_demo_data(tmp)
     run_dir = tmp / "reference"
     if not (run_dir / "final.pt").is_file():
-        done = subprocess.run(train_command(tmp, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(tmp),
-                              capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(
+            train_command(tmp, f"hydra.run.dir={run_dir}"),
+            cwd=ROOT,
+            env=env(tmp),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return torch.load(run_dir / "final.pt", weights_only=False)
 

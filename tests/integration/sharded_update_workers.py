@@ -15,7 +15,9 @@ from lightning_lars.parallel.sharded_update import ShardedUpdate
 
 OPTIMIZERS = {
     "lars_mlperf": functools.partial(LARS, momentum=0.9, form="mlperf"),
-    "lars_nvidia_nesterov_clip": functools.partial(LARS, momentum=0.9, form="nvidia", nesterov=True, clip=True),
+    "lars_nvidia_nesterov_clip": functools.partial(
+        LARS, momentum=0.9, form="nvidia", nesterov=True, clip=True
+    ),
     "lamb_clipped": functools.partial(LAMB, max_grad_norm=0.05),  # small: the global clip is active
 }
 WEIGHT_DECAY = 1e-3
@@ -33,7 +35,9 @@ def state_equal(a: dict, b: dict) -> bool:
     for index, entry in a["state"].items():
         if entry.keys() != b["state"][index].keys():
             return False
-        if not all(torch.equal(torch.as_tensor(v), torch.as_tensor(b["state"][index][k])) for k, v in entry.items()):
+        if not all(
+            torch.equal(torch.as_tensor(v), torch.as_tensor(b["state"][index][k])) for k, v in entry.items()
+        ):
             return False
     strip = lambda groups: [{k: v for k, v in g.items()} for g in groups]
     return strip(a["param_groups"]) == strip(b["param_groups"])
@@ -65,8 +69,12 @@ def compare(rank: int, world_size: int, port: int) -> None:
                 assert state_equal(full, reference.state_dict()), f"{where}: consolidated state"
                 mine, total = sharded.owned_state_bytes(), torch.tensor([sharded.owned_state_bytes()])
                 dist.all_reduce(total)
-                everything = sum(t.numel() * t.element_size() for s in reference.state.values() for t in s.values()
-                                 if isinstance(t, torch.Tensor))
+                everything = sum(
+                    t.numel() * t.element_size()
+                    for s in reference.state.values()
+                    for t in s.values()
+                    if isinstance(t, torch.Tensor)
+                )
                 assert total.item() == everything and mine < everything, f"{where}: state is not sharded"
                 sharded = ShardedUpdate(make(param_groups(model.module, WEIGHT_DECAY), lr=0.5))
                 sharded.load_state_dict(full)

@@ -19,8 +19,8 @@ from pathlib import Path
 import lightning as L
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
-from lightning_lars.training import run as train
 from lightning_lars.config import compose as config
+from lightning_lars.training import run as train
 
 LOG_EVERY, MAX_STEPS = 4, 12
 
@@ -32,8 +32,11 @@ class SyncCounter(L.Callback):
         self.out, self.counts, self._profiler, self._step_seen = out, [], None, 0
 
     def on_train_start(self, trainer, pl_module):
-        self._profiler = profile(activities=[ProfilerActivity.CPU], on_trace_ready=self._count,
-                                 schedule=lambda step: ProfilerAction.RECORD_AND_SAVE)
+        self._profiler = profile(
+            activities=[ProfilerActivity.CPU],
+            on_trace_ready=self._count,
+            schedule=lambda step: ProfilerAction.RECORD_AND_SAVE,
+        )
         self._profiler.start()
 
     def _count(self, prof) -> None:
@@ -50,12 +53,24 @@ class SyncCounter(L.Callback):
 
 
 def demo_config(data_dir: str, out_dir: str):
-    overrides = ["recipe=demo", "model.arch=test_resnet", f"paths.data_dir={data_dir}", f"paths.log_dir={out_dir}",
-                 f"paths.output_dir={out_dir}/run", "batch.global_size=32", "batch.max_per_device=8",
-                 "trainer.devices=2", "strategy=ddp", f"+trainer.max_steps={MAX_STEPS}",
-                 f"trainer.log_every_n_steps={LOG_EVERY}", "+trainer.limit_val_batches=0", "data.num_workers=1",
-                 "+callbacks.progress.force=lines",
-                 "callbacks.checkpoint.every_n_epochs=null", "~logger"]  # checkpoint saves may sync: not steady state
+    overrides = [
+        "recipe=demo",
+        "model.arch=test_resnet",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={out_dir}",
+        f"paths.output_dir={out_dir}/run",
+        "batch.global_size=32",
+        "batch.max_per_device=8",
+        "trainer.devices=2",
+        "strategy=ddp",
+        f"+trainer.max_steps={MAX_STEPS}",
+        f"trainer.log_every_n_steps={LOG_EVERY}",
+        "+trainer.limit_val_batches=0",
+        "data.num_workers=1",
+        "+callbacks.progress.force=lines",
+        "callbacks.checkpoint.every_n_epochs=null",
+        "~logger",
+    ]  # checkpoint saves may sync: not steady state
     return config.compose_job(overrides)
 
 
@@ -64,10 +79,19 @@ def main(data_dir: str, out_dir: str) -> None:
         L.seed_everything(0, verbose=False)
         trainer, module, datamodule, plan = train.build(demo_config(data_dir, out_dir))
         if mode == "bare":
-            trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=MAX_STEPS,
-                                log_every_n_steps=LOG_EVERY, limit_val_batches=0, logger=False,
-                                accumulate_grad_batches=plan.accumulation, enable_progress_bar=False,
-                                enable_checkpointing=False, enable_model_summary=False)
+            trainer = L.Trainer(
+                accelerator="cpu",
+                devices=2,
+                strategy="ddp",
+                max_steps=MAX_STEPS,
+                log_every_n_steps=LOG_EVERY,
+                limit_val_batches=0,
+                logger=False,
+                accumulate_grad_batches=plan.accumulation,
+                enable_progress_bar=False,
+                enable_checkpointing=False,
+                enable_model_summary=False,
+            )
         trainer.callbacks.append(SyncCounter(Path(out_dir) / f"{mode}-rank{trainer.global_rank}.json"))
         trainer.fit(module, datamodule=datamodule)
 

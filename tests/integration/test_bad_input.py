@@ -32,8 +32,15 @@ def shared(tmp_path_factory):
 
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
-                          cwd=ROOT, env=env(tmp), capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
+        cwd=ROOT,
+        env=env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
@@ -46,11 +53,20 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
     return lines[0]
 
 
-@pytest.mark.parametrize("args, phrases", [
-    (["recipe=goyal8k"], ["unknown recipe 'goyal8k'", "goyal_8k", "make recipes"]),
-    (["trainer.max_epoch=3"], ["unknown config key 'trainer.max_epoch'"]),  # every config mistake: test_schema.py
-    (["paths.data_dir=/nonexistent/data"], ["/nonexistent/data/demo/train.beton not found", "make demo-data"]),
-])
+@pytest.mark.parametrize(
+    "args, phrases",
+    [
+        (["recipe=goyal8k"], ["unknown recipe 'goyal8k'", "goyal_8k", "make recipes"]),
+        (
+            ["trainer.max_epoch=3"],
+            ["unknown config key 'trainer.max_epoch'"],
+        ),  # every config mistake: test_schema.py
+        (
+            ["paths.data_dir=/nonexistent/data"],
+            ["/nonexistent/data/demo/train.beton not found", "make demo-data"],
+        ),
+    ],
+)
 def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
     assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
 
@@ -60,16 +76,24 @@ def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared
     (tmp_path / "data" / "demo").mkdir(parents=True)
     whole = (shared / "data" / "demo" / "train.beton").read_bytes()
     (tmp_path / "data" / "demo" / "train.beton").write_bytes(whole[: len(whole) // 2])  # a copy that died
-    (tmp_path / "data" / "demo" / "val.beton").write_bytes((shared / "data" / "demo" / "val.beton").read_bytes())
+    (tmp_path / "data" / "demo" / "val.beton").write_bytes(
+        (shared / "data" / "demo" / "val.beton").read_bytes()
+    )
     # $LARS_DATA_DIR is the user's own folder: the command named must write there, not to data/demo
-    assert_one_line_error(entry_point(tmp=tmp_path), "train.beton is truncated or not an FFCV file",
-                          f"make demo-data out={tmp_path / 'data' / 'demo'}")
+    assert_one_line_error(
+        entry_point(tmp=tmp_path),
+        "train.beton is truncated or not an FFCV file",
+        f"make demo-data out={tmp_path / 'data' / 'demo'}",
+    )
 
     damaged = tmp_path / "epoch0-step4.ckpt"
     damaged.write_bytes(b"PK\x03\x04" + os.urandom(3000))  # starts like a zip, ends nowhere
     assert_one_line_error(entry_point(f"run.ckpt_path={damaged}", tmp=shared), "damaged or not a checkpoint")
-    assert_one_line_error(entry_point("run.ckpt_path=/nonexistent/last.ckpt", tmp=shared),
-                          "checkpoint /nonexistent/last.ckpt not found", "run.ckpt_path=last")
+    assert_one_line_error(
+        entry_point("run.ckpt_path=/nonexistent/last.ckpt", tmp=shared),
+        "checkpoint /nonexistent/last.ckpt not found",
+        "run.ckpt_path=last",
+    )
 
 
 def test_global_batch_that_does_not_divide_across_devices(shared, tmp_path):
@@ -92,13 +116,27 @@ def test_prepare_counts_bad_files_and_fails_one_line_on_a_wrong_path(tmp_path):
     (src / "train" / "dog" / "notes.txt").write_text("not an image")
     (src / "train" / "empty").mkdir()
     prepare = [sys.executable, "-m", "lightning_lars.data.prepare"]
-    done = subprocess.run([*prepare, "--src", str(src), "--out", str(tmp_path / "out")], cwd=ROOT,
-                          env=env(tmp_path), capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [*prepare, "--src", str(src), "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "skipped 2 file(s)" in done.stderr and "1 empty class folder(s): empty" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    wrong = subprocess.run([*prepare, "--src", str(tmp_path / "imagnet"), "--out", str(tmp_path / "out2")],
-                           cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=600, check=False)
+    wrong = subprocess.run(
+        [*prepare, "--src", str(tmp_path / "imagnet"), "--out", str(tmp_path / "out2")],
+        cwd=ROOT,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert_one_line_error(wrong, str(tmp_path / "imagnet"))
 
 
@@ -140,8 +178,15 @@ class FullDiskAfter:
 
 def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
     GlobalHydra.instance().clear()
-    cfg = config.compose_job([*OVERRIDES, f"paths.data_dir={shared / 'data'}",
-                              f"paths.log_dir={run_dir.parent / 'logs'}", f"paths.output_dir={run_dir}", *extra])
+    cfg = config.compose_job(
+        [
+            *OVERRIDES,
+            f"paths.data_dir={shared / 'data'}",
+            f"paths.log_dir={run_dir.parent / 'logs'}",
+            f"paths.output_dir={run_dir}",
+            *extra,
+        ]
+    )
     return run(cfg)
 
 
@@ -152,7 +197,8 @@ def deterministic_off_afterwards():
 
 
 def test_disk_full_while_checkpointing_keeps_previous_checkpoint_and_resume_is_exact(
-        shared, tmp_path, monkeypatch, caplog, deterministic_off_afterwards):
+    shared, tmp_path, monkeypatch, caplog, deterministic_off_afterwards
+):
     reference = reference_run(shared)
     run_dir = tmp_path / "run"
     # step 4 writes epoch0-step4.ckpt and last.ckpt; then the disk is full for the saves at steps 8 and 12

@@ -16,24 +16,60 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(args, timeout=1200):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
     data = tmp_path / "data"
-    made = run(["-m", "lightning_lars.data.demo", "--out", str(data / "demo"), "--train-per-class", "16",
-                "--val-per-class", "8", "--workers", "1"])
+    made = run(
+        [
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(data / "demo"),
+            "--train-per-class",
+            "16",
+            "--val-per-class",
+            "8",
+            "--workers",
+            "1",
+        ]
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     out = tmp_path / "check"
     runs = tmp_path / "runs.jsonl"
-    checked = run(["-m", "lightning_lars.check", "--recipe", "demo", "--seeds", "2", "--out", str(out),
-                   "--runs-file", str(runs), "debug=toy", f"paths.data_dir={data}", "callbacks.time_to_target.target_top1=10"])
+    checked = run(
+        [
+            "-m",
+            "lightning_lars.check",
+            "--recipe",
+            "demo",
+            "--seeds",
+            "2",
+            "--out",
+            str(out),
+            "--runs-file",
+            str(runs),
+            "debug=toy",
+            f"paths.data_dir={data}",
+            "callbacks.time_to_target.target_top1=10",
+        ]
+    )
     assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
 
     # The values the check must have used: each seed's own results.json (a full validation at the end).
-    top1 = [100 * json.loads((out / f"seed_{s}" / "results.json").read_text())["metrics"]["val/top1"]
-            for s in (0, 1)]
+    top1 = [
+        100 * json.loads((out / f"seed_{s}" / "results.json").read_text())["metrics"]["val/top1"]
+        for s in (0, 1)
+    ]
     seeds = [json.loads((out / f"seed_{s}" / "results.json").read_text())["seed"] for s in (0, 1)]
     assert seeds == [0, 1]
     text = checked.stdout
@@ -54,8 +90,17 @@ def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
 
 
 def test_a_recipe_without_a_target_is_one_line():
-    checked = run(["-m", "lightning_lars.check", "--recipe", "demo", "--seeds", "2",
-                   "callbacks.time_to_target.target_top1=null"])
+    checked = run(
+        [
+            "-m",
+            "lightning_lars.check",
+            "--recipe",
+            "demo",
+            "--seeds",
+            "2",
+            "callbacks.time_to_target.target_top1=null",
+        ]
+    )
     assert checked.returncode == 2
     assert checked.stderr.strip().startswith("error: no target to test against")
     assert len(checked.stderr.strip().splitlines()) == 1

@@ -43,7 +43,9 @@ def compare_gradients(rank: int, port: int) -> None:
                     assert error <= compression_error_bound(compression, ref.grad), where
                 norm = state.pop_grad_norm(param)
                 assert torch.allclose(norm, param.grad.norm(), rtol=1e-6, atol=0), where
-            assert step == 0 or len(state.last_backward_groups) < sum(state.last_backward_groups), "no coalescing"
+            assert step == 0 or len(state.last_backward_groups) < sum(state.last_backward_groups), (
+                "no coalescing"
+            )
             if compression is not None:  # keep weights equal so every step compares like with like
                 for ref, param in zip(plain.parameters(), hooked.parameters()):
                     param.grad.copy_(ref.grad)

@@ -15,21 +15,45 @@ def run(args, env_extra, timeout=600):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **env_extra}
     env.pop("WANDB_MODE", None)  # no credentials and no mode: the logger must choose offline by itself
     env.pop("WANDB_API_KEY", None)
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_generate_prepare_train_and_log_offline(tmp_path):
     data_dir, logs = tmp_path / "data", tmp_path / "logs"
     env = {"LARS_DATA_DIR": str(data_dir), "HOME": str(tmp_path)}  # HOME: no ~/.netrc credentials
-    made = run(["-m", "lightning_lars.data.demo", "--out", str(data_dir / "demo"), "--train-per-class", "16",
-                "--val-per-class", "8", "--workers", "1"], env)
+    made = run(
+        [
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(data_dir / "demo"),
+            "--train-per-class",
+            "16",
+            "--val-per-class",
+            "8",
+            "--workers",
+            "1",
+        ],
+        env,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     assert (data_dir / "demo" / "train.beton").is_file() and (data_dir / "demo" / "val.beton").is_file()
 
-    trained = run(["-m", "lightning_lars.train", "recipe=demo", f"paths.log_dir={logs}", "batch.global_size=32",
-                   "batch.max_per_device=16", "trainer.max_epochs=2",
-                   "trainer.limit_val_batches=2"], env)  # a Trainer argument the demo does not set: no + needed
+    trained = run(
+        [
+            "-m",
+            "lightning_lars.train",
+            "recipe=demo",
+            f"paths.log_dir={logs}",
+            "batch.global_size=32",
+            "batch.max_per_device=16",
+            "trainer.max_epochs=2",
+            "trainer.limit_val_batches=2",
+        ],
+        env,
+    )  # a Trainer argument the demo does not set: no + needed
     out = trained.stdout + trained.stderr
     assert trained.returncode == 0, out[-3000:]
     assert "W&B: offline (no credentials configured)" in out
@@ -42,6 +66,17 @@ def test_generate_prepare_train_and_log_offline(tmp_path):
     # wandb 0.31 keeps an offline run as one binary record log (what `wandb sync` uploads); its protobuf
     # records carry the metric and config keys as plain UTF-8, so their presence proves what was logged.
     record_log = runs[0].read_bytes()
-    for logged in (b"final/val/top1", b"final/time/wall_s", b"train/lr", b"val/top1", b"perf/images_per_sec",
-                   b"git_sha", b"git_dirty", b"peak_lr", b"steps_per_epoch", b"timm", b"ffcv"):
+    for logged in (
+        b"final/val/top1",
+        b"final/time/wall_s",
+        b"train/lr",
+        b"val/top1",
+        b"perf/images_per_sec",
+        b"git_sha",
+        b"git_dirty",
+        b"peak_lr",
+        b"steps_per_epoch",
+        b"timm",
+        b"ffcv",
+    ):
         assert logged in record_log, logged

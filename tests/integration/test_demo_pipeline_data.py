@@ -16,9 +16,17 @@ def _read_all(beton):
     from ffcv.loader import Loader, OrderOption
     from ffcv.transforms import Squeeze, ToTensor
 
-    loader = Loader(str(beton), batch_size=16, num_workers=1, order=OrderOption.SEQUENTIAL, drop_last=False,
-                    pipelines={"image": [SimpleRGBImageDecoder(), ToTensor()],
-                               "label": [IntDecoder(), ToTensor(), Squeeze()]})
+    loader = Loader(
+        str(beton),
+        batch_size=16,
+        num_workers=1,
+        order=OrderOption.SEQUENTIAL,
+        drop_last=False,
+        pipelines={
+            "image": [SimpleRGBImageDecoder(), ToTensor()],
+            "label": [IntDecoder(), ToTensor(), Squeeze()],
+        },
+    )
     images, labels = zip(*((x.clone(), y.clone()) for x, y in loader))
     return torch.cat(images).numpy(), torch.cat(labels).numpy()
 
@@ -33,8 +41,9 @@ def _source_pixels(jpeg_root, split, manifest):
 
 
 def test_demo_generate_prepare_and_load_back(tmp_path):
-    manifest = prepare_demo(tmp_path, num_classes=10, train_per_class=8, val_per_class=3, size=32,
-                            num_workers=2, progress=False)
+    manifest = prepare_demo(
+        tmp_path, num_classes=10, train_per_class=8, val_per_class=3, size=32, num_workers=2, progress=False
+    )
     for split, per_class in (("train", 8), ("val", 3)):
         images, labels = _read_all(tmp_path / f"{split}.beton")
         assert images.shape == (10 * per_class, 32, 32, 3) and images.dtype == np.uint8
@@ -44,10 +53,26 @@ def test_demo_generate_prepare_and_load_back(tmp_path):
 
 
 def test_jpeg_stored_images_decode_close_to_source(tmp_path):
-    prepare_demo(tmp_path / "demo", num_classes=3, train_per_class=5, val_per_class=1, size=32,
-                 num_workers=1, progress=False)
-    manifest = convert(tmp_path / "demo" / "jpeg", tmp_path / "jpg", max_resolution=32, write_mode="jpg",
-                       jpeg_quality=95, num_workers=1, progress=False, page_size=1 << 21, splits=("train",))
+    prepare_demo(
+        tmp_path / "demo",
+        num_classes=3,
+        train_per_class=5,
+        val_per_class=1,
+        size=32,
+        num_workers=1,
+        progress=False,
+    )
+    manifest = convert(
+        tmp_path / "demo" / "jpeg",
+        tmp_path / "jpg",
+        max_resolution=32,
+        write_mode="jpg",
+        jpeg_quality=95,
+        num_workers=1,
+        progress=False,
+        page_size=1 << 21,
+        splits=("train",),
+    )
     images, labels = _read_all(tmp_path / "jpg" / "train.beton")
     source = _source_pixels(tmp_path / "demo" / "jpeg", "train", manifest)
     np.testing.assert_array_equal(labels, np.repeat(np.arange(3), 5))

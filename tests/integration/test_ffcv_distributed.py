@@ -3,6 +3,7 @@ a run resumed from a mid-epoch checkpoint trains on exactly the batches the unin
 
 Labels are sample indices, so the labels a rank trained on say which samples it saw.
 """
+
 import json
 from pathlib import Path
 
@@ -59,12 +60,27 @@ class RecordingClassifier(L.LightningModule):
 
 def fit(betons, out_dir, ckpt_dir, ckpt_path=None):
     out_dir.mkdir(parents=True)
-    datamodule = FFCVDataModule(*betons, num_classes=NUM_TRAIN, batch_size=BATCH, seed=11, num_workers=1,
-                                resolution=32, val_resolution=32)
+    datamodule = FFCVDataModule(
+        *betons,
+        num_classes=NUM_TRAIN,
+        batch_size=BATCH,
+        seed=11,
+        num_workers=1,
+        resolution=32,
+        val_resolution=32,
+    )
     checkpoints = ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", every_n_train_steps=1, save_top_k=-1)
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
-                        callbacks=[checkpoints], enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=2,
+        logger=False,
+        callbacks=[checkpoints],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(RecordingClassifier(str(out_dir)), datamodule=datamodule, ckpt_path=ckpt_path)
     return [json.loads(Path(out_dir, f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -88,15 +104,19 @@ def test_ddp_epochs_and_mid_epoch_resume(betons, tmp_path):
         assert all(len(labels) == BATCH for batches in per_rank for labels in batches)  # exact global batch
         seen = [label for batches in per_rank for labels in batches for label in labels]
         assert len(seen) == len(set(seen)) == steps_per_epoch * BATCH * 2  # each kept sample exactly once
-    epoch_sets = [{label for e, _, labels in ranks[0]["train"] + ranks[1]["train"] if e == epoch for label in labels}
-                  for epoch in (0, 1)]
+    epoch_sets = [
+        {label for e, _, labels in ranks[0]["train"] + ranks[1]["train"] if e == epoch for label in labels}
+        for epoch in (0, 1)
+    ]
     assert epoch_sets[0] != epoch_sets[1]  # reshuffled per epoch: a different 4 samples dropped (or order)
     for epoch in (0, 1):  # validation: every val sample once across ranks, no padding duplicates
         val_seen = [label for rank in ranks for e, labels in rank["val"] if e == epoch for label in labels]
         assert sorted(val_seen) == list(range(NUM_VAL))
 
     # Resume after step 8: epoch 1 had consumed 2 of its 6 batches on each rank.
-    resumed = fit(betons, tmp_path / "resumed", tmp_path / "ckpt2", ckpt_path=str(tmp_path / "ckpt" / "step=8.ckpt"))
+    resumed = fit(
+        betons, tmp_path / "resumed", tmp_path / "ckpt2", ckpt_path=str(tmp_path / "ckpt" / "step=8.ckpt")
+    )
     for full_rank, resumed_rank in zip(ranks, resumed):
         expected = [labels for e, step, labels in full_rank["train"] if e == 1 and step >= 8]
         assert [labels for _, _, labels in resumed_rank["train"]] == expected

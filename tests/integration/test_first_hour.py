@@ -32,8 +32,15 @@ DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"
 
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,29 +54,56 @@ def data_dir(tmp_path_factory):
 ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine does not have
 
 
-@pytest.mark.parametrize("override, phrases", [
-    ("model.arch=resnet5O", ["model.arch=resnet5O: timm has no such model", "resnet50"]),
-    (f"trainer.accelerator={ACCELERATOR}", [f"trainer.accelerator={ACCELERATOR}, but this machine has no",
-                                            "trainer.accelerator=auto"]),
-    ("trainer.precision=17", ["trainer.precision=17 is not a precision Lightning takes", "bf16-mixed"]),
-    ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
-])
+@pytest.mark.parametrize(
+    "override, phrases",
+    [
+        ("model.arch=resnet5O", ["model.arch=resnet5O: timm has no such model", "resnet50"]),
+        (
+            f"trainer.accelerator={ACCELERATOR}",
+            [f"trainer.accelerator={ACCELERATOR}, but this machine has no", "trainer.accelerator=auto"],
+        ),
+        ("trainer.precision=17", ["trainer.precision=17 is not a precision Lightning takes", "bf16-mixed"]),
+        ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
+    ],
+)
 def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, data_dir, tmp_path):
     out = tmp_path / "run"
-    done = run("-m", "lightning_lars.train", "debug=toy", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}",
-               override)
+    done = run(
+        "-m",
+        "lightning_lars.train",
+        "debug=toy",
+        f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={out}",
+        override,
+    )
     assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
     assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
 
 
 def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_dir, tmp_path):
     logs = tmp_path / "logs"
-    args = ["recipe=demo", "debug=toy", "data=demo",  # FFCV's loader: exact mid-epoch resume
-            f"paths.data_dir={data_dir}", f"paths.log_dir={logs}", "batch.global_size=32", "batch.max_per_device=16",  # 5 steps per epoch
-            "trainer.max_steps=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1",
-            "callbacks.checkpoint.every_n_train_steps=2", "callbacks.checkpoint.save_top_k=-1"]  # + every epoch
-    first = subprocess.Popen([sys.executable, "-m", "lightning_lars.train", *args], cwd=ROOT, env=ENV,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        "recipe=demo",
+        "debug=toy",
+        "data=demo",  # FFCV's loader: exact mid-epoch resume
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={logs}",
+        "batch.global_size=32",
+        "batch.max_per_device=16",  # 5 steps per epoch
+        "trainer.max_steps=7",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=1",
+        "callbacks.checkpoint.every_n_train_steps=2",
+        "callbacks.checkpoint.save_top_k=-1",
+    ]  # + every epoch
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lightning_lars.train", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in first.stdout:  # a real Ctrl-C, once training runs
         if line.startswith("[train] epoch") and " step 1/7 " in line:
             first.send_signal(signal.SIGINT)
@@ -84,12 +118,15 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 5
 
     changed = run("-m", "lightning_lars.train", *args, "run.ckpt_path=last", "model.arch=resnet18")
-    assert_one_line_error(changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}",
-                          alone=False)
+    assert_one_line_error(
+        changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}", alone=False
+    )
 
     assert command[:3] == ["python", "-m", "lightning_lars.train"]
     resumed = run(*command[1:])
-    assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
+        -3000:
+    ]
     folder = saved.parent
     names = sorted(p.name for p in folder.glob("*.ckpt"))
     assert "epoch0-step5.ckpt" in names  # the epoch trigger, beside the step trigger (2, 4, 6)
@@ -105,9 +142,24 @@ def test_damaged_demo_file_is_made_again_by_make_demo_data(data_dir, tmp_path):
     shutil.copytree(data_dir / "demo", copy)
     whole = (copy / "train.beton").read_bytes()
     (copy / "train.beton").write_bytes(whole[: len(whole) // 2])
-    made = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}",
-                           "demo-data", f"out={copy}", f"args={' '.join(DEMO_ARGS)}"], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=600, check=False)
+    made = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-o",
+            ".venv/.installed",
+            f"PY={sys.executable}",
+            "demo-data",
+            f"out={copy}",
+            f"args={' '.join(DEMO_ARGS)}",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     assert "train.beton damaged" in made.stderr
     assert read_num_samples(str(copy / "train.beton"), "") == 160
@@ -135,13 +187,20 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\r" not in done.stderr + done.stdout  # not a terminal: plain lines, no tqdm redraws
     assert "write train: 500/500" in done.stderr
-    for path, reason in ((cat / "gone.jpg", "symlink leads nowhere"), (cat / "loop.jpg", "symlink loop"),
-                         (cat / "more", "folder inside a class folder")):
+    for path, reason in (
+        (cat / "gone.jpg", "symlink leads nowhere"),
+        (cat / "loop.jpg", "symlink loop"),
+        (cat / "more", "folder inside a class folder"),
+    ):
         assert any(str(path) in line and reason in line for line in done.stderr.splitlines()), done.stderr
     assert (out / "train.beton").stat().st_size < 8 << 20  # 2 MiB pages for a small dataset, not 25 MB
 
-    again = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--splits", "train")
-    assert again.returncode == 0 and "keeps val.beton from an earlier conversion" in again.stderr, again.stderr
+    again = run(
+        "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--splits", "train"
+    )
+    assert again.returncode == 0 and "keeps val.beton from an earlier conversion" in again.stderr, (
+        again.stderr
+    )
 
     a_file = tmp_path / "not_a_folder"
     a_file.write_text("")
@@ -152,18 +211,30 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
 
 def test_prepare_to_a_read_only_file_system_is_one_line(tmp_path):
     """A real read-only mount (tmpfs, ro) in a user and mount namespace of its own: no root, nothing left mounted."""
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True,
-                                                         check=False).returncode != 0:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode != 0
+    ):
         pytest.skip("needs unshare -rm (user and mount namespaces) to mount a read-only file system")
     src = image_tree(tmp_path / "src", 2)
     mount, out = tmp_path / "ro", tmp_path / "ro" / "out"
     mount.mkdir()
-    prepare = shlex.join([sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out)])
+    prepare = shlex.join(
+        [sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out)]
+    )
     script = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(mount))} && exec {prepare}"
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert_one_line_error(done, f"cannot write to --out {out} (Read-only file system)",
-                          "choose a writable folder", alone=False)
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert_one_line_error(
+        done, f"cannot write to --out {out} (Read-only file system)", "choose a writable folder", alone=False
+    )
 
 
 def _forked_workers(pid: int) -> set[int]:
@@ -185,9 +256,25 @@ def test_prepare_workers_die_with_a_killed_parent(tmp_path):
     # worker that is still there 2 s after its parent's death was not killed with it
     src = image_tree(tmp_path / "src", 1000, (256, 256))
     out = tmp_path / "out"
-    parent = subprocess.Popen([sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out",
-                               str(out), "--workers", "2", "--write-mode", "jpg"], cwd=ROOT, env=ENV,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.data.prepare",
+            "--src",
+            str(src),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--write-mode",
+            "jpg",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     workers: set[int] = set()
     while time.monotonic() < deadline and parent.poll() is None:  # FFCV's writer processes are running
@@ -200,8 +287,9 @@ def test_prepare_workers_die_with_a_killed_parent(tmp_path):
     parent.kill()  # kill -9
     parent.wait()
     deadline = time.monotonic() + 2
-    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
-                                              for pid in workers):
+    while time.monotonic() < deadline and any(
+        Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in workers
+    ):
         time.sleep(0.1)
     alive = [pid for pid in workers if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
     for pid in alive:  # clean up before failing

@@ -54,30 +54,60 @@ def fit(run_dir: Path, max_steps: int, ckpt_path: str | None, logger_kwargs: dic
     logger = WandbLogger(save_dir=str(run_dir), offline=True, **logger_kwargs)
     checkpoints = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=2, save_top_k=-1)
     counter = CountBatches()
-    trainer = L.Trainer(accelerator="cpu", devices=WORLD, strategy=FSDP2Strategy(), max_steps=max_steps,
-                        logger=logger, callbacks=[checkpoints, ResumeState(), counter], enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=run_dir, use_distributed_sampler=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy=FSDP2Strategy(),
+        max_steps=max_steps,
+        logger=logger,
+        callbacks=[checkpoints, ResumeState(), counter],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=run_dir,
+        use_distributed_sampler=False,
+    )
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(64, 6, generator=generator), torch.randint(0, 3, (64,), generator=generator))
+    data = TensorDataset(
+        torch.randn(64, 6, generator=generator), torch.randint(0, 3, (64,), generator=generator)
+    )
     trainer.fit(Module(), DataLoader(data, batch_size=4), ckpt_path=ckpt_path)
     assert trainer.global_step == max_steps
     return counter.num_batches, logger
 
 
 def worker(rank: int, port: int, run_dir: Path, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank), NODE_RANK="0",
-                      WORLD_SIZE=str(WORLD), RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        LOCAL_RANK=str(rank),
+        NODE_RANK="0",
+        WORLD_SIZE=str(WORLD),
+        RANK=str(rank),
+    )
     _, first_logger = fit(run_dir, 4, None, {})
-    cfg = OmegaConf.create({
-        "run": {"ckpt_path": "last"}, "recipe_name": "demo",
-        "paths": {"output_dir": str(run_dir), "log_dir": str(run_dir.parent / "logs")},
-        "logger": {"_target_": "lightning.pytorch.loggers.WandbLogger"},
-    })
+    cfg = OmegaConf.create(
+        {
+            "run": {"ckpt_path": "last"},
+            "recipe_name": "demo",
+            "paths": {"output_dir": str(run_dir), "log_dir": str(run_dir.parent / "logs")},
+            "logger": {"_target_": "lightning.pytorch.loggers.WandbLogger"},
+        }
+    )
     found = resume.resolve_ckpt_path(cfg)  # every rank resolves it, as every rank runs train.py
     kwargs = resume.logger_kwargs(cfg, found)
     num_batches, second_logger = fit(run_dir, 6, found, kwargs)
-    queue.put((rank, {"found": found, "kwargs": kwargs, "first_id": first_logger.version,
-                      "second_id": second_logger.version, "num_batches": num_batches}))
+    queue.put(
+        (
+            rank,
+            {
+                "found": found,
+                "kwargs": kwargs,
+                "first_id": first_logger.version,
+                "second_id": second_logger.version,
+                "num_batches": num_batches,
+            },
+        )
+    )
 
 
 def test_last_finds_the_distributed_checkpoint_and_continues_the_wandb_run(tmp_path):

@@ -21,8 +21,15 @@ def test_between_log_steps_our_stack_adds_no_sync(tmp_path):
     make_demo_data(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    done = subprocess.run([sys.executable, str(HERE / "sync_runs.py"), str(tmp_path / "data"), str(out)], cwd=ROOT,
-                          env=env(tmp_path), capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "sync_runs.py"), str(tmp_path / "data"), str(out)],
+        cwd=ROOT,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     for rank in (0, 1):
         ours = json.loads((out / f"ours-rank{rank}.json").read_text())

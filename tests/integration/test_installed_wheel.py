@@ -27,15 +27,30 @@ batch:
 def run(command, cwd, timeout=600, **env_extra):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WANDB_API_KEY")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="offline", **env_extra)
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(venv bin folder, a working folder outside the clone) with the wheel installed."""
     tmp = tmp_path_factory.mktemp("wheel")
-    built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                 str(tmp / "dist"), str(ROOT)], cwd=tmp)
+    built = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            str(ROOT),
+        ],
+        cwd=tmp,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("lightning_lars-*.whl")
 
@@ -43,13 +58,26 @@ def installed(tmp_path_factory):
     made = run([sys.executable, "-m", "venv", str(venv)], cwd=tmp)
     assert made.returncode == 0, made.stderr[-2000:]
     bin_dir = venv / "bin"
-    purelib = run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                  cwd=tmp).stdout.strip()
+    purelib = run(
+        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp
+    ).stdout.strip()
     # this environment's packages, appended after the venv's own site-packages: the wheel's copy wins
     Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     # --ignore-installed: an editable install of the clone may be among the reused packages
-    installed_ = run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", "--ignore-installed",
-                      "--no-deps", str(wheel)], cwd=tmp)
+    installed_ = run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--ignore-installed",
+            "--no-deps",
+            str(wheel),
+        ],
+        cwd=tmp,
+    )
     assert installed_.returncode == 0, installed_.stderr[-2000:]
     check = run([str(bin_dir / "python"), "-m", "pip", "check"], cwd=tmp)
     assert "lightning-lars" not in check.stdout, check.stdout  # every declared dependency is satisfied
@@ -60,13 +88,15 @@ def installed(tmp_path_factory):
 
 def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
     bin_dir, work = installed
-    code = ("import lightning_lars, lightning_lars.callbacks.monitors.throughput as t, importlib.util as u;"
-            "from lightning_lars.config import paths;"
-            "print(lightning_lars.__file__); print(t.__file__); print(paths.is_checkout());"
-            "print(paths.run_root()); print(u.find_spec('callbacks'));"
-            "print((paths.RECIPES_DIR / 'goyal_8k.yaml').is_file() and (paths.CONF_DIR / 'train.yaml').is_file()"
-            " and paths.RECIPES_DIR.is_relative_to(paths.PACKAGE_DIR));"
-            "print((paths.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())")
+    code = (
+        "import lightning_lars, lightning_lars.callbacks.monitors.throughput as t, importlib.util as u;"
+        "from lightning_lars.config import paths;"
+        "print(lightning_lars.__file__); print(t.__file__); print(paths.is_checkout());"
+        "print(paths.run_root()); print(u.find_spec('callbacks'));"
+        "print((paths.RECIPES_DIR / 'goyal_8k.yaml').is_file() and (paths.CONF_DIR / 'train.yaml').is_file()"
+        " and paths.RECIPES_DIR.is_relative_to(paths.PACKAGE_DIR));"
+        "print((paths.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())"
+    )
     probe = run([str(bin_dir / "python"), "-c", code], cwd=work)
     assert probe.returncode == 0, probe.stderr[-2000:]
     package, callback, checkout, root, top_level_callbacks, recipe, lock = probe.stdout.split("\n")[:7]
@@ -98,8 +128,22 @@ def test_a_users_recipe_folder_on_the_search_path(installed):
 
 def test_demo_trains_from_the_working_folder(installed):
     bin_dir, work = installed
-    made = run([str(bin_dir / "python"), "-m", "lightning_lars.data.demo", "--out", "data/demo",
-                "--train-per-class", "20", "--val-per-class", "4", "--workers", "1"], cwd=work)
+    made = run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            "data/demo",
+            "--train-per-class",
+            "20",
+            "--val-per-class",
+            "4",
+            "--workers",
+            "1",
+        ],
+        cwd=work,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     trained = run([str(bin_dir / "lightning-lars"), "recipe=demo", "debug=toy"], cwd=work, HOME=str(work))
     out = trained.stdout + trained.stderr

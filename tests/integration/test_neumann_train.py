@@ -15,12 +15,30 @@ pytestmark = pytest.mark.slow
 
 
 def test_bad_neumann_value_exits_2_with_one_line(tmp_path_factory, tmp_path):
-    shared = tmp_path_factory.getbasetemp() / "resume_runs"  # the data test_bad_input.py makes, if it ran first
+    shared = (
+        tmp_path_factory.getbasetemp() / "resume_runs"
+    )  # the data test_bad_input.py makes, if it ran first
     make_demo_data(shared)
     done = subprocess.run(
-        [sys.executable, "-m", "lightning_lars.train", "recipe=neumann_32k", "debug=toy", "model.arch=test_resnet",
-         "optimizer.gamma=1.5", "~logger", f"paths.log_dir={tmp_path / 'logs'}", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.train",
+            "recipe=neumann_32k",
+            "debug=toy",
+            "model.arch=test_resnet",
+            "optimizer.gamma=1.5",
+            "~logger",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=env(shared),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
     assert "Traceback" not in done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]

@@ -20,5 +20,7 @@ def test_bad_nlcg_value_exits_2_with_one_error_line(shared):
     done = entry_point("recipe=nlcg_65k", "debug=toy", "optimizer.line_search_period=0", tmp=shared)
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [done.stderr.strip().splitlines()[-1]]  # start-up notices may precede it; it ends the run
+    assert errors == [
+        done.stderr.strip().splitlines()[-1]
+    ]  # start-up notices may precede it; it ends the run
     assert "line_search_period=0" in errors[0] and "integer >= 1" in errors[0]

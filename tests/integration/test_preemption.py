@@ -28,8 +28,15 @@ from lightning_lars.runtime.checkpointing import (
 
 pytestmark = pytest.mark.slow
 
-SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
-              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
+SLURM_VARS = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NTASKS": "1",
+    "SLURM_JOB_NAME": "lars",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+}
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +81,9 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
     assert progress["completed"] == progress["processed"] - 1  # saved at the end of a step, not inside one
     assert not (run_dir / "final.pt").exists()
 
-    requeued = subprocess.run(command, cwd=ROOT, env=job_env, capture_output=True, text=True, timeout=600, check=False)
+    requeued = subprocess.run(
+        command, cwd=ROOT, env=job_env, capture_output=True, text=True, timeout=600, check=False
+    )
     output = requeued.stdout + requeued.stderr
     assert requeued.returncode == 0, output[-3000:]
     assert f"Restoring states from the checkpoint path at {hpc}" in output
@@ -95,11 +104,23 @@ def test_ranks_agree_on_the_signal_step_and_save_every_ranks_rng(tmp_path, monke
     for name in list(os.environ):
         if name.startswith("SLURM_"):
             monkeypatch.delenv(name)
-    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=20, accelerator="cpu", devices=2,
-                        strategy="ddp_spawn", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        plugins=[AtomicCheckpointIO()],
-                        callbacks=[SignalOneRank(), ResumeState(), SignalCheckpoint(check_every_n_steps=4),
-                                   Checkpoint(dirpath=tmp_path / "ckpt")])
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=20,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        plugins=[AtomicCheckpointIO()],
+        callbacks=[
+            SignalOneRank(),
+            ResumeState(),
+            SignalCheckpoint(check_every_n_steps=4),
+            Checkpoint(dirpath=tmp_path / "ckpt"),
+        ],
+    )
     with pytest.raises(Exception, match="Preempted: signal SIGUSR1 at step 4"):
         trainer.fit(BoringModel())
     saved = resume.load_meta(tmp_path / "ckpt" / "signal-step4.ckpt")

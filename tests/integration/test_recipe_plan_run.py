@@ -16,26 +16,68 @@ DEVIATION = "[{technique: 'BN span', published: '32 per GPU', ours: '16 (ghost B
 
 
 def run(args, timeout=900):
-    env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "PYTHONUNBUFFERED": "1",
-           "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-                          timeout=timeout)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "offline",
+    }
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
     data = tmp_path / "data"
-    made = run(["-m", "lightning_lars.data.demo", "--out", str(data / "demo"), "--train-per-class", "16",
-                "--val-per-class", "2", "--workers", "1"])
+    made = run(
+        [
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(data / "demo"),
+            "--train-per-class",
+            "16",
+            "--val-per-class",
+            "2",
+            "--workers",
+            "1",
+        ]
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     # 160 images, global batch 64: our loader gives 160 // 64 = 2 steps per pass; the "source" (2 MXNet
     # workers of 32, each padding its last batch) counted ceil(int(160 / 2) / 32) = 3 steps per epoch.
-    plan_overrides = ["debug=toy", "trainer.max_steps=-1", "trainer.max_epochs=5", "epoch_length.mode=padded",
-                      "epoch_length.workers=2", "epoch_length.num_train_images=160", "evaluation.every_n_epochs=2",
-                      "evaluation.offset_epochs=1", f"deviations={DEVIATION}"]
+    plan_overrides = [
+        "debug=toy",
+        "trainer.max_steps=-1",
+        "trainer.max_epochs=5",
+        "epoch_length.mode=padded",
+        "epoch_length.workers=2",
+        "epoch_length.num_train_images=160",
+        "evaluation.every_n_epochs=2",
+        "evaluation.offset_epochs=1",
+        f"deviations={DEVIATION}",
+    ]
     out = tmp_path / "run"
-    trained = run(["-m", "lightning_lars.train", "recipe=demo", *plan_overrides, f"paths.data_dir={data}",
-                   f"hydra.run.dir={out}", "~logger", "model.arch=test_resnet", "callbacks.time_to_target.target_top1=1",
-                   "callbacks.time_to_target.stop_at_target=false", "trainer.limit_val_batches=1"])
+    trained = run(
+        [
+            "-m",
+            "lightning_lars.train",
+            "recipe=demo",
+            *plan_overrides,
+            f"paths.data_dir={data}",
+            f"hydra.run.dir={out}",
+            "~logger",
+            "model.arch=test_resnet",
+            "callbacks.time_to_target.target_top1=1",
+            "callbacks.time_to_target.stop_at_target=false",
+            "trainer.limit_val_batches=1",
+        ]
+    )
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
     card = run(["-m", "lightning_lars.recipe.catalog", "show", "demo", *plan_overrides])
     assert card.returncode == 0, card.stderr[-2000:]
@@ -44,9 +86,15 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
     # the plan's one measured line follows the first step; a card cannot know it
     first_step = [line for line in lines if "[lightning-lars] plan: first optimizer step done" in line]
     assert len(first_step) == 1, lines[-40:]
-    printed = [line.split("[lightning-lars] ", 1)[1] for line in lines if line not in first_step
-               and ("[lightning-lars] plan:" in line or "[lightning-lars] deviation:" in line)]
-    carded = [line.strip() for line in card.stdout.splitlines() if line.strip().startswith(("plan:", "deviation:"))]
+    printed = [
+        line.split("[lightning-lars] ", 1)[1]
+        for line in lines
+        if line not in first_step
+        and ("[lightning-lars] plan:" in line or "[lightning-lars] deviation:" in line)
+    ]
+    carded = [
+        line.strip() for line in card.stdout.splitlines() if line.strip().startswith(("plan:", "deviation:"))
+    ]
     assert printed == carded and len(printed) == 4, (printed, carded)
     assert "3 steps/epoch (padded" in printed[1] and "15 steps = 5 epochs" in printed[1]
 
@@ -56,6 +104,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
     assert [(e["step"], e["epoch"]) for e in record["evals"]] == [(6, 2.0), (12, 4.0), (15, 5.0)]
     assert record["metrics"]["target/epochs_to_target"] == 2.0  # registered at the first evaluation
     assert record["metrics"]["target/time_to_target_s"] == record["evals"][0]["elapsed_s"]
-    assert record["deviations"] == [{"technique": "BN span", "published": "32 per GPU", "ours": "16 (ghost BN)",
-                                     "why": "toy scale"}]
+    assert record["deviations"] == [
+        {"technique": "BN span", "published": "32 per GPU", "ours": "16 (ghost BN)", "why": "toy scale"}
+    ]
     assert "BN span: published 32 per GPU; ours 16 (ghost BN) (toy scale)" in trained.stdout

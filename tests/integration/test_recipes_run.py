@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from lightning_lars.training import run as train
 from lightning_lars.config import compose as config
 from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
+from lightning_lars.training import run as train
 
 pytestmark = pytest.mark.slow
 RECIPES = [name for name in config.recipe_names() if name != "demo"]
@@ -25,9 +25,24 @@ RECIPES = [name for name in config.recipe_names() if name != "demo"]
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    made = subprocess.run([sys.executable, "-m", "lightning_lars.data.demo", "--out", str(root / "demo"),
-                           "--train-per-class", "20", "--val-per-class", "4", "--workers", "1"],
-                          capture_output=True, text=True, timeout=600)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(root / "demo"),
+            "--train-per-class",
+            "20",
+            "--val-per-class",
+            "4",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     return root
 
@@ -35,9 +50,19 @@ def data_dir(tmp_path_factory):
 def compose_run(name, data_dir, out_dir):
     # AlexNet-BN: the toy config's own size (the model's minimum, 63 px), as `make recipe=NAME debug=toy` runs it
     sizes = [] if "alexnet" in name else ["data.resolution=16", "data.val_resolution=16"]
-    overrides = [f"recipe={name}", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={out_dir}",
-                 f"paths.output_dir={out_dir}/{name}", "trainer.precision=32-true", "batch.global_size=16",
-                 "batch.max_per_device=8", "batch.bn_group=4", *sizes, "trainer.limit_val_batches=1"]
+    overrides = [
+        f"recipe={name}",
+        "debug=toy",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={out_dir}",
+        f"paths.output_dir={out_dir}/{name}",
+        "trainer.precision=32-true",
+        "batch.global_size=16",
+        "batch.max_per_device=8",
+        "batch.bn_group=4",
+        *sizes,
+        "trainer.limit_val_batches=1",
+    ]
     return config.compose_job(overrides)
 
 

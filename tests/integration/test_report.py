@@ -21,15 +21,29 @@ PY = [sys.executable]
 
 def run(args, env_extra=None, timeout=900):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", **(env_extra or {})}
-    return subprocess.run([*PY, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+    return subprocess.run(
+        [*PY, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """A small demo dataset: 10 classes x 16 train / 8 val images (160 / 80)."""
     folder = tmp_path_factory.mktemp("data")
-    made = run(["-m", "lightning_lars.data.demo", "--out", str(folder / "demo"), "--train-per-class", "16",
-                "--val-per-class", "8", "--workers", "1"])
+    made = run(
+        [
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(folder / "demo"),
+            "--train-per-class",
+            "16",
+            "--val-per-class",
+            "8",
+            "--workers",
+            "1",
+        ]
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     return folder
 
@@ -43,15 +57,28 @@ def _table(run_dir: Path, key: str) -> dict:
 def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
     # 160 images / 64 per step = 2 steps per epoch; 4 steps = 2 epochs with an eval after each.
     out = tmp_path / "run"
-    trained = run(["-m", "lightning_lars.train", "recipe=demo", "debug=toy", f"paths.data_dir={data_dir}",
-                   f"hydra.run.dir={out}", "trainer.max_steps=4", "trainer.max_epochs=2",
-                   "trainer.log_every_n_steps=1", "callbacks.trust_ratio.every_n_steps=1",
-                   "callbacks.time_to_target.target_top1=99.9",
-                   "deviations=[{technique: 'BN span', published: '32', ours: '16', why: 'toy'}]"])
+    trained = run(
+        [
+            "-m",
+            "lightning_lars.train",
+            "recipe=demo",
+            "debug=toy",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={out}",
+            "trainer.max_steps=4",
+            "trainer.max_epochs=2",
+            "trainer.log_every_n_steps=1",
+            "callbacks.trust_ratio.every_n_steps=1",
+            "callbacks.time_to_target.target_top1=99.9",
+            "deviations=[{technique: 'BN span', published: '32', ours: '16', why: 'toy'}]",
+        ]
+    )
     log = trained.stdout + trained.stderr
     assert trained.returncode == 0, log[-3000:]
     assert "Results: recipe demo" in log and "time to 99.9 % top-1" in log
-    assert "[train] epoch 2.00/2 step 4/4 (100.0%)" in log and "[val] epoch 1 step 2" in log  # not a TTY: lines
+    assert (
+        "[train] epoch 2.00/2 step 4/4 (100.0%)" in log and "[val] epoch 1 step 2" in log
+    )  # not a TTY: lines
     # no library noise (W&B's anonymous-mode warning, torch's pytree deprecation through Lightning,
     # Lightning's weights_only notice, its untrue "validation will run after every batch")
     for noise in ("anonymous", "LeafSpec", "weights_only", "validation will run after every batch"):
@@ -71,7 +98,9 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
 
     summary = {row[0]: row[1:] for row in _table(out, "summary")["data"]}
     assert summary["top-1 (val)"][0] == f"{100 * final_top1:.2f} %"
-    published_batch = str(yaml.safe_load((RECIPES_DIR / "demo.yaml").read_text())["published"]["global_batch"])
+    published_batch = str(
+        yaml.safe_load((RECIPES_DIR / "demo.yaml").read_text())["published"]["global_batch"]
+    )
     assert summary["global batch"] == ["64", published_batch]  # this run beside the recipe's published value
 
     deviations = _table(out, "deviations")  # the recipe's deviations, beside the summary
@@ -98,12 +127,24 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
 
 def test_a_diverged_run_ends_in_one_line_naming_the_step(data_dir, tmp_path):
     out = tmp_path / "run"
-    diverged = run(["-m", "lightning_lars.train", "recipe=demo", "debug=toy", f"paths.data_dir={data_dir}",
-                    f"hydra.run.dir={out}", "scheduler.base_lr=1e30",
-                    "scheduler.warmup_epochs=0", "callbacks.divergence.check_every_n_steps=1"])
+    diverged = run(
+        [
+            "-m",
+            "lightning_lars.train",
+            "recipe=demo",
+            "debug=toy",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={out}",
+            "scheduler.base_lr=1e30",
+            "scheduler.warmup_epochs=0",
+            "callbacks.divergence.check_every_n_steps=1",
+        ]
+    )
     assert diverged.returncode == 2, (diverged.stdout + diverged.stderr)[-3000:]
     errors = [ln for ln in diverged.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: training diverged at step "), diverged.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("error: training diverged at step "), diverged.stderr[
+        -3000:
+    ]
     assert "loss is nan" in errors[0] or "weights are NaN/inf" in errors[0]
     assert "Traceback" not in diverged.stderr
     assert not list(out.glob("checkpoints/*.ckpt"))  # nothing written from the diverged state

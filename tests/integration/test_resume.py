@@ -42,8 +42,15 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     assert saved["FFCVDataModule"] == {"epoch": 1, "samples_consumed": 64}  # 2 of 6 global batches of epoch 2
     killed_wandb = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
 
-    resumed = subprocess.run([*command, "run.ckpt_path=last"], cwd=ROOT, env=env(shared), capture_output=True,
-                             text=True, timeout=600, check=False)
+    resumed = subprocess.run(
+        [*command, "run.ckpt_path=last"],
+        cwd=ROOT,
+        env=env(shared),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
     assert "Restoring states from the checkpoint path at" in output

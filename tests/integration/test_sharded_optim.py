@@ -31,8 +31,10 @@ WORLD = 2
 STEPS = 4
 CASES = {
     "lars_nvidia": (LARS, {"momentum": 0.9, "form": "nvidia", "trust_coefficient": 0.02, "eps": 1e-9}),
-    "lars_mlperf_nesterov": (LARS, {"momentum": 0.9, "form": "mlperf", "nesterov": True,
-                                    "trust_coefficient": 0.02}),
+    "lars_mlperf_nesterov": (
+        LARS,
+        {"momentum": 0.9, "form": "mlperf", "nesterov": True, "trust_coefficient": 0.02},
+    ),
     "lars_clip": (LARS, {"momentum": 0.9, "form": "nvidia", "clip": True, "trust_coefficient": 0.02}),
     "lamb": (LAMB, {"max_grad_norm": 0.5}),
 }
@@ -78,8 +80,9 @@ def _fsdp1_case(rank: int, case: str) -> tuple[tuple[float, float], float]:
     cls, kwargs = CASES[case]
     reference = _model()
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=8)
-    sharded = FullyShardedDataParallel(copy.deepcopy(reference), device_id=torch.device("cpu"),
-                                       use_orig_params=True, auto_wrap_policy=policy)
+    sharded = FullyShardedDataParallel(
+        copy.deepcopy(reference), device_id=torch.device("cpu"), use_orig_params=True, auto_wrap_policy=policy
+    )
     groups = param_groups(sharded, weight_decay=0.01)
     expected = param_groups(reference, weight_decay=0.01)
     assert [g["param_names"] for g in groups] == [g["param_names"] for g in expected], "rule read flat shapes"

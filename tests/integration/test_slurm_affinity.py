@@ -33,18 +33,35 @@ print(json.dumps(picked))
 
 def pick_workers(cpus: str, slurm: dict[str, str]) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC", "LOCAL_RANK"))}
-    result = subprocess.run(["taskset", "-c", cpus, sys.executable, "-c", PICK_WORKERS], cwd=ROOT,
-                            env={**env, **slurm}, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        ["taskset", "-c", cpus, sys.executable, "-c", PICK_WORKERS],
+        cwd=ROOT,
+        env={**env, **slurm},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def srun_task(cpus_per_task: int) -> dict[str, str]:
     """What srun sets in task 0 of a one-node job with 2 tasks (``--ntasks-per-node=2 --cpus-per-task=N``)."""
-    return {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "lars-demo", "SLURM_NTASKS": "2",
-            "SLURM_NTASKS_PER_NODE": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-            "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODELIST": "localhost",
-            "SLURM_CPUS_PER_TASK": str(cpus_per_task), "SLURM_STEP_ID": "0"}
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "lars-demo",
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_CPUS_PER_TASK": str(cpus_per_task),
+        "SLURM_STEP_ID": "0",
+    }
 
 
 @pytest.mark.skipif(CORES < 2, reason="needs 2 cores to bind a task to 2")

@@ -53,18 +53,32 @@ RELATIVE_TOLERANCE = 1e-4
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)
 
 OPTIMIZERS = {
-    **{f"lars_{form}": (LARS, "ndim<=1", {"momentum": 0.9, "form": form, "trust_coefficient": 0.02})
-       for form in FORMS},
+    **{
+        f"lars_{form}": (LARS, "ndim<=1", {"momentum": 0.9, "form": form, "trust_coefficient": 0.02})
+        for form in FORMS
+    },
     "lars_rule_none": (LARS, "none", {"momentum": 0.9, "form": "nvidia", "trust_coefficient": 0.02}),
     "lamb": (LAMB, "ndim<=1", {"max_grad_norm": 0.5}),
     # global inner products; a line-search check at step 3 on the ranks' averaged loss EMAs: EMA ratio 1.024, band
     # (1.0125, 1.025] at tau 0.5: base lr x0.975 and 10 % of the previous direction taken back
-    "nlcg": (NLCG, "ndim<=1", {"update_rule": "PR", "trust_coefficient": 0.02, "line_search_period": 3,
-             "line_search_threshold": 0.5}),
+    "nlcg": (
+        NLCG,
+        "ndim<=1",
+        {
+            "update_rule": "PR",
+            "trust_coefficient": 0.02,
+            "line_search_period": 3,
+            "line_search_threshold": 0.5,
+        },
+    ),
     # step 1 SGD burn-in, step 2 the reset, steps 3-4 Neumann updates with one norm ||w - v|| over the whole
     # model (v stayed at w_0 through the burn-in: r ~ 1e-2). alpha and beta (ours) make the cubic and the
     # repulsive terms each ~10 % of d there, so a per-shard r (off by up to sqrt(2)) moves the weights by O(1e-2)
-    "neumann": (Neumann, "ndim<=1", {"sgd_steps": 1, "reset_steps": 0, "alpha": 1e3, "beta": 2e-8, "gamma": 0.5}),
+    "neumann": (
+        Neumann,
+        "ndim<=1",
+        {"sgd_steps": 1, "reset_steps": 0, "alpha": 1e3, "beta": 2e-8, "gamma": 0.5},
+    ),
 }
 
 
@@ -82,8 +96,15 @@ class Net(nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.body = nn.Sequential(
-            nn.Conv2d(3, 6, 3, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 5, 3, bias=False),
-            nn.BatchNorm2d(5), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(5, 7),
+            nn.Conv2d(3, 6, 3, bias=False),
+            nn.BatchNorm2d(6),
+            nn.ReLU(),
+            nn.Conv2d(6, 5, 3, bias=False),
+            nn.BatchNorm2d(5),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(5, 7),
         )
         self.unused_head = nn.Linear(5, 3)  # never called: its gradient stays None, as in the oracle
 
@@ -94,13 +115,20 @@ class Net(nn.Module):
 def make_optimizer(model: nn.Module, name: str) -> torch.optim.Optimizer:
     cls, rule, kwargs = OPTIMIZERS[name]
     # as ImageClassifier.configure_optimizers: groups from the (possibly already wrapped) model
-    return cls(param_groups(model, WEIGHT_DECAY, rule), lr=lr_at(0, name), weight_decay=WEIGHT_DECAY, **kwargs)
+    return cls(
+        param_groups(model, WEIGHT_DECAY, rule), lr=lr_at(0, name), weight_decay=WEIGHT_DECAY, **kwargs
+    )
 
 
 def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(1)
-    return [(torch.randn(WORLD * PER_RANK, 3, 8, 8, generator=generator),
-             torch.randint(0, 7, (WORLD * PER_RANK,), generator=generator)) for _ in range(STEPS)]
+    return [
+        (
+            torch.randn(WORLD * PER_RANK, 3, 8, 8, generator=generator),
+            torch.randint(0, 7, (WORLD * PER_RANK,), generator=generator),
+        )
+        for _ in range(STEPS)
+    ]
 
 
 def reference(name: str) -> dict[str, torch.Tensor]:
@@ -138,8 +166,11 @@ def make_strategy(kind: str):
     # A collective that waits for a rank that never joins (norm vectors of different lengths) fails after
     # COLLECTIVE_TIMEOUT instead of hanging the suite; the first strategy's setting holds for the process group.
     if kind == "ddp":
-        return instantiate(OmegaConf.load(REPO / "conf/strategy/ddp.yaml"), find_unused_parameters=True,
-                           timeout=COLLECTIVE_TIMEOUT)
+        return instantiate(
+            OmegaConf.load(REPO / "conf/strategy/ddp.yaml"),
+            find_unused_parameters=True,
+            timeout=COLLECTIVE_TIMEOUT,
+        )
     if kind.startswith("ddp_bucketed"):
         cfg = OmegaConf.load(REPO / "conf/strategy/ddp_bucketed.yaml")  # the shipped config, KiB-sized here
         cfg.bucket_cap_mb = 0.001
@@ -148,25 +179,39 @@ def make_strategy(kind: str):
         return instantiate(cfg, find_unused_parameters=True, timeout=COLLECTIVE_TIMEOUT)
     if kind == "fsdp2":
         return FSDP2Strategy(timeout=COLLECTIVE_TIMEOUT)
-    return FSDP1Strategy(min_params_per_unit=10, timeout=COLLECTIVE_TIMEOUT)  # a unit per layer: uneven shards
+    return FSDP1Strategy(
+        min_params_per_unit=10, timeout=COLLECTIVE_TIMEOUT
+    )  # a unit per layer: uneven shards
 
 
 def full_parameters(module: Module, trainer: L.Trainer) -> dict[str, torch.Tensor]:
     if isinstance(trainer.strategy, FSDP1Strategy):
         with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
             return {n.replace(FSDP1_PREFIX, ""): p.detach().clone() for n, p in module.net.named_parameters()}
-    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
-            for n, p in module.net.named_parameters()}
+    return {
+        n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+        for n, p in module.net.named_parameters()
+    }
 
 
 def train_and_compare(rank: int, kind: str, name: str) -> str | None:
     """Train ``name`` under strategy ``kind`` on this rank's halves; None if it equals the oracle, else why not."""
-    own = [(x[rank * PER_RANK:(rank + 1) * PER_RANK], y[rank * PER_RANK:(rank + 1) * PER_RANK])
-           for x, y in batches()]
+    own = [
+        (x[rank * PER_RANK : (rank + 1) * PER_RANK], y[rank * PER_RANK : (rank + 1) * PER_RANK])
+        for x, y in batches()
+    ]
     module = Module(name)
-    trainer = L.Trainer(accelerator="cpu", devices=WORLD, strategy=make_strategy(kind), max_steps=STEPS,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, use_distributed_sampler=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy=make_strategy(kind),
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
     trainer.fit(module, DataLoader(own, batch_size=None))
     why_not = strategy_did_its_part(trainer, kind)
     if why_not:
@@ -196,7 +241,11 @@ def strategy_did_its_part(trainer: L.Trainer, kind: str) -> str | None:
         state = strategy._ddp_comm_state
         if state.num_allreduces < STEPS:
             return f"the comm hook launched {state.num_allreduces} all-reduces in {STEPS} steps"
-        if kind.endswith("hook_norms") and isinstance(optimizer, LARS) and optimizer.grad_norm_source is not state:
+        if (
+            kind.endswith("hook_norms")
+            and isinstance(optimizer, LARS)
+            and optimizer.grad_norm_source is not state
+        ):
             return "LARS did not take its gradient norms from the hook"
     if kind.startswith("fsdp"):
         bn = trainer.lightning_module.net.body[1]
@@ -206,14 +255,22 @@ def strategy_did_its_part(trainer: L.Trainer, kind: str) -> str | None:
         if torch.equal(everyone[0], everyone[1]):
             return "the ranks' BN statistics were equal before averaging: the check would be empty"
         strategy.on_validation_start()
-        torch.testing.assert_close(torch.cat([bn.running_mean, bn.running_var]), torch.stack(everyone).mean(0))
+        torch.testing.assert_close(
+            torch.cat([bn.running_mean, bn.running_var]), torch.stack(everyone).mean(0)
+        )
     return None
 
 
 def worker(rank: int, port: int, queue) -> None:
     # LOCAL_RANK set: Lightning treats the processes as started externally (one per rank, as under srun).
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank), NODE_RANK="0",
-                      WORLD_SIZE=str(WORLD), RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        LOCAL_RANK=str(rank),
+        NODE_RANK="0",
+        WORLD_SIZE=str(WORLD),
+        RANK=str(rank),
+    )
     results = {}
     for kind in KINDS:
         for name in OPTIMIZERS:
@@ -232,8 +289,9 @@ KINDS = ["ddp", "ddp_bucketed", "ddp_bucketed_hook_norms", "fsdp2", "fsdp1"]
 def outcomes() -> dict:
     """One spawn for the whole matrix: starting two interpreters costs far more than the 25 short fits."""
     queue = mp.get_context("spawn").Queue()
-    processes = mp.start_processes(worker, args=(free_port(), queue), nprocs=WORLD, join=False,
-                                   start_method="spawn")
+    processes = mp.start_processes(
+        worker, args=(free_port(), queue), nprocs=WORLD, join=False, start_method="spawn"
+    )
     per_rank, running, deadline = {}, {}, time.monotonic() + 600
     try:
         while len(per_rank) < WORLD:
@@ -243,7 +301,9 @@ def outcomes() -> dict:
                 # gloo aborts the process on a size mismatch ("Is there a distributed collective mismatch?")
                 died = [p.exitcode for p in processes.processes if p.exitcode not in (None, 0)]
                 if died or time.monotonic() > deadline:
-                    pytest.fail(f"a rank {'died (exit codes ' + str(died) + ')' if died else 'hung'} in {running}")
+                    pytest.fail(
+                        f"a rank {'died (exit codes ' + str(died) + ')' if died else 'hung'} in {running}"
+                    )
                 continue
             if event == "started":
                 running[rank] = payload
@@ -259,6 +319,10 @@ def outcomes() -> dict:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_ranks_train_like_one_process(outcomes, kind):
-    failures = [f"rank {rank} {name}: {why}" for rank, results in sorted(outcomes.items())
-                for (k, name), why in results.items() if k == kind and why is not None]
+    failures = [
+        f"rank {rank} {name}: {why}"
+        for rank, results in sorted(outcomes.items())
+        for (k, name), why in results.items()
+        if k == kind and why is not None
+    ]
     assert not failures, "\n".join(failures)

@@ -33,18 +33,33 @@ JOB_ID = "4242"
 def srun_tasks(tmp_path: Path, folder: Path, attempt: str, port: int) -> list[tuple[subprocess.Popen, Path]]:
     """What ``srun python -u -m submitit.core._submit FOLDER`` starts on a one-node job with 2 tasks."""
     submitit_site = str(Path(submitit.__file__).resolve().parents[1])
-    base = env(tmp_path, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", SUBMITIT_EXECUTOR="slurm",
-               SLURM_JOB_ID=JOB_ID, SLURM_JOB_NAME="lars-demo", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2",
-               SLURM_NNODES="1", SLURM_JOB_NUM_NODES="1", SLURM_NODEID="0", SLURM_NODELIST="127.0.0.1",
-               SLURM_CPUS_PER_TASK="1", MASTER_PORT=str(port))
+    base = env(
+        tmp_path,
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        SUBMITIT_EXECUTOR="slurm",
+        SLURM_JOB_ID=JOB_ID,
+        SLURM_JOB_NAME="lars-demo",
+        SLURM_NTASKS="2",
+        SLURM_NTASKS_PER_NODE="2",
+        SLURM_NNODES="1",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_NODEID="0",
+        SLURM_NODELIST="127.0.0.1",
+        SLURM_CPUS_PER_TASK="1",
+        MASTER_PORT=str(port),
+    )
     base["PYTHONPATH"] += os.pathsep + submitit_site
     tasks = []
     for rank in (0, 1):
         log = tmp_path / f"{attempt}-rank{rank}.log"
         with open(log, "w") as out:
-            process = subprocess.Popen([sys.executable, "-u", "-m", "submitit.core._submit", str(folder)], cwd=ROOT,
-                                       env={**base, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
-                                       stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [sys.executable, "-u", "-m", "submitit.core._submit", str(folder)],
+                cwd=ROOT,
+                env={**base, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         tasks.append((process, log))
     return tasks
 
@@ -69,8 +84,14 @@ def test_sigusr2_checkpoints_at_an_agreed_step_and_submitit_requeues(tmp_path):
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
     scontrol.chmod(0o755)
     logs = tmp_path / "logs"
-    overrides = [*OVERRIDES, f"paths.log_dir={logs}", "trainer.devices=2", "strategy=ddp",
-                 "trainer.log_every_n_steps=2", "~logger"]  # ranks agree every 2 optimizer steps
+    overrides = [
+        *OVERRIDES,
+        f"paths.log_dir={logs}",
+        "trainer.devices=2",
+        "strategy=ddp",
+        "trainer.log_every_n_steps=2",
+        "~logger",
+    ]  # ranks agree every 2 optimizer steps
     folder = tmp_path / "submitit"
     folder.mkdir()
     delayed = submitit.helpers.DelayedSubmission(TrainJob(overrides))
@@ -82,7 +103,11 @@ def test_sigusr2_checkpoints_at_an_agreed_step_and_submitit_requeues(tmp_path):
     tasks = srun_tasks(tmp_path, folder, "first", free_port())
     first_checkpoint = run_dir / "checkpoints" / "epoch0-step4.ckpt"
     deadline = time.monotonic() + 900
-    while not first_checkpoint.exists() and all(p.poll() is None for p, _ in tasks) and time.monotonic() < deadline:
+    while (
+        not first_checkpoint.exists()
+        and all(p.poll() is None for p, _ in tasks)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     pickled_at = pickle.stat().st_mtime_ns
     for process, _ in tasks:  # SLURM signals every task (--signal=USR2@90, not B:USR2)
@@ -107,7 +132,9 @@ def test_sigusr2_checkpoints_at_an_agreed_step_and_submitit_requeues(tmp_path):
     results = finish(srun_tasks(tmp_path, folder, "requeued", free_port()))
     for code, log in results:
         assert code == 0, log[-3000:]
-    assert f"Restoring states from the checkpoint path at {saved[0]}" in results[0][1]  # Lightning: rank 0 says it
+    assert (
+        f"Restoring states from the checkpoint path at {saved[0]}" in results[0][1]
+    )  # Lightning: rank 0 says it
     final = torch.load(run_dir / "final.pt", weights_only=False)
     assert final["global_step"] == 12
     assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", JOB_ID]  # no second requeue

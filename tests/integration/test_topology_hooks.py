@@ -62,11 +62,21 @@ class SaveAtEnd(L.Callback):
 def fit(strategy, checkpoint=None) -> tuple[dict, dict]:
     """4 steps on 2 spawned CPU processes; rank 0's final weights and metrics; saves ``checkpoint`` if given."""
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(64, 3, 12, 12, generator=generator), torch.randint(0, 10, (64,), generator=generator))
+    data = TensorDataset(
+        torch.randn(64, 3, 12, 12, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+    )
     module = TinyClassifier()
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_steps=4, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[SaveAtEnd(checkpoint)] if checkpoint else None)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[SaveAtEnd(checkpoint)] if checkpoint else None,
+    )
     os.environ["MASTER_PORT"] = str(free_port())
     trainer.fit(module, DataLoader(data, batch_size=8))
     return {k: v.clone() for k, v in module.state_dict().items()}, dict(trainer.callback_metrics)

@@ -22,31 +22,77 @@ class SaveWeightsPerRank(L.Callback):
         self.out_dir = Path(out_dir)
 
     def on_train_end(self, trainer, pl_module):
-        torch.save({"weights": pl_module.state_dict(), "global_step": trainer.global_step},
-                   self.out_dir / f"rank{trainer.global_rank}.pt")
+        torch.save(
+            {"weights": pl_module.state_dict(), "global_step": trainer.global_step},
+            self.out_dir / f"rank{trainer.global_rank}.pt",
+        )
 
 
 def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
     data_dir = tmp_path / "data"  # its own small copy of the demo data: the test needs no earlier make demo
-    made = subprocess.run([sys.executable, "-m", "lightning_lars.data.demo", "--out", str(data_dir / "demo"),
-                           "--train-per-class", "20", "--val-per-class", "4", "--workers", "1"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.data.demo",
+            "--out",
+            str(data_dir / "demo"),
+            "--train-per-class",
+            "20",
+            "--val-per-class",
+            "4",
+            "--workers",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURM_") and k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK")}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(NUM_NODES),
-               WANDB_MODE="offline",  # the nodes import this module (its callback), which imports helpers
-               PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent), str(TESTS_DIR)]))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SLURM_") and k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK")
+    }
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(NUM_NODES),
+        WANDB_MODE="offline",  # the nodes import this module (its callback), which imports helpers
+        PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent), str(TESTS_DIR)]),
+    )
     command = [
         # debug=toy: 3 steps of global batch 64 on CPU (32 images per "node")
-        sys.executable, "-m", "lightning_lars.train", "recipe=demo", "debug=toy", f"trainer.num_nodes={NUM_NODES}",
-        "trainer.devices=1", "trainer.accelerator=cpu", "strategy=ddp_bucketed", "strategy.bucket_cap_mb=0.25", "strategy.ddp_comm_state.group_caps_mb=[0.25,1,4]",
+        sys.executable,
+        "-m",
+        "lightning_lars.train",
+        "recipe=demo",
+        "debug=toy",
+        f"trainer.num_nodes={NUM_NODES}",
+        "trainer.devices=1",
+        "trainer.accelerator=cpu",
+        "strategy=ddp_bucketed",
+        "strategy.bucket_cap_mb=0.25",
+        "strategy.ddp_comm_state.group_caps_mb=[0.25,1,4]",
         "+callbacks.save_weights._target_=test_two_nodes.SaveWeightsPerRank",
-        f"+callbacks.save_weights.out_dir={tmp_path}", "logger.mode=offline", f"paths.data_dir={data_dir}",
+        f"+callbacks.save_weights.out_dir={tmp_path}",
+        "logger.mode=offline",
+        f"paths.data_dir={data_dir}",
         f"hydra.run.dir={tmp_path}/run",  # one run dir for both "nodes"
     ]
-    nodes = [subprocess.Popen(command, cwd=REPO, env={**env, "NODE_RANK": str(rank)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for rank in range(NUM_NODES)]
+    nodes = [
+        subprocess.Popen(
+            command,
+            cwd=REPO,
+            env={**env, "NODE_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(NUM_NODES)
+    ]
     try:
         outputs = [node.communicate(timeout=420)[0] for node in nodes]
     finally:
@@ -65,13 +111,25 @@ def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
 def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
     from lightning_lars.parallel.launch import build
 
-    launcher, script = build(["--nodes", "4", "--devices", "8", "recipe=goyal_8k", "trainer.max_epochs=2"],
-                             env={}, which=lambda name: "/usr/bin/sbatch")
+    launcher, script = build(
+        ["--nodes", "4", "--devices", "8", "recipe=goyal_8k", "trainer.max_epochs=2"],
+        env={},
+        which=lambda name: "/usr/bin/sbatch",
+    )
     assert launcher == "slurm"
-    for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--signal=SIGUSR1@90", "--requeue"):
+    for directive in (
+        "--nodes=4",
+        "--ntasks-per-node=8",
+        "--gpus-per-node=8",
+        "--signal=SIGUSR1@90",
+        "--requeue",
+    ):
         assert f"#SBATCH {directive}\n" in script
     srun = [line for line in script.splitlines() if line.startswith("srun ")]
-    assert len(srun) == 1 and "recipe=goyal_8k trainer.num_nodes=4 trainer.devices=8 trainer.max_epochs=2" in srun[0]
+    assert (
+        len(srun) == 1
+        and "recipe=goyal_8k trainer.num_nodes=4 trainer.devices=8 trainer.max_epochs=2" in srun[0]
+    )
     result = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert result.returncode == 0, result.stderr  # valid shell
 
@@ -81,13 +139,21 @@ def test_launcher_choice_without_slurm():
     from lightning_lars.parallel.launch import build
 
     no_sbatch = lambda name: None
-    launcher, command = build(["--nodes", "2", "--devices", "4", "recipe=demo"],
-                              env={"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1", "RUN_ID": "r1"}, which=no_sbatch)
+    launcher, command = build(
+        ["--nodes", "2", "--devices", "4", "recipe=demo"],
+        env={"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1", "RUN_ID": "r1"},
+        which=no_sbatch,
+    )
     assert launcher == "torchrun" and command[1:3] == ["-m", "torch.distributed.run"]
     assert {"--nnodes=2", "--nproc-per-node=4", "--node-rank=1", "--master-addr=10.0.0.1"} <= set(command)
     assert command[-1].endswith("runs/torchrun-r1")  # every node writes to the same run dir
     launcher, command = build(["--devices", "2", "recipe=demo"], env={}, which=no_sbatch)
-    assert launcher == "local" and command[1:] == ["-m", "lightning_lars.train", "recipe=demo",
-                                                   "trainer.num_nodes=1", "trainer.devices=2"]
+    assert launcher == "local" and command[1:] == [
+        "-m",
+        "lightning_lars.train",
+        "recipe=demo",
+        "trainer.num_nodes=1",
+        "trainer.devices=2",
+    ]
     with pytest.raises(UserError, match="MASTER_ADDR"):
         build(["--nodes", "2", "recipe=demo"], env={}, which=no_sbatch)

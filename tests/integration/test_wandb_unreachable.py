@@ -57,17 +57,31 @@ def closed_port():
     return f"http://127.0.0.1:{port}"
 
 
-@pytest.mark.parametrize("server, init_timeout_s, reason", [("closed_port", 30.0, "unreachable"),
-                                                            ("silent_server", 5.0, "did not answer")])
-def test_key_set_server_unreachable_goes_offline_in_bounded_time(server, init_timeout_s, reason, request,
-                                                                 tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # credentials alone decide: online
-    env.update(WANDB_API_KEY="0123456789abcdef0123456789abcdef01234567",  # 40 chars, as wandb wants
-               WANDB_BASE_URL=request.getfixturevalue(server),
-               NETRC=str(tmp_path / "no-netrc"), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
+@pytest.mark.parametrize(
+    "server, init_timeout_s, reason",
+    [("closed_port", 30.0, "unreachable"), ("silent_server", 5.0, "did not answer")],
+)
+def test_key_set_server_unreachable_goes_offline_in_bounded_time(
+    server, init_timeout_s, reason, request, tmp_path
+):
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("WANDB_")
+    }  # credentials alone decide: online
+    env.update(
+        WANDB_API_KEY="0123456789abcdef0123456789abcdef01234567",  # 40 chars, as wandb wants
+        WANDB_BASE_URL=request.getfixturevalue(server),
+        NETRC=str(tmp_path / "no-netrc"),
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+    )
     save_dir = tmp_path / "logs"
-    job = subprocess.run([sys.executable, "-c", JOB, str(save_dir), str(init_timeout_s)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=init_timeout_s + SLACK_S + 60)
+    job = subprocess.run(
+        [sys.executable, "-c", JOB, str(save_dir), str(init_timeout_s)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=init_timeout_s + SLACK_S + 60,
+    )
     assert job.returncode == 0, job.stderr[-3000:]
     result = json.loads(job.stdout.strip().splitlines()[-1])
     assert result["offline"] and result["mode"] in ("offline", "dryrun")

@@ -18,8 +18,10 @@ from lightning_lars.parallel.topology_hooks import (
 
 NODES, DEVICES = 2, 2
 UNIT_ROUNDOFF = 2.0**-24  # fp32
-HOOKS = {"torus2d": (Torus2DAllReduceState, torus_2d_allreduce_hook),
-         "hierarchical": (HierarchicalAllReduceState, hierarchical_allreduce_hook)}
+HOOKS = {
+    "torus2d": (Torus2DAllReduceState, torus_2d_allreduce_hook),
+    "hierarchical": (HierarchicalAllReduceState, hierarchical_allreduce_hook),
+}
 
 
 def small_net() -> torch.nn.Module:
@@ -62,7 +64,9 @@ def compare(rank: int, port: int) -> None:
             images, labels = batch(generator)
             for model in (plain, hooked, local):
                 backward(model, images, labels)
-            for (pname, ref), param, own in zip(plain.named_parameters(), hooked.parameters(), local.parameters()):
+            for (pname, ref), param, own in zip(
+                plain.named_parameters(), hooked.parameters(), local.parameters()
+            ):
                 gathered = [torch.empty_like(own.grad, dtype=torch.float64) for _ in range(world)]
                 dist.all_gather(gathered, own.grad.double())
                 exact = torch.stack(gathered).mean(0)
@@ -70,11 +74,15 @@ def compare(rank: int, port: int) -> None:
                 # |error| <= (p - 1) u sum_i |g_i / p| (Higham, Accuracy and Stability, eq. 4.4)
                 bound = (world - 1) * UNIT_ROUNDOFF * torch.stack(gathered).abs().mean(0) * (1 + 1e-6)
                 assert ((ref.grad.double() - exact).abs() <= bound).all(), f"{where} step {step} {pname}: DDP"
-                assert ((param.grad.double() - exact).abs() <= bound).all(), f"{where} step {step} {pname}: hook"
+                assert ((param.grad.double() - exact).abs() <= bound).all(), (
+                    f"{where} step {step} {pname}: hook"
+                )
                 own.grad.copy_(ref.grad)  # all three step with DDP's gradient: same weights next step
                 param.grad.copy_(ref.grad)
             if caps is not None and step > 0:
-                assert len(state.last_backward_groups) < sum(state.last_backward_groups), f"{where}: no grouping"
+                assert len(state.last_backward_groups) < sum(state.last_backward_groups), (
+                    f"{where}: no grouping"
+                )
             for optimizer in optimizers:
                 optimizer.step()
         assert state.num_allreduces >= 3, where
@@ -89,7 +97,9 @@ def compare(rank: int, port: int) -> None:
                 backward(model, images, labels)
                 optimizer.step()
         start = small_net().state_dict()
-        for (pname, ref), param in zip(plain.module.state_dict().items(), hooked.module.state_dict().values()):
+        for (pname, ref), param in zip(
+            plain.module.state_dict().items(), hooked.module.state_dict().values()
+        ):
             # 5 steps of per-element gradient differences of a few fp32 ulps, times lr 0.1 with momentum
             torch.testing.assert_close(param, ref, rtol=1e-5, atol=1e-6, msg=f"{where}: {pname}")
         assert (plain.module.state_dict()["0.weight"] - start["0.weight"]).abs().max() > 1e-3  # it trained

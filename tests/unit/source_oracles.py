@@ -36,13 +36,13 @@ def mxnet_lrs(scheduler, updates):
 
 def tf_poly_rate_schedule(global_step, *, plr, w_epochs, train_steps, batch_size, end_lr=0.0001):
     """tensorflow/tpu lars_util.py ``poly_rate_schedule`` (Google MLPerf v0.6/v0.7 alike), TF ops in Python."""
-    steps_per_epoch = N / batch_size                       # resnet_main.py: float
+    steps_per_epoch = N / batch_size  # resnet_main.py: float
     current_epoch = global_step / steps_per_epoch
     wrate = plr * current_epoch / w_epochs
     w_steps = w_epochs * N // batch_size
-    decay_steps = max(1, global_step - w_steps)             # tf.maximum(min_step, global_step - w_steps)
+    decay_steps = max(1, global_step - w_steps)  # tf.maximum(min_step, global_step - w_steps)
     decay_total = train_steps - w_steps + 1
-    step = min(decay_steps, decay_total)                    # tf.train.polynomial_decay, cycle=False
+    step = min(decay_steps, decay_total)  # tf.train.polynomial_decay, cycle=False
     poly_rate = (plr - end_lr) * (1 - step / decay_total) ** 2.0 + end_lr
     return wrate if current_epoch <= w_epochs else poly_rate  # tf.where(current_epoch <= w_epochs, ...)
 
@@ -62,7 +62,9 @@ class FujitsuExplorerLoop:
     def _decay(self):
         current = max(self.current_iter - self.warmup_step, 0)
         current = min(current, self.decay_steps)
-        ratio = (1.0 - self.end_lr_ratio) * math.pow(1.0 - current / self.decay_steps, self.power) + self.end_lr_ratio
+        ratio = (1.0 - self.end_lr_ratio) * math.pow(
+            1.0 - current / self.decay_steps, self.power
+        ) + self.end_lr_ratio
         return max(self.end_lr_ratio, ratio) if self.current_iter > self.warmup_step else ratio
 
     def update(self):
@@ -73,8 +75,13 @@ class FujitsuExplorerLoop:
             self.wd_warmup_ratio = self.current_iter * self.warmup_stride
         self.current_iter += 1
         self.num_update += 1
-        sched = self.lr * self.num_update / self.warmup_step if self.num_update < self.warmup_step else self.lr
-        return sched * self.decay_ratio, self.wd_warmup_ratio * self.wd_decay_ratio  # lr x best_coeff, best_wd_coeff
+        sched = (
+            self.lr * self.num_update / self.warmup_step if self.num_update < self.warmup_step else self.lr
+        )
+        return (
+            sched * self.decay_ratio,
+            self.wd_warmup_ratio * self.wd_decay_ratio,
+        )  # lr x best_coeff, best_wd_coeff
 
     def run(self, updates):
         """(lr, best_wd_coeff) for updates 0 .. updates-1."""

@@ -43,8 +43,14 @@ def test_reset_classifier_and_pretrained_refused():
 
 
 def test_image_classifier_trains_it_with_fc_init():
-    module = ImageClassifier("alexnet_bn", 5, optimizer=functools.partial(torch.optim.SGD, momentum=0.9),
-                             lr_schedule=lambda step: 0.01, exclusion_rule="none", fc_init_std=0.01)
+    module = ImageClassifier(
+        "alexnet_bn",
+        5,
+        optimizer=functools.partial(torch.optim.SGD, momentum=0.9),
+        lr_schedule=lambda step: 0.01,
+        exclusion_rule="none",
+        fc_init_std=0.01,
+    )
     fc = module.model.get_classifier()
     assert abs(fc.weight.std().item() - 0.01) < 0.002 and fc.bias.abs().sum() == 0
     optimizer = module.configure_optimizers()

@@ -82,8 +82,9 @@ try:
 except OSError as error:
     sys.exit(error.errno)
 """
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == errno.EFBIG, done.stderr[-2000:]
     assert control.stat().st_size == 64 * 1024
     assert path.read_text() == OLD

@@ -30,18 +30,26 @@ def test_every_recipe_plans_exactly_or_refuses(name, devices, nodes):
     assert_exact(plan, global_size, devices * nodes, bn_group, cap)
 
 
-@pytest.mark.parametrize("global_size, devices, nodes, cap, bn, per_device, accumulation, mode, ranks", [
-    (8192, 8, 32, None, 32, 32, 1, "local", 1),        # Goyal as published: 256 GPUs x 32, BN over 32
-    (8192, 8, 1, 256, 32, 256, 4, "ghost", 1),         # one node: 4 accumulation steps, 8 ghost groups of 32
-    (32768, 1024, 1, None, 128, 32, 1, "sync", 4),     # Google: 32 per chip, BN synced over 4 chips = 128
-    (32768, 8, 1, 256, 128, 256, 16, "ghost", 1),      # the same span on 8 GPUs
-    (86016, 8, 1, 256, 42, 168, 64, "ghost", 1),       # Fujitsu's 42: the device batch must be a multiple
-    (3264, 2, 1, 256, 408, 204, 8, "sync", 2),         # 408 > cap: two devices of 204 share one statistic
-    (64, 1, 1, 32, None, 32, 2, "local", 1),
-])
+@pytest.mark.parametrize(
+    "global_size, devices, nodes, cap, bn, per_device, accumulation, mode, ranks",
+    [
+        (8192, 8, 32, None, 32, 32, 1, "local", 1),  # Goyal as published: 256 GPUs x 32, BN over 32
+        (8192, 8, 1, 256, 32, 256, 4, "ghost", 1),  # one node: 4 accumulation steps, 8 ghost groups of 32
+        (32768, 1024, 1, None, 128, 32, 1, "sync", 4),  # Google: 32 per chip, BN synced over 4 chips = 128
+        (32768, 8, 1, 256, 128, 256, 16, "ghost", 1),  # the same span on 8 GPUs
+        (86016, 8, 1, 256, 42, 168, 64, "ghost", 1),  # Fujitsu's 42: the device batch must be a multiple
+        (3264, 2, 1, 256, 408, 204, 8, "sync", 2),  # 408 > cap: two devices of 204 share one statistic
+        (64, 1, 1, 32, None, 32, 2, "local", 1),
+    ],
+)
 def test_named_plans(global_size, devices, nodes, cap, bn, per_device, accumulation, mode, ranks):
     plan = plan_batch(global_size, devices, nodes, cap, bn)
-    assert (plan.per_device, plan.accumulation, plan.bn_mode, plan.bn_ranks) == (per_device, accumulation, mode, ranks)
+    assert (plan.per_device, plan.accumulation, plan.bn_mode, plan.bn_ranks) == (
+        per_device,
+        accumulation,
+        mode,
+        ranks,
+    )
     assert_exact(plan, global_size, devices * nodes, bn, cap)
 
 
@@ -57,6 +65,11 @@ def test_refuses_a_bn_span_that_cannot_be_formed():
 
 def test_describe_names_devices_batch_accumulation_and_bn():
     text = plan_batch(32768, 8, 1, 256, 128).describe()
-    for part in ("global batch 32768", "8 devices x 256 images", "16 accumulation steps", "ghost BN over 128"):
+    for part in (
+        "global batch 32768",
+        "8 devices x 256 images",
+        "16 accumulation steps",
+        "ghost BN over 128",
+    ):
         assert part in text
     assert "synchronised over 128 images (4 devices x 32)" in plan_batch(32768, 1024, 1, None, 128).describe()

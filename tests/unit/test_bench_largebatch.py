@@ -18,12 +18,15 @@ sys.modules[spec.name] = bench  # dataclasses look their module up there
 spec.loader.exec_module(bench)
 
 
-@pytest.mark.parametrize(("lr", "source_batch", "batch", "rule", "expected"), [
-    (0.1, 256, 8192, "linear", 3.2),  # Goyal et al. sec. 5.1: "lr = 0.1 * kn/256 ... 3.2" at kn = 8k
-    (0.1, 256, 64, "linear", 0.025),
-    (0.04, 32768, 512, "sqrt", 0.005),  # sqrt(512 / 32768) = 1/8
-    (0.005, 512, 32768, "sqrt", 0.04),  # and back
-])
+@pytest.mark.parametrize(
+    ("lr", "source_batch", "batch", "rule", "expected"),
+    [
+        (0.1, 256, 8192, "linear", 3.2),  # Goyal et al. sec. 5.1: "lr = 0.1 * kn/256 ... 3.2" at kn = 8k
+        (0.1, 256, 64, "linear", 0.025),
+        (0.04, 32768, 512, "sqrt", 0.005),  # sqrt(512 / 32768) = 1/8
+        (0.005, 512, 32768, "sqrt", 0.04),  # and back
+    ],
+)
 def test_scaled_lr_follows_the_papers_rules(lr, source_batch, batch, rule, expected):
     assert bench.scaled_lr(lr, source_batch, batch, rule) == pytest.approx(expected, rel=1e-12)
 
@@ -48,7 +51,8 @@ def test_summary_matches_numpy_and_leaves_out_diverged_seeds():
 def test_every_row_composes_to_an_optimizer_that_takes_its_keys(row, tmp_path):
     contender = bench.contenders(9)[row]
     cfg = bench.compose_run(contender, contender.lr, 0, str(tmp_path), str(tmp_path), None)
-    assert cfg.optimizer._target_.rsplit(".", 1)[-1].lower() == {"sgd": "sgd"}.get(contender.optimizer,
-                                                                                   contender.optimizer)
+    assert cfg.optimizer._target_.rsplit(".", 1)[-1].lower() == {"sgd": "sgd"}.get(
+        contender.optimizer, contender.optimizer
+    )
     assert cfg.batch.global_size == contender.batch and cfg.scheduler.base_lr == pytest.approx(contender.lr)
     config.check_partial("optimizer", instantiate(cfg.optimizer))  # a key the optimizer rejects fails here

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.models.batch_norm import (
     GroupBatchNorm,
     average_bn_statistics,
@@ -13,7 +14,6 @@ from lightning_lars.models.batch_norm import (
     convert_batch_norm,
     set_bn_momentum,
 )
-from lightning_lars.core.errors import UserError
 
 
 def affine_bn(num_features, group_size, seed=0):
@@ -25,15 +25,22 @@ def affine_bn(num_features, group_size, seed=0):
     return bn
 
 
-@pytest.mark.parametrize("shape, group", [((12, 3, 5, 4), 4), ((12, 3, 5, 4), 12), ((8, 6), 2), ((6, 2, 7), 3)])
+@pytest.mark.parametrize(
+    "shape, group", [((12, 3, 5, 4), 4), ((12, 3, 5, 4), 12), ((8, 6), 2), ((6, 2, 7), 3)]
+)
 def test_ghost_bn_equals_bn_on_each_sub_batch(shape, group):
     bn = affine_bn(shape[1], group)
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     bn = bn.double()
     y = bn(x)
     ref_x = x.detach().clone().requires_grad_(True)
-    weight, bias = bn.weight.detach().clone().requires_grad_(True), bn.bias.detach().clone().requires_grad_(True)
-    ref = torch.cat([F.batch_norm(chunk, None, None, weight, bias, True, 0.0, bn.eps) for chunk in ref_x.split(group)])
+    weight, bias = (
+        bn.weight.detach().clone().requires_grad_(True),
+        bn.bias.detach().clone().requires_grad_(True),
+    )
+    ref = torch.cat(
+        [F.batch_norm(chunk, None, None, weight, bias, True, 0.0, bn.eps) for chunk in ref_x.split(group)]
+    )
     torch.testing.assert_close(y, ref)
     upstream = torch.randn_like(y)
     (y * upstream).sum().backward()
@@ -80,7 +87,9 @@ def test_a_group_that_does_not_divide_the_batch_is_refused():
 
 
 def test_convert_shares_parameters_and_buffers():
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    )
     before = [(bn.weight, bn.running_mean) for _, bn in batch_norms(model)]
     assert convert_batch_norm(model, group_size=2) == 2
     after = batch_norms(model)
@@ -122,9 +131,11 @@ def test_running_statistics_equal_torch_bn_per_sub_batch_averaged(momentum):
         for copy, chunk in zip(copies, x.split(4)):
             copy.load_state_dict(state)
             copy(chunk)
-        state = {**copies[0].state_dict(),
-                 "running_mean": torch.stack([c.running_mean for c in copies]).mean(0),
-                 "running_var": torch.stack([c.running_var for c in copies]).mean(0)}
+        state = {
+            **copies[0].state_dict(),
+            "running_mean": torch.stack([c.running_mean for c in copies]).mean(0),
+            "running_var": torch.stack([c.running_var for c in copies]).mean(0),
+        }
     torch.testing.assert_close(ours.running_mean, state["running_mean"])
     torch.testing.assert_close(ours.running_var, state["running_var"])
     assert int(ours.num_batches_tracked) == int(state["num_batches_tracked"]) == 3

@@ -4,16 +4,18 @@ import pytest
 import torch
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-
 from lightning_lars.callbacks.monitors.divergence import DivergenceError, DivergenceGuard
+
 from lightning_lars.core.errors import UserError
 
 
 def _fit_with_checkpoints(tmp_path, dataset, guard, max_steps=12, batch_size=4, lr=0.01):
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "checkpoints", every_n_train_steps=1, save_last=True,
-                                 save_top_k=-1)
-    fit = trainer([guard, checkpoint], tmp_path, max_steps=max_steps, enable_checkpointing=True,
-                  limit_val_batches=0)
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path / "checkpoints", every_n_train_steps=1, save_last=True, save_top_k=-1
+    )
+    fit = trainer(
+        [guard, checkpoint], tmp_path, max_steps=max_steps, enable_checkpointing=True, limit_val_batches=0
+    )
     with pytest.raises(DivergenceError) as caught:
         fit.fit(classifier("sgd", lr=lr), loader(dataset, batch_size=batch_size))
     return str(caught.value), tmp_path / "checkpoints"
@@ -25,7 +27,9 @@ def _saved_steps(folder):
 
 def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
     # Image 21 is NaN: batch 5 (4 images per batch) gives a NaN loss in optimizer step 5.
-    message, folder = _fit_with_checkpoints(tmp_path, images(48, nan_at=21), DivergenceGuard(check_every_n_steps=3))
+    message, folder = _fit_with_checkpoints(
+        tmp_path, images(48, nan_at=21), DivergenceGuard(check_every_n_steps=3)
+    )
     assert message.startswith("training diverged at step 5 (epoch 0): loss is nan;")
     assert "\n" not in message and "run.ckpt_path=" in message and "last.ckpt" in message
     # Steps 1..5 were saved before the NaN step's update; nothing after it (its weights are NaN).

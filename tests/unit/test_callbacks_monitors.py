@@ -7,12 +7,12 @@ import itertools
 import pytest
 from callback_harness import NUM_CLASSES, classifier, images, loader, trainer
 from lightning.pytorch.loggers import CSVLogger
-
 from lightning_lars.callbacks.monitors.hparam_monitor import HParamMonitor, group_label
-from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.callbacks.monitors.trust_ratio import TrustRatioMonitor
-from lightning_lars.training.module import ImageClassifier
+from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+
 from lightning_lars.optim.neumann import Neumann
+from lightning_lars.training.module import ImageClassifier
 
 
 def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):
@@ -29,22 +29,32 @@ def test_hparam_monitor_records_the_lr_the_schedule_applied(tmp_path):
     # 6 batches per epoch; step s is taken during batch s, when s batches are complete
     assert [epoch for _, epoch, *_ in monitor.history] == pytest.approx([0, 2 / 6, 4 / 6])
     logger.save()
-    header = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    header = (
+        (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    )
     groups = fit.optimizers[0].param_groups
     assert [group_label(i, g) for i, g in enumerate(groups)] == ["group0_adapted", "group1_excluded"]
-    for key in ("hparams/lr/group0_adapted", "hparams/momentum/group1_excluded",
-                "hparams/weight_decay/group0_adapted"):
+    for key in (
+        "hparams/lr/group0_adapted",
+        "hparams/momentum/group1_excluded",
+        "hparams/weight_decay/group0_adapted",
+    ):
         assert key in header
 
 
 def test_hparam_monitor_logs_neumanns_momentum_of_each_step(tmp_path):
     """Neumann's momentum lives in the optimizer (mu(t) of its own step count), not in a param group."""
-    module = ImageClassifier("test_resnet", NUM_CLASSES, lr_schedule=lambda step: 0.05,
-                             optimizer=functools.partial(Neumann, sgd_steps=1, reset_steps=0, momentum_time_unit=1))
+    module = ImageClassifier(
+        "test_resnet",
+        NUM_CLASSES,
+        lr_schedule=lambda step: 0.05,
+        optimizer=functools.partial(Neumann, sgd_steps=1, reset_steps=0, momentum_time_unit=1),
+    )
     monitor = HParamMonitor(every_n_steps=1)
     logger = CSVLogger(tmp_path)
-    trainer([monitor, ScheduleCallback()], tmp_path, max_steps=5, logger=logger,
-            limit_val_batches=0).fit(module, loader(images(48)))
+    trainer([monitor, ScheduleCallback()], tmp_path, max_steps=5, logger=logger, limit_val_batches=0).fit(
+        module, loader(images(48))
+    )
     # Algorithm 2: step 0 is the SGD burn-in and step 1 the reset (t = 1): no momentum moves a weight; then
     # Table 1's mu(t) = 1 - 1 / (1 + t) within [0.5, 0.9], t = 2, 3, 4 counted in steps
     expected = [0.0, 0.0, *(min(0.9, max(0.5, 1 - 1 / (1 + t))) for t in (2, 3, 4))]
@@ -52,7 +62,9 @@ def test_hparam_monitor_logs_neumanns_momentum_of_each_step(tmp_path):
     logger.save()
     rows = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     column = rows[0].split(",").index("hparams/momentum/group0_adapted")
-    assert [float(row.split(",")[column]) for row in rows[1:] if row.split(",")[column]] == pytest.approx(expected)
+    assert [float(row.split(",")[column]) for row in rows[1:] if row.split(",")[column]] == pytest.approx(
+        expected
+    )
 
 
 def test_hparam_monitor_history_stays_bounded_and_even():
@@ -70,15 +82,19 @@ def test_trust_ratio_monitor_maps_norms_to_layer_names(tmp_path):
     initial = copy.deepcopy(module.model)
     monitor = TrustRatioMonitor(every_n_steps=1)
     trainer([monitor], tmp_path, max_steps=1, limit_val_batches=0).fit(module, loader(images(16)))
-    adapted = {n: p for n, p in initial.named_parameters() if p.ndim >= 2}  # the ndim<=1 rule excludes the rest
+    adapted = {
+        n: p for n, p in initial.named_parameters() if p.ndim >= 2
+    }  # the ndim<=1 rule excludes the rest
     assert monitor.last["names"] == list(adapted)
     # Step 0 measured the weights before the update: the initial weights.
     expected = [float(p.norm()) for p in adapted.values()]
     assert monitor.last["w_norm"] == pytest.approx(expected, rel=1e-5)
     assert any(g > 0 for g in monitor.last["g_norm"])  # (zero-init last BN: some gradients are 0 at step 0)
     eta, wd = 0.001, 1e-4
-    ratio = [eta * w / (g + wd * w) if w > 0 and g > 0 else 1.0  # LARS: ratio 1 where a norm is 0
-             for w, g in zip(monitor.last["w_norm"], monitor.last["g_norm"])]
+    ratio = [
+        eta * w / (g + wd * w) if w > 0 and g > 0 else 1.0  # LARS: ratio 1 where a norm is 0
+        for w, g in zip(monitor.last["w_norm"], monitor.last["g_norm"])
+    ]
     assert monitor.last["trust_ratio"] == pytest.approx(ratio, rel=1e-5)
 
 
@@ -91,7 +107,9 @@ def test_trust_ratio_monitor_tracks_only_sampled_steps(tmp_path):
     low, median, high = (monitor.history[-1][1][q] for q in ("min", "median", "max"))
     assert 0 < low <= median <= high
     optimizer = fit.optimizers[0]
-    assert optimizer.track_stats is False and optimizer.last_stats is None  # steps between samples pay nothing
+    assert (
+        optimizer.track_stats is False and optimizer.last_stats is None
+    )  # steps between samples pay nothing
 
 
 def test_trust_ratio_monitor_is_silent_for_sgd(tmp_path):

@@ -3,7 +3,6 @@
 import io
 
 from callback_harness import classifier, images, loader, trainer
-
 from lightning_lars.callbacks.monitors.progress import (
     LogLineProgress,
     RunClock,
@@ -17,8 +16,14 @@ from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 def test_plain_lines_show_step_loss_lr_throughput_and_eta(tmp_path):
     stream = io.StringIO()
     progress = LogLineProgress(every_n_steps=2, stream=stream)
-    fit = trainer([progress, ScheduleCallback()], tmp_path, max_steps=6, enable_progress_bar=True,
-                  limit_val_batches=1, val_check_interval=3)
+    fit = trainer(
+        [progress, ScheduleCallback()],
+        tmp_path,
+        max_steps=6,
+        enable_progress_bar=True,
+        limit_val_batches=1,
+        val_check_interval=3,
+    )
     fit.fit(classifier("sgd", lr_schedule=lambda step: 0.25), loader(images(48)), loader(images(8, seed=1)))
     lines = stream.getvalue().splitlines()
     train = [ln for ln in lines if ln.startswith("[train] epoch")]
@@ -54,7 +59,9 @@ def test_format_duration():
 
 def test_terminal_bar_shows_lr_throughput_and_eta(tmp_path, capsys):
     bar = progress_bar(force="bar")
-    fit = trainer([bar, ScheduleCallback()], tmp_path, max_steps=4, enable_progress_bar=True, limit_val_batches=0)
+    fit = trainer(
+        [bar, ScheduleCallback()], tmp_path, max_steps=4, enable_progress_bar=True, limit_val_batches=0
+    )
     fit.fit(classifier("sgd", lr_schedule=lambda step: 0.125), loader(images(32)))
     shown = capsys.readouterr().out
     assert "lr=0.125" in shown and "img/s=" in shown and "eta=0:00:00" in shown

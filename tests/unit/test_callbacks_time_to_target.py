@@ -3,7 +3,6 @@
 import pytest
 from callback_harness import classifier, images, loader, trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-
 from lightning_lars.callbacks.monitors.time_to_target import TimeToTarget
 
 
@@ -22,7 +21,9 @@ def test_a_reachable_target_stops_training_at_the_first_eval(tmp_path):
     assert callback.epochs_to_target == pytest.approx(1.0) and callback.time_to_target_s > 0
     assert fit.current_epoch == 1  # stopped after the first of 3 epochs
     summary = callback.summary()
-    assert summary["target/reached"] == 1.0 and summary["target/time_to_target_s"] == callback.time_to_target_s
+    assert (
+        summary["target/reached"] == 1.0 and summary["target/time_to_target_s"] == callback.time_to_target_s
+    )
 
 
 def test_an_unreached_target_records_every_eval_and_trains_on(tmp_path):
@@ -47,8 +48,14 @@ def test_a_resumed_run_keeps_its_clock_and_evals(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     _fit(tmp_path, first, max_epochs=2, enable_checkpointing=True, extra=[checkpoint])
     second = TimeToTarget(target_top1=100.0)
-    _fit(tmp_path, second, max_epochs=3, enable_checkpointing=True,
-         extra=[ModelCheckpoint(dirpath=tmp_path / "ckpt2")], fit={"ckpt_path": str(tmp_path / "ckpt" / "last.ckpt")})
+    _fit(
+        tmp_path,
+        second,
+        max_epochs=3,
+        enable_checkpointing=True,
+        extra=[ModelCheckpoint(dirpath=tmp_path / "ckpt2")],
+        fit={"ckpt_path": str(tmp_path / "ckpt" / "last.ckpt")},
+    )
     assert len(second.evals) == 3 and second.evals[:2] == first.evals[:2]
     assert second.evals[2][3] > first.evals[1][3]  # elapsed time continues from the first attempt
 

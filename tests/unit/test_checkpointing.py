@@ -30,8 +30,15 @@ from lightning_lars.runtime.checkpointing import (
 )
 from lightning_lars.runtime.preemption import Preempted
 
-SLURM_VARS = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "lars", "SLURM_PROCID": "0",
-              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
+SLURM_VARS = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NTASKS": "1",
+    "SLURM_JOB_NAME": "lars",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+}
 
 
 class DiskFull:
@@ -61,8 +68,9 @@ class DiskFull:
 
 def fill_disk_after(monkeypatch, budget: int) -> None:
     """Every checkpoint file opened from now on fails with ENOSPC after ``budget`` bytes."""
-    monkeypatch.setattr(checkpointing, "open",
-                        lambda path, mode="r", *a, **k: DiskFull(path, mode, budget), raising=False)
+    monkeypatch.setattr(
+        checkpointing, "open", lambda path, mode="r", *a, **k: DiskFull(path, mode, budget), raising=False
+    )
 
 
 def payload(tag: float) -> dict:
@@ -96,9 +104,18 @@ def test_disk_full_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, ca
 
 
 def boring_trainer(tmp_path, callbacks, max_steps=6, **kwargs) -> L.Trainer:
-    return L.Trainer(default_root_dir=tmp_path, max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
-                     enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
-                     plugins=[AtomicCheckpointIO()], **kwargs)
+    return L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        **kwargs,
+    )
 
 
 def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatch, caplog):
@@ -112,7 +129,9 @@ def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatc
     with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpointing"):
         trainer.fit(BoringModel())
     monkeypatch.undo()
-    kept = [r.getMessage().split()[1].rstrip(":") for r in caplog.records if r.getMessage().startswith("keeping ")]
+    kept = [
+        r.getMessage().split()[1].rstrip(":") for r in caplog.records if r.getMessage().startswith("keeping ")
+    ]
     # step 4 failed: "keeping epoch0-step2"; step 6 failed too, and its predecessor step 4 was never written
     assert kept == [str(tmp_path / "ckpt" / "epoch0-step2.ckpt")]
     # saves at steps 2 (ok), 4 and 6 (disk full): plain ModelCheckpoint would have deleted step=2 at step 4
@@ -136,10 +155,16 @@ def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatc
     for name in list(os.environ):
         if name.startswith("SLURM_"):
             monkeypatch.delenv(name)
-    trainer = boring_trainer(tmp_path, [SignalAt(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
-                             max_steps=20, accumulate_grad_batches=2)
+    trainer = boring_trainer(
+        tmp_path,
+        [SignalAt(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
+        max_steps=20,
+        accumulate_grad_batches=2,
+    )
     saved = tmp_path / "ckpt" / "signal-step3.ckpt"  # signal during step 2 -> saved once step 3 completed
-    with pytest.raises(Preempted, match=f"resume with: python -m lightning_lars.train .*run.ckpt_path={saved}"):
+    with pytest.raises(
+        Preempted, match=f"resume with: python -m lightning_lars.train .*run.ckpt_path={saved}"
+    ):
         trainer.fit(BoringModel())
     meta = resume.load_meta(saved)
     assert meta["global_step"] == 3
@@ -163,7 +188,11 @@ def test_resume_state_round_trips_rng_and_w_and_b_free_checkpoints(tmp_path):
     checkpoint = torch.load(tmp_path / "a.ckpt", weights_only=True)  # Lightning's default loading mode
     ResumeState().on_load_checkpoint(trainer, trainer.lightning_module, checkpoint)
     drawn = (torch.rand(4), np.random.rand(4), random.random())
-    assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+    assert (
+        torch.equal(drawn[0], expected[0])
+        and np.array_equal(drawn[1], expected[1])
+        and drawn[2] == expected[2]
+    )
     assert resume.WANDB_KEY not in checkpoint  # no W&B logger, no id
 
 
@@ -175,10 +204,14 @@ def write_checkpoint(path: Path, step: int, mtime: int) -> Path:
 
 
 def cfg_for(tmp_path, ckpt_path, run_dir="runs/now"):
-    return OmegaConf.create({"run": {"ckpt_path": ckpt_path}, "recipe_name": "demo",
-                             "paths": {"output_dir": str(tmp_path / "logs/demo" / run_dir),
-                                       "log_dir": str(tmp_path / "logs")},
-                             "logger": {"_target_": "lightning_lars.report.wandb_logger.wandb_logger"}})
+    return OmegaConf.create(
+        {
+            "run": {"ckpt_path": ckpt_path},
+            "recipe_name": "demo",
+            "paths": {"output_dir": str(tmp_path / "logs/demo" / run_dir), "log_dir": str(tmp_path / "logs")},
+            "logger": {"_target_": "lightning_lars.report.wandb_logger.wandb_logger"},
+        }
+    )
 
 
 def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monkeypatch):
@@ -187,7 +220,11 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
             monkeypatch.delenv(name)
     # as in a terminal: an xdist worker, or a Lightning fit that ended on Ctrl-C earlier in it, leaves SIG_IGN
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    callbacks = [SignalAt(step=2, signum=signal.SIGINT), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "a")]
+    callbacks = [
+        SignalAt(step=2, signum=signal.SIGINT),
+        SignalCheckpoint(signal_names=["SIGINT"]),
+        Checkpoint(dirpath=tmp_path / "a"),
+    ]
     with pytest.raises(Preempted, match="signal SIGINT at step 3"):
         boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
     assert resume.load_meta(tmp_path / "a" / "signal-step3.ckpt")["global_step"] == 3
@@ -199,8 +236,11 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
                 os.kill(os.getpid(), signal.SIGINT)
                 os.kill(os.getpid(), signal.SIGINT)  # impatient: the second one ends the run without a save
 
-    trainer = boring_trainer(tmp_path, [SecondCtrlC(step=2), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
-                             max_steps=20)
+    trainer = boring_trainer(
+        tmp_path,
+        [SecondCtrlC(step=2), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
+        max_steps=20,
+    )
     try:
         with pytest.raises(SystemExit):  # Lightning's KeyboardInterrupt handling: graceful shutdown, exit 1
             trainer.fit(BoringModel())
@@ -214,15 +254,21 @@ def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
     ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=1, save_top_k=-1)
     boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())
     names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert names == ["epoch0-step20.ckpt", "epoch0-step40.ckpt", "epoch0-step60.ckpt", "epoch0-step64.ckpt",
-                     "epoch1-step70.ckpt"]
+    assert names == [
+        "epoch0-step20.ckpt",
+        "epoch0-step40.ckpt",
+        "epoch0-step60.ckpt",
+        "epoch0-step64.ckpt",
+        "epoch1-step70.ckpt",
+    ]
     assert resume.load_meta(tmp_path / "ckpt" / "epoch1-step70.ckpt")["global_step"] == 70
 
 
 def test_step_checkpoints_with_epochs_off_still_save_the_final_state(tmp_path):
     # with epochs off, the 10 steps after step 60 were never saved
-    ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=None, save_top_k=-1,
-                      save_last=True)
+    ckpt = Checkpoint(
+        dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=None, save_top_k=-1, save_last=True
+    )
     boring_trainer(tmp_path, [ckpt], max_steps=70, limit_val_batches=0).fit(BoringModel())
     steps = sorted(resume.load_meta(p)["global_step"] for p in (tmp_path / "ckpt").glob("epoch*.ckpt"))
     assert steps == [20, 40, 60, 70]
@@ -277,20 +323,28 @@ def earlier_run(runs: Path, name: str, cfg, step: int, mtime: int, **changed) ->
     return path
 
 
-@pytest.mark.parametrize("key, earlier, now", [
-    ("scheduler.base_lr", 1.0, 5.0),        # a changed schedule once resumed silently
-    ("paths.data_dir", "/other", "/data"),  # and so did another dataset
-    ("model.arch", "resnet18", "resnet10t"),  # a state-dict traceback
-])
-def test_last_refuses_a_run_of_another_config_naming_the_keys_and_the_forcing_path(key, earlier, now, tmp_path,
-                                                                                   monkeypatch):
+@pytest.mark.parametrize(
+    "key, earlier, now",
+    [
+        ("scheduler.base_lr", 1.0, 5.0),  # a changed schedule once resumed silently
+        ("paths.data_dir", "/other", "/data"),  # and so did another dataset
+        ("model.arch", "resnet18", "resnet10t"),  # a state-dict traceback
+    ],
+)
+def test_last_refuses_a_run_of_another_config_naming_the_keys_and_the_forcing_path(
+    key, earlier, now, tmp_path, monkeypatch
+):
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     cfg = this_config(tmp_path)
-    other = earlier_run(tmp_path / "logs/demo/runs", "other", cfg, 8, 1_000, **{key.replace(".", "__"): earlier})
+    other = earlier_run(
+        tmp_path / "logs/demo/runs", "other", cfg, 8, 1_000, **{key.replace(".", "__"): earlier}
+    )
     with pytest.raises(UserError) as raised:
         resume.resolve_ckpt_path(cfg)
     message = str(raised.value)
-    assert f"config differs: {key} ({earlier} -> {now}); resume it anyway with run.ckpt_path={other}" in message
+    assert (
+        f"config differs: {key} ({earlier} -> {now}); resume it anyway with run.ckpt_path={other}" in message
+    )
     assert "\n" not in message
 
 
@@ -299,8 +353,17 @@ def test_last_skips_a_newer_run_of_another_config_for_the_newest_of_this_one(tmp
     cfg = this_config(tmp_path)
     runs = tmp_path / "logs/demo/runs"
     # how to resume, log and show progress, and the loader's workers may change between a run and its resume
-    mine = earlier_run(runs, "mine", cfg, 4, 1_000, run__ckpt_path=None, logger__offline=False,
-                       callbacks__progress__every_n_steps=5, data__num_workers=8)
+    mine = earlier_run(
+        runs,
+        "mine",
+        cfg,
+        4,
+        1_000,
+        run__ckpt_path=None,
+        logger__offline=False,
+        callbacks__progress__every_n_steps=5,
+        data__num_workers=8,
+    )
     earlier_run(runs, "newer", cfg, 8, 2_000, scheduler__base_lr=1.0)
     assert resume.resolve_ckpt_path(cfg) == str(mine)
 
@@ -317,12 +380,20 @@ def test_last_compares_values_after_resolution_an_environment_variable_included(
     at_its_start = cfg.copy()
     at_its_start.paths.output_dir = str(runs / "earlier")  # its own folder: a per-run value, not a difference
     resume.write_resolved_config(at_its_start)
-    assert yaml.safe_load((runs / "earlier" / resume.RESOLVED_FILE).read_text())["paths"]["data_dir"] == "/data/a"
+    assert (
+        yaml.safe_load((runs / "earlier" / resume.RESOLVED_FILE).read_text())["paths"]["data_dir"]
+        == "/data/a"
+    )
     assert resume.resolve_ckpt_path(cfg) == str(saved)
 
     monkeypatch.setenv("LARS_DATA_DIR", "/data/b")
-    with pytest.raises(UserError, match=re.escape("config differs: data.train_path (/data/a/demo/train.beton ->"
-                                                  " /data/b/demo/train.beton); paths.data_dir (/data/a -> /data/b)")):
+    with pytest.raises(
+        UserError,
+        match=re.escape(
+            "config differs: data.train_path (/data/a/demo/train.beton ->"
+            " /data/b/demo/train.beton); paths.data_dir (/data/a -> /data/b)"
+        ),
+    ):
         resume.resolve_ckpt_path(cfg)
 
 
@@ -355,7 +426,8 @@ def test_slurm_job_gets_one_run_folder_and_requeue_id(monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     assert preemption.requeue_job_id() == "4242"
     assert preemption.run_dir_overrides(["recipe=demo"]) == [
-        "hydra.run.dir=${paths.log_dir}/${recipe_name}/runs/slurm-4242"]
+        "hydra.run.dir=${paths.log_dir}/${recipe_name}/runs/slurm-4242"
+    ]
     assert preemption.run_dir_overrides(["hydra.run.dir=/x"]) == []  # the user's choice wins
     (plugin,) = preemption.cluster_plugins()
     assert plugin.auto_requeue and plugin.requeue_signal == signal.SIGUSR1
@@ -378,8 +450,12 @@ def test_checkpoint_is_the_trainers_only_checkpoint_callback_and_runs_last(tmp_p
 
 def test_newest_file_kept_across_a_resume_but_never_the_one_resumed_from(tmp_path):
     folder = tmp_path / "ckpt"
-    boring_trainer(tmp_path, [Checkpoint(dirpath=folder, every_n_train_steps=2, save_last=True)], max_steps=4,
-                   limit_val_batches=0).fit(BoringModel())
+    boring_trainer(
+        tmp_path,
+        [Checkpoint(dirpath=folder, every_n_train_steps=2, save_last=True)],
+        max_steps=4,
+        limit_val_batches=0,
+    ).fit(BoringModel())
     assert sorted(p.name for p in folder.iterdir()) == ["epoch0-step4.ckpt", "last.ckpt"]
     resumed_from = folder / "epoch0-step4.ckpt"
     ckpt = Checkpoint(dirpath=folder, every_n_train_steps=2, save_last=True)

@@ -38,8 +38,15 @@ def run_ci(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess
     calls = tmp_path / "calls"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_NO_CACHE")}
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls), **settings}
-    done = subprocess.run([str(clone / ".ci" / "run")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [str(clone / ".ci" / "run")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return done, calls.read_text().splitlines()
 
 
@@ -62,8 +69,17 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
         assert line.endswith(expected), line
     timed = re.findall(r"^\[ci\] ([\w -]+(?: \(background\))?): (\d+) s", done.stdout, flags=re.MULTILINE)
     parts = [name for name, _ in timed if name != "total"]
-    assert parts == ["system-deps", "install", "lint", "test", "test-slow", "oldest_venv (background)", "test-oldest",
-                     "offline_image (background)", "test-offline"]
+    assert parts == [
+        "system-deps",
+        "install",
+        "lint",
+        "test",
+        "test-slow",
+        "oldest_venv (background)",
+        "test-oldest",
+        "offline_image (background)",
+        "test-offline",
+    ]
     assert int(dict(timed)["oldest_venv (background)"]) >= 1
     assert re.search(r"^\[ci\] total: \d+ s, exit 0$", done.stdout, flags=re.MULTILINE), done.stdout
 
@@ -71,7 +87,10 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
 def test_a_failed_background_install_fails_ci_with_its_status_and_log(tmp_path):
     done, calls = run_ci(tmp_path, EXIT_oldest_venv="3")
     assert done.returncode == 3
-    assert "[ci] oldest_venv failed (exit 3); its log:" in done.stdout and "downloading torch 2.11" in done.stdout
+    assert (
+        "[ci] oldest_venv failed (exit 3); its log:" in done.stdout
+        and "downloading torch 2.11" in done.stdout
+    )
     started = [line.split()[1] for line in calls if line.startswith("start")]
     assert "test-slow" in started and "test-oldest" not in started  # collected after the tests, then stop
     assert "[ci] oldest_venv (background): FAILED, exit 3" in done.stdout
@@ -81,7 +100,9 @@ def test_a_failed_test_part_stops_the_background_installs(tmp_path):
     started = time.monotonic()
     done, calls = run_ci(tmp_path, EXIT_test_slow="2", SLEEP_oldest_venv="30", SLEEP_offline_image="30")
     assert done.returncode == 2 and time.monotonic() - started < 20  # no waiting for the background
-    assert "[ci] test-slow: FAILED (exit 2)" in done.stdout and not any("test-oldest" in line for line in calls)
+    assert "[ci] test-slow: FAILED (exit 2)" in done.stdout and not any(
+        "test-oldest" in line for line in calls
+    )
     for target in ("oldest-venv", "offline-image"):
         pid = int((tmp_path / f"calls.{target}.pid").read_text())
         deadline = time.monotonic() + 5
@@ -92,6 +113,12 @@ def test_a_failed_test_part_stops_the_background_installs(tmp_path):
 
 @pytest.mark.parametrize("target", ["oldest-venv", "offline-image", "test-oldest", "test-offline"])
 def test_the_makefile_has_the_targets_ci_calls(target):
-    listed = subprocess.run(["make", "-n", target, "PY=true", "-o", ".venv/.installed", "-o", "system-deps"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+    listed = subprocess.run(
+        ["make", "-n", target, "PY=true", "-o", ".venv/.installed", "-o", "system-deps"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert listed.returncode == 0, listed.stderr

@@ -23,8 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
@@ -37,17 +44,35 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
     return lines[0]
 
 
-@pytest.mark.parametrize("args, phrases", [
-    (["trainer.max_epochs=abc"], ["trainer.max_epochs=abc: expected an integer"]),  # the rules, end to end
-    (["batch.global_size=abc"], ["batch.global_size=abc", "set batch.global_size to an integer"]),  # the schema
-    # a dataset folder of the user's own: the error names the command that writes that folder
-    (["paths.data_dir=/nonexistent/mydata"], ["/nonexistent/mydata/demo/train.beton not found",
-                                              "make demo-data out=/nonexistent/mydata/demo"]),
-    (["debug=toy", "paths.data_dir=/nonexistent/mydata"],  # the toy reads the demo's JPEG tree
-     ["image folder /nonexistent/mydata/demo/jpeg/train not found", "make demo-data out=/nonexistent/mydata/demo"]),
-    (["recipe=fujitsu_86k", "data=imagefolder", "data.root=/nonexistent"],
-     ["data.no_aug_from_epoch=85", "needs the FFCV loader", "data.no_aug_from_epoch=null"]),
-])
+@pytest.mark.parametrize(
+    "args, phrases",
+    [
+        (
+            ["trainer.max_epochs=abc"],
+            ["trainer.max_epochs=abc: expected an integer"],
+        ),  # the rules, end to end
+        (
+            ["batch.global_size=abc"],
+            ["batch.global_size=abc", "set batch.global_size to an integer"],
+        ),  # the schema
+        # a dataset folder of the user's own: the error names the command that writes that folder
+        (
+            ["paths.data_dir=/nonexistent/mydata"],
+            ["/nonexistent/mydata/demo/train.beton not found", "make demo-data out=/nonexistent/mydata/demo"],
+        ),
+        (
+            ["debug=toy", "paths.data_dir=/nonexistent/mydata"],  # the toy reads the demo's JPEG tree
+            [
+                "image folder /nonexistent/mydata/demo/jpeg/train not found",
+                "make demo-data out=/nonexistent/mydata/demo",
+            ],
+        ),
+        (
+            ["recipe=fujitsu_86k", "data=imagefolder", "data.root=/nonexistent"],
+            ["data.no_aug_from_epoch=85", "needs the FFCV loader", "data.no_aug_from_epoch=null"],
+        ),
+    ],
+)
 def test_wrong_values_are_one_line_before_anything_is_built(args, phrases, tmp_path):
     assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
 
@@ -55,10 +80,19 @@ def test_wrong_values_are_one_line_before_anything_is_built(args, phrases, tmp_p
 def test_the_same_mistakes_through_make(tmp_path):
     make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    for args, phrase in ((["recipe=goyal8k"], "unknown recipe 'goyal8k'"),
-                         (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: expected an integer")):
-        done = subprocess.run([*make, *args, f"paths.log_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300, check=False)
+    for args, phrase in (
+        (["recipe=goyal8k"], "unknown recipe 'goyal8k'"),
+        (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: expected an integer"),
+    ):
+        done = subprocess.run(
+            [*make, *args, f"paths.log_dir={tmp_path}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and phrase in errors[0], done.stderr  # make adds only its own "Error 2" line
@@ -74,19 +108,39 @@ except SystemExit as stop:
 """
 
 
-@pytest.mark.parametrize("args", [["recipe=goyal8k"], ["trainer.max_epochs=abc"], ["scheduler.base_lr=abc"],
-                                  ["batch.max_per_device=0"], ["recipe=goyal_8k", "seed=-3"],
-                                  ["paths.data_dir=/nonexistent"], ["debug=toy", "paths.data_dir=/nonexistent"],
-                                  ["trainer.max_step=1"], ["callbacks.checkpoint.every_n_train_step=5"],
-                                  ["epoch_length.mode=ragged"], ["+run.resume=true"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["recipe=goyal8k"],
+        ["trainer.max_epochs=abc"],
+        ["scheduler.base_lr=abc"],
+        ["batch.max_per_device=0"],
+        ["recipe=goyal_8k", "seed=-3"],
+        ["paths.data_dir=/nonexistent"],
+        ["debug=toy", "paths.data_dir=/nonexistent"],
+        ["trainer.max_step=1"],
+        ["callbacks.checkpoint.every_n_train_step=5"],
+        ["epoch_length.mode=ragged"],
+        ["+run.resume=true"],
+    ],
+)
 def test_command_line_mistakes_are_found_before_the_heavy_stack_is_imported(args, tmp_path):
     """These errors cost about a second because torch, Lightning, timm, FFCV and W&B (~10 s on 2 cores) are
     imported only after the command line passed its checks: the data files are checked before the recipe's plan
     imports any callback, and a Trainer key is checked against `config.trainer_arguments`, not Lightning."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.stderr.startswith("error: ") and done.stdout.strip() == "exit 2 heavy:", done.stdout + done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.stderr.startswith("error: ") and done.stdout.strip() == "exit 2 heavy:", (
+        done.stdout + done.stderr
+    )
 
 
 def test_trainer_arguments_without_plus_reach_the_trainer_through_the_entry_point(tmp_path):
@@ -99,14 +153,18 @@ def test_trainer_arguments_without_plus_reach_the_trainer_through_the_entry_poin
 
 
 def test_a_trainer_argument_needs_no_plus_but_an_unread_key_is_still_refused():
-    cfg, accepted = config.check_command_line(["trainer.max_steps=1", "trainer.limit_val_batches=1", "seed=3"])
+    cfg, accepted = config.check_command_line(
+        ["trainer.max_steps=1", "trainer.limit_val_batches=1", "seed=3"]
+    )
     assert accepted == ["+trainer.max_steps=1", "+trainer.limit_val_batches=1", "seed=3"]
     assert cfg.trainer.max_steps == 1 and cfg.trainer.limit_val_batches == 1
     with pytest.raises(config.UserError, match="unknown config key 'trainer.max_step'"):
         config.check_command_line(["trainer.max_step=1"])
     with pytest.raises(config.UserError, match="unknown config key 'trainer.max_step'"):
         config.check_command_line(["+trainer.max_step=1"])  # a + does not get a misspelt Trainer key past
-    cfg, accepted = config.check_command_line(["debug=toy", "trainer.max_steps=2"])  # set by toy.yaml: no plus
+    cfg, accepted = config.check_command_line(
+        ["debug=toy", "trainer.max_steps=2"]
+    )  # set by toy.yaml: no plus
     assert accepted == ["debug=toy", "trainer.max_steps=2"] and cfg.trainer.max_steps == 2
 
 

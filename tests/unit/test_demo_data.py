@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lightning_lars.data.demo import MAX_CLASSES, class_names, draw_image, make_demo_images, prepare_demo
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.demo import MAX_CLASSES, class_names, draw_image, make_demo_images, prepare_demo
 
 
 def _all_bytes(root):
@@ -14,7 +14,9 @@ def _all_bytes(root):
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        make_demo_images(tmp_path / name, num_classes=3, train_per_class=2, val_per_class=1, size=24, seed=seed)
+        make_demo_images(
+            tmp_path / name, num_classes=3, train_per_class=2, val_per_class=1, size=24, seed=seed
+        )
     first, again, other = (_all_bytes(tmp_path / name) for name in "abc")
     assert len(first) == 9 and first == again
     assert first.keys() == other.keys() and all(first[key] != other[key] for key in first)
@@ -37,8 +39,15 @@ def test_class_is_not_given_by_mean_colour():
     names = class_names(10)
 
     def mean_colours(first_index):
-        return np.array([[draw_image(name, 32, np.random.default_rng([9, c, first_index + i])).mean((0, 1))
-                          for i in range(30)] for c, name in enumerate(names)])  # (class, image, rgb)
+        return np.array(
+            [
+                [
+                    draw_image(name, 32, np.random.default_rng([9, c, first_index + i])).mean((0, 1))
+                    for i in range(30)
+                ]
+                for c, name in enumerate(names)
+            ]
+        )  # (class, image, rgb)
 
     class_means = mean_colours(0).mean(1)
     test = mean_colours(1000)
@@ -62,8 +71,14 @@ def test_num_classes_out_of_range_is_a_user_error(num_classes):
 
 
 def test_prepare_demo_converts_once_then_is_a_no_op(tmp_path, capsys):
-    settings = {"num_classes": 3, "train_per_class": 4, "val_per_class": 2, "size": 24, "num_workers": 1,
-                "progress": False}
+    settings = {
+        "num_classes": 3,
+        "train_per_class": 4,
+        "val_per_class": 2,
+        "size": 24,
+        "num_workers": 1,
+        "progress": False,
+    }
     manifest = prepare_demo(tmp_path, **settings)
     assert manifest["splits"]["train"]["num_images"] == 12 and manifest["splits"]["val"]["num_images"] == 6
     beton_bytes = (tmp_path / "train.beton").read_bytes()

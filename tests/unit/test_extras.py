@@ -93,8 +93,9 @@ def test_a_package_that_imports_passes(monkeypatch, tmp_path):
     assert sys.modules["ffcv"].VERSION == "stand-in"  # the package on the path is the one imported
 
 
-DATA_TARGETS = sorted({yaml.safe_load(path.read_text())["_target_"]
-                       for path in (REPO / "conf" / "data").glob("*.yaml")})
+DATA_TARGETS = sorted(
+    {yaml.safe_load(path.read_text())["_target_"] for path in (REPO / "conf" / "data").glob("*.yaml")}
+)
 PROBE = """
 import importlib, json, sys, traceback
 seen = {}
@@ -122,8 +123,9 @@ def fresh_interpreter() -> dict[str, bool]:
     (asserted)."""
     modules = sorted({t.rsplit(".", 1)[0] for t in DATA_TARGETS}, key=lambda m: needs_ffcv(m + "."))
     assert sum(needs_ffcv(m + ".") for m in modules) == 1
-    done = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, timeout=600, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 

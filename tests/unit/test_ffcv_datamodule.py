@@ -2,6 +2,7 @@
 
 Test betons store each sample's index as its label, so a batch's labels say which samples it holds.
 """
+
 import itertools
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from ffcv.fields import IntField, RGBImageField
 from ffcv.writer import DatasetWriter
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.data.ffcv_datamodule import (
     EpochProgress,
     FFCVDataModule,
@@ -19,7 +21,6 @@ from lightning_lars.data.ffcv_datamodule import (
 )
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
-from lightning_lars.core.errors import UserError
 
 # numba's dispatcher finalizer prints KeyError noise at teardown after FFCV ran (findings.md): not a failure.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -57,16 +58,24 @@ def betons(tmp_path_factory):
 @pytest.fixture(scope="module")
 def datamodule(betons):
     """One DataModule (one FFCV compile per split) shared by the loader tests."""
-    module = FFCVDataModule(*betons, num_classes=NUM_TRAIN, batch_size=8, seed=3, num_workers=1, resolution=32,
-                            val_resolution=48)
+    module = FFCVDataModule(
+        *betons, num_classes=NUM_TRAIN, batch_size=8, seed=3, num_workers=1, resolution=32, val_resolution=48
+    )
     module.setup("fit")
     return module
 
 
 def rank_loader(module, rank, world_size, progress=None):
-    return FFCVEpochLoader(module._train_loader_for_epoch, module._train_order, module.num_train_images,
-                           rank=rank, world_size=world_size, batch_size=module.batch_size, drop_last=True,
-                           progress=progress or EpochProgress())
+    return FFCVEpochLoader(
+        module._train_loader_for_epoch,
+        module._train_order,
+        module.num_train_images,
+        rank=rank,
+        world_size=world_size,
+        batch_size=module.batch_size,
+        drop_last=True,
+        progress=progress or EpochProgress(),
+    )
 
 
 def labels(loader, limit=None):
@@ -81,9 +90,15 @@ def test_counts_come_from_the_header(betons):
 
 
 def test_missing_file_names_the_prepare_command(tmp_path):
-    module = FFCVDataModule(tmp_path / "train.beton", tmp_path / "val.beton", num_classes=10,
-                            prepare_command="make prepare src=x out=y")
-    with pytest.raises(UserError, match=r"dataset file .*train.beton not found: prepare it with make prepare"):
+    module = FFCVDataModule(
+        tmp_path / "train.beton",
+        tmp_path / "val.beton",
+        num_classes=10,
+        prepare_command="make prepare src=x out=y",
+    )
+    with pytest.raises(
+        UserError, match=r"dataset file .*train.beton not found: prepare it with make prepare"
+    ):
         _ = module.num_train_images
     with pytest.raises(UserError, match="not found"):
         module.setup("fit")
@@ -120,34 +135,49 @@ def test_epoch_order_depends_on_seed_and_epoch_only():
 @pytest.mark.parametrize("world_size", [1, 2, 3, 8])
 def test_shards_are_disjoint_whole_global_batches(world_size):
     order = epoch_order(1000, seed=0, epoch=0, order="random")
-    shards = [shard(order, rank=r, world_size=world_size, batch_size=16, drop_last=True) for r in range(world_size)]
+    shards = [
+        shard(order, rank=r, world_size=world_size, batch_size=16, drop_last=True) for r in range(world_size)
+    ]
     kept = 1000 // (16 * world_size) * 16 * world_size
     assert sorted(np.concatenate(shards)) == sorted(order[:kept])
     for step in range(kept // (16 * world_size)):  # step j of every rank together = global batch j
-        together = np.concatenate([s[step * 16:(step + 1) * 16] for s in shards])
-        assert sorted(together) == sorted(order[step * 16 * world_size:(step + 1) * 16 * world_size])
+        together = np.concatenate([s[step * 16 : (step + 1) * 16] for s in shards])
+        assert sorted(together) == sorted(order[step * 16 * world_size : (step + 1) * 16 * world_size])
 
 
 def test_gradient_accumulation_keeps_whole_optimizer_steps():
     order = epoch_order(1000, seed=0, epoch=0, order="random")
-    shards = [shard(order, rank=r, world_size=2, batch_size=16, drop_last=True, accumulate_grad_batches=3)
-              for r in range(2)]
+    shards = [
+        shard(order, rank=r, world_size=2, batch_size=16, drop_last=True, accumulate_grad_batches=3)
+        for r in range(2)
+    ]
     assert [len(s) for s in shards] == [1000 // 96 * 48] * 2  # 10 steps of 3 micro-batches of 16 per rank
-    resumed = shard(order, rank=0, world_size=2, batch_size=16, drop_last=True, accumulate_grad_batches=3,
-                    samples_consumed=4 * 32)  # checkpoint after 4 micro-batches, inside step 2
-    assert np.array_equal(resumed, shards[0][4 * 16:])
+    resumed = shard(
+        order,
+        rank=0,
+        world_size=2,
+        batch_size=16,
+        drop_last=True,
+        accumulate_grad_batches=3,
+        samples_consumed=4 * 32,
+    )  # checkpoint after 4 micro-batches, inside step 2
+    assert np.array_equal(resumed, shards[0][4 * 16 :])
 
 
 def test_resumed_shard_is_the_unseen_tail_even_at_another_world_size():
     order = epoch_order(1000, seed=0, epoch=0, order="random")
     full = shard(order, rank=1, world_size=2, batch_size=16, drop_last=True)
     resumed = shard(order, rank=1, world_size=2, batch_size=16, drop_last=True, samples_consumed=5 * 32)
-    assert np.array_equal(resumed, full[5 * 16:])
+    assert np.array_equal(resumed, full[5 * 16 :])
     # Same global batch (32) on 4 ranks x 8: the union of what is left is the same set.
-    four = [shard(order, rank=r, world_size=4, batch_size=8, drop_last=True, samples_consumed=5 * 32)
-            for r in range(4)]
-    two = [shard(order, rank=r, world_size=2, batch_size=16, drop_last=True, samples_consumed=5 * 32)
-           for r in range(2)]
+    four = [
+        shard(order, rank=r, world_size=4, batch_size=8, drop_last=True, samples_consumed=5 * 32)
+        for r in range(4)
+    ]
+    two = [
+        shard(order, rank=r, world_size=2, batch_size=16, drop_last=True, samples_consumed=5 * 32)
+        for r in range(2)
+    ]
     assert sorted(np.concatenate(four)) == sorted(np.concatenate(two))
 
 
@@ -198,7 +228,9 @@ def test_mid_epoch_resume_continues_with_exactly_the_unseen_samples(datamodule, 
     state = datamodule.state_dict()
     assert state == {"epoch": 1, "samples_consumed": 16}
 
-    resumed = FFCVDataModule(*betons, num_classes=NUM_TRAIN, batch_size=8, seed=3, num_workers=1, resolution=32)
+    resumed = FFCVDataModule(
+        *betons, num_classes=NUM_TRAIN, batch_size=8, seed=3, num_workers=1, resolution=32
+    )
     resumed.load_state_dict(state)
     resumed.setup("fit")
     loader = resumed.train_dataloader()
@@ -218,7 +250,9 @@ def test_set_epoch_from_lightning_restarts_a_new_epoch_only():
 
 def test_progressive_resizing_changes_the_train_crop_per_epoch(datamodule):
     fixed = datamodule.resolution
-    datamodule.resolution = resolution_schedule({"start": 32, "end": 64, "start_ramp_epoch": 1, "end_ramp_epoch": 2})
+    datamodule.resolution = resolution_schedule(
+        {"start": 32, "end": 64, "start_ramp_epoch": 1, "end_ramp_epoch": 2}
+    )
     try:
         sizes = {}
         for epoch in (0, 2):
@@ -241,8 +275,12 @@ def test_no_aug_from_epoch_switches_to_the_val_crop_without_flip(datamodule):
         augmented, plain = datamodule._train_loader_for_epoch(1), datamodule._train_loader_for_epoch(2)
         assert isinstance(augmented.pipeline_specs["image"].decoder, RandomResizedCropRGBImageDecoder)
         assert isinstance(plain.pipeline_specs["image"].decoder, CenterCropRGBImageDecoder)
-        assert not any(isinstance(op, RandomHorizontalFlip) for op in plain.pipeline_specs["image"].transforms)
+        assert not any(
+            isinstance(op, RandomHorizontalFlip) for op in plain.pipeline_specs["image"].transforms
+        )
         first = [labels.tolist() for _, labels in rank_loader(datamodule, 0, 1, EpochProgress(epoch=2))]
-        assert sorted(itertools.chain.from_iterable(first)) == sorted(epoch_order(NUM_TRAIN, seed=3, epoch=2, order="random")[:40])
+        assert sorted(itertools.chain.from_iterable(first)) == sorted(
+            epoch_order(NUM_TRAIN, seed=3, epoch=2, order="random")[:40]
+        )
     finally:
         datamodule.no_aug_from_epoch = None

@@ -6,7 +6,6 @@ import time
 
 import lightning as L
 from lightning.pytorch.demos.boring_classes import BoringModel
-
 from lightning_lars.callbacks.monitors.first_step import FirstStepTime
 
 
@@ -21,9 +20,17 @@ class RecordsSteps(FirstStepTime):
 def test_first_step_line_after_the_accumulated_step(tmp_path, caplog):
     started = time.perf_counter() - 7.0  # as if the command line came 7 s before fit
     timer = RecordsSteps(started)
-    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=3, accumulate_grad_batches=2, limit_val_batches=0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[timer])
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=3,
+        accumulate_grad_batches=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
     with caplog.at_level(logging.INFO):
         before_fit = time.perf_counter()
         trainer.fit(BoringModel())
@@ -31,5 +38,7 @@ def test_first_step_line_after_the_accumulated_step(tmp_path, caplog):
     assert timer.fired_at == (1, 1)  # the second micro-batch completes optimizer step 1
     assert before_fit - started <= timer.seconds <= after_fit - started
     lines = [r.getMessage() for r in caplog.records if "first optimizer step done" in r.getMessage()]
-    assert lines == [f"[lightning-lars] plan: first optimizer step done {timer.seconds:.1f} s after the command"
-                     " line (imports, config, loaders, JIT compile, one step)"]
+    assert lines == [
+        f"[lightning-lars] plan: first optimizer step done {timer.seconds:.1f} s after the command"
+        " line (imports, config, loaders, JIT compile, one step)"
+    ]

@@ -10,7 +10,8 @@ Sources and their reach (see each recipe's header): the LAMB code and logs (fast
 b778c4c) and Intel Caffe's solver (src/caffe/solvers/sgd_solver.cpp) were read line by line. Two papers' texts
 were reached as public transcriptions (not the arXiv PDFs): the LARS paper's ICLR 2018 submission (1708.03888:
 sec. 5, Tables 3-4, Algorithm 1) and Goyal et al. (1706.02677: sec. 2.1-2.3, 5.1-5.2). The others (1709.05011,
-1711.04325, 1811.05233, 1807.11205, 2102.06356, 1812.02886) were NOT reachable, only abstracts: rows resting on them cite
+1711.04325, 1811.05233, 1807.11205, 2102.06356, 1812.02886) were NOT reachable, only abstracts: rows resting on
+them cite
 records.md's reading ("lead" / [secondary]), and values no source gives (the recipes' "our choice") have no row.
 Step convention: ``step`` = optimizer updates done before this one (0-based); eval steps count completed updates.
 """
@@ -48,7 +49,10 @@ def caffe_rows(spe, epochs, warmup_epochs, peak, wd, momentum, batch, cite):
     """Rows at the warmup's start, middle and end, the poly's start, middle and last step (Intel Caffe formula)."""
     warmup, total = warmup_epochs * spe, epochs * spe
     lr = lambda s: intel_caffe_poly(s, base_lr=peak, max_iter=total, warmup_iter=warmup)
-    return [(s, lr(s), wd, momentum, batch, cite) for s in (0, warmup // 2, warmup - 1, warmup, total // 2, total - 1)]
+    return [
+        (s, lr(s), wd, momentum, batch, cite)
+        for s in (0, warmup // 2, warmup - 1, warmup, total // 2, total - 1)
+    ]
 
 
 LAMB_SOURCE = "optimization.py lines 23-27; run.sh lr 0.04, warmup 782, --weight_decay_input=1.5, batch 32768"
@@ -58,84 +62,128 @@ GOLDEN = {
     "you_alexnet_bn_8k": (
         # 100 epochs = 15600 updates: the co-author's NVCaffe models/alexnet_bn/solver_8K.prototxt (borisgin/nvcaffe
         # 448ad5b8) max_iter 15600 "# 100 epochs"; 1708.03888 sec. 6 counts 100 epochs at 16K as 7800 = 100 x 78
-        15600 // 100, 15600, every_epoch(15600 // 100, 100),
+        15600 // 100,
+        15600,
+        every_epoch(15600 // 100, 100),
         # LR 14 at 8K: 1708.03888 Table 3(b); 5-epoch warmup, m 0.9, wd 0.0005, 100 epochs, poly p = 2: its sec. 5;
         # gamma_0 (1 - t/T)^2 from t = 0: its Algorithm 1 and Intel Caffe sgd_solver.cpp (read)
         caffe_rows(N // 8192, 100, 5, 14.0, 5e-4, 0.9, 8192, "1708.03888 Table 3(b), sec. 5, Algorithm 1"),
     ),
     "you_alexnet_32k": (
-        N // 32768, 100 * (N // 32768), every_epoch(N // 32768, 100),
+        N // 32768,
+        100 * (N // 32768),
+        every_epoch(N // 32768, 100),
         # LR 22 at 32K: 1708.03888 Table 3(b); warmup 5, m 0.9, wd 0.0005, 100 epochs: its sec. 5 (the LARS
         # paper's 32K run; 1709.05011's own values are not reachable); batch 32768, 100 epochs: 1709.05011 abstract
         caffe_rows(N // 32768, 100, 5, 22.0, 5e-4, 0.9, 32768, "1708.03888 Table 3(b), sec. 5"),
     ),
     "you_resnet50_32k": (
-        N // 32768, 90 * (N // 32768), every_epoch(N // 32768, 90),
+        N // 32768,
+        90 * (N // 32768),
+        every_epoch(N // 32768, 90),
         # gamma 40, 12-epoch warmup: 1708.03888 Table 4 (32K); 90 epochs, 32768: 1709.05011 abstract;
         # m 0.9, wd 1e-4: Intel Caffe multinode/resnet_50_16_nodes_2k_batch/solver.prototxt (momentum, weight_decay)
         caffe_rows(N // 32768, 90, 12, 40.0, 1e-4, 0.9, 32768, "1708.03888 Table 4 + sgd_solver.cpp poly"),
     ),
     "lamb_32k": (
-        N // 32768, 3519, [3519],  # resnet_main.py line 587 (N // batch); run.sh --train_steps=3519; log.out line 1145
-        [(s, lamb_authors_lr(s), 1.5, None, 32768, LAMB_SOURCE) for s in (0, 1, 391, 781, 782, 783, 2150, 3518)],
+        N // 32768,
+        3519,
+        [3519],  # resnet_main.py line 587 (N // batch); run.sh --train_steps=3519; log.out line 1145
+        [
+            (s, lamb_authors_lr(s), 1.5, None, 32768, LAMB_SOURCE)
+            for s in (0, 1, 391, 781, 782, 783, 2150, 3518)
+        ],
     ),
     "goyal_8k": (
-        N // 8192, 90 * (N // 8192), every_epoch(N // 8192, 90),
+        N // 8192,
+        90 * (N // 8192),
+        every_epoch(N // 8192, 90),
         # 1706.02677 sec. 2.2 and 5.2 (gradual warmup from 0.1, linearly to 0.1 * 8192 / 256 = 3.2 over 5 epochs),
         # sec. 5.1 (/10 at epochs 30, 60, 80; 90 epochs; m 0.9; wd 0.0001), sec. 2.3 and 5.2 (n = 32, k = 256)
-        [(0, 0.1, 1e-4, 0.9, 8192, "sec. 2.2: warmup starts at eta = 0.1"),
-         (390, 0.1 + (3.2 - 0.1) * 390 / 780, 1e-4, 0.9, 8192, "sec. 5.2: linearly increased over 5 epochs"),
-         (780, 3.2, 1e-4, 0.9, 8192, "sec. 2.1: 0.1 * kn / 256 after warmup"),
-         (30 * 156 - 1, 3.2, 1e-4, 0.9, 8192, "sec. 5.1: until epoch 30"),
-         (30 * 156, 0.32, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 30"),
-         (60 * 156, 0.032, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 60"),
-         (80 * 156, 0.0032, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 80"),
-         (90 * 156 - 1, 0.0032, 1e-4, 0.9, 8192, "sec. 5.1: 90 epochs")],
+        [
+            (0, 0.1, 1e-4, 0.9, 8192, "sec. 2.2: warmup starts at eta = 0.1"),
+            (
+                390,
+                0.1 + (3.2 - 0.1) * 390 / 780,
+                1e-4,
+                0.9,
+                8192,
+                "sec. 5.2: linearly increased over 5 epochs",
+            ),
+            (780, 3.2, 1e-4, 0.9, 8192, "sec. 2.1: 0.1 * kn / 256 after warmup"),
+            (30 * 156 - 1, 3.2, 1e-4, 0.9, 8192, "sec. 5.1: until epoch 30"),
+            (30 * 156, 0.32, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 30"),
+            (60 * 156, 0.032, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 60"),
+            (80 * 156, 0.0032, 1e-4, 0.9, 8192, "sec. 5.1: /10 at epoch 80"),
+            (90 * 156 - 1, 0.0032, 1e-4, 0.9, 8192, "sec. 5.1: 90 epochs"),
+        ],
     ),
     "akiba_32k": (
-        N // 32768, 90 * (N // 32768), every_epoch(N // 32768, 90),
+        N // 32768,
+        90 * (N // 32768),
+        every_epoch(N // 32768, 90),
         # slow-start LR: 0.1 * 32768 / 256 = 12.8 times 0.5 / 0.075 / 0.01 / 0.001 from epochs 0 / 40 / 70 / 85
         # ([secondary] per records.md; 1711.04325's text not reachable); batch 32768, 90 epochs: abstract
-        [(0, 6.4, None, 0.9, 32768, "slow-start x0.5 [secondary]"),
-         (40 * 39 - 1, 6.4, None, 0.9, 32768, "x0.5 for 40 epochs [secondary]"),
-         (40 * 39, 0.96, None, 0.9, 32768, "x0.075 from epoch 40 [secondary]"),
-         (70 * 39, 0.128, None, 0.9, 32768, "x0.01 from epoch 70 [secondary]"),
-         (85 * 39, 0.0128, None, 0.9, 32768, "x0.001 from epoch 85 [secondary]")],
+        [
+            (0, 6.4, None, 0.9, 32768, "slow-start x0.5 [secondary]"),
+            (40 * 39 - 1, 6.4, None, 0.9, 32768, "x0.5 for 40 epochs [secondary]"),
+            (40 * 39, 0.96, None, 0.9, 32768, "x0.075 from epoch 40 [secondary]"),
+            (70 * 39, 0.128, None, 0.9, 32768, "x0.01 from epoch 70 [secondary]"),
+            (85 * 39, 0.0128, None, 0.9, 32768, "x0.001 from epoch 85 [secondary]"),
+        ],
     ),
     "mikami_68k": (
         # 34,816 for epochs 0-4 (36 steps each), then 69,632 (18 steps each): 1811.05233 v1 batch-size control
         # (lead: the first 5 epochs at the smaller batch; paper text not reachable)
-        N // 34816, 5 * 36 + 85 * 18, [36 * e for e in range(1, 6)] + [180 + 18 * e for e in range(1, 86)],
-        [(0, None, None, None, 34816, "batch-size control: 34,816 first"),
-         (179, None, None, None, 34816, "last step of epoch 5 at 34,816"),
-         (180, None, None, None, 69632, "69,632 from epoch 6 on"),
-         (1709, None, None, None, 69632, "the last step")],
+        N // 34816,
+        5 * 36 + 85 * 18,
+        [36 * e for e in range(1, 6)] + [180 + 18 * e for e in range(1, 86)],
+        [
+            (0, None, None, None, 34816, "batch-size control: 34,816 first"),
+            (179, None, None, None, 34816, "last step of epoch 5 at 34,816"),
+            (180, None, None, None, 69632, "69,632 from epoch 6 on"),
+            (1709, None, None, None, 69632, "the last step"),
+        ],
     ),
     "jia_64k": (
-        N // 65536, 90 * (N // 65536), every_epoch(N // 65536, 90),
+        N // 65536,
+        90 * (N // 65536),
+        every_epoch(N // 65536, 90),
         # batch 65536, 90 epochs (1807.11205 abstract / records.md); its LR schedule is not reachable: no LR row
-        [(0, None, None, None, 65536, "abstract: batch 65536"),
-         (90 * 19 - 1, None, None, None, 65536, "90 epochs")],
+        [
+            (0, None, None, None, 65536, "abstract: batch 65536"),
+            (90 * 19 - 1, None, None, None, 65536, "90 epochs"),
+        ],
     ),
     "nlcg_65k": (
-        N // 65536, 90 * (N // 65536), every_epoch(N // 65536, 90),
+        N // 65536,
+        90 * (N // 65536),
+        every_epoch(N // 65536, 90),
         # 1812.02886 abstract: ResNet-50, batch "greater than 65k" (65536: our reading), 90 epochs; the ImageNet LR
         # schedule is not reachable (apple/ml-ncg has CIFAR scripts only): no LR row
-        [(0, None, None, None, 65536, "abstract: batch greater than 65k"),
-         (90 * 19 - 1, None, None, None, 65536, "abstract: 90 epochs")],
+        [
+            (0, None, None, None, 65536, "abstract: batch greater than 65k"),
+            (90 * 19 - 1, None, None, None, 65536, "abstract: 90 epochs"),
+        ],
     ),
     "nado_nesterov_32k": (
-        N // 32768, 2512, [156 * e for e in range(1, 17)] + [2512],
+        N // 32768,
+        2512,
+        [156 * e for e in range(1, 17)] + [2512],
         # batch 32768, 2512 steps (2102.06356 abstract / records.md); eval every 4 epochs: MLPerf's rule, which
         # the paper follows; the Nesterov hyperparameters are not reachable: no LR row
         [(0, None, None, None, 32768, "batch 32768"), (2511, None, None, None, 32768, "2512 steps")],
     ),
     "neumann_32k": (
-        N // 32000, 237 * (N // 32000), every_epoch(N // 32000, 237),
+        N // 32000,
+        237 * (N // 32000),
+        every_epoch(N // 32000, 237),
         # batch 32000 and 237 epochs: 1712.03298 Table 3 (ICLR 2018 text, read); the Neumann LR is not given
         # (sec. 3.2: the only hyperparameter to tune), so no absolute LR row: the schedule's shape is checked below
-        [(0, None, None, None, 32000, "Table 3: batch 32000"),
-         (237 * 40 - 1, None, None, None, 32000, "Table 3: 237 epochs")],
+        [
+            (0, None, None, None, 32000, "Table 3: batch 32000"),
+            (237 * 40 - 1, None, None, None, 32000, "Table 3: 237 epochs"),
+        ],
     ),
 }
 GOLDEN["resnet50_32k"] = GOLDEN["you_resnet50_32k"]  # the alias: the same source, the same run
@@ -155,8 +203,12 @@ def test_recipe_matches_its_source(name):
     assert list(plan.eval_steps) == eval_steps, name
     assert plan.eval_steps[-1] == plan.total_steps  # no run ends on an unevaluated step
     for step, lr, weight_decay, momentum, batch, source in rows:
-        for what, want, got in (("lr", lr, plan.lr), ("weight decay", weight_decay, plan.weight_decay),
-                                ("momentum", momentum, plan.momentum), ("batch", batch, plan.global_batch)):
+        for what, want, got in (
+            ("lr", lr, plan.lr),
+            ("weight decay", weight_decay, plan.weight_decay),
+            ("momentum", momentum, plan.momentum),
+            ("batch", batch, plan.global_batch),
+        ):
             if want is not None:
                 assert _close(got(step), want), f"{name} step {step} {what}: {got(step)} != {want} ({source})"
 

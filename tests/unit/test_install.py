@@ -18,9 +18,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from lightning_lars import wheelhouse
-from lightning_lars.report import provenance
-from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.data.checks import prints_only
+from lightning_lars.data.synthetic import SyntheticDataModule
+from lightning_lars.report import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -44,7 +44,9 @@ def test_oldest_set_pins_each_lower_bound_and_the_lock_lies_in_range(requirement
     name = canonicalize_name(requirement.name)
     lower = [s.version for s in requirement.specifier if s.operator == ">="]
     assert lower and not [s for s in requirement.specifier if s.operator in ("<", "<=", "==")], requirement
-    assert Version(OLDEST[name]) == Version(lower[0]), f"lightning_lars/requirements/oldest.txt pins {name}=={OLDEST[name]}, pyproject says {lower}"
+    assert Version(OLDEST[name]) == Version(lower[0]), (
+        f"lightning_lars/requirements/oldest.txt pins {name}=={OLDEST[name]}, pyproject says {lower}"
+    )
     assert requirement.specifier.contains(NEWEST[name], prereleases=True), (name, NEWEST[name])
 
 
@@ -55,34 +57,48 @@ def test_run_records_which_tested_set_its_libraries_match():
     assert provenance.requirement_set(newest) == {"name": "newest", "differs": {}}
     assert provenance.requirement_set(oldest) == {"name": "oldest", "differs": {}}
     cluster = {**newest, "torch": "2.12.0+cu130"}
-    assert provenance.requirement_set(cluster) == {"name": "untested",
-                                                   "differs": {"torch": ["2.12.0+cu130", NEWEST["torch"]]}}
+    assert provenance.requirement_set(cluster) == {
+        "name": "untested",
+        "differs": {"torch": ["2.12.0+cu130", NEWEST["torch"]]},
+    }
     assert "requirement_set" in provenance.provenance()
 
 
 def run_without_ffcv(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, "-c", BLOCK_FFCV + code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_FFCV + code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_without_ffcv_the_package_imports_and_an_ffcv_recipe_names_the_install_command():
     imports = run_without_ffcv(
         "import lightning_lars.train, lightning_lars.data.torchvision_datamodule, lightning_lars.data.synthetic\n"
         "from lightning_lars.data import pipelines\n"
-        "pipelines.parse_pipeline('train', ['center_crop', 'flip', {'normalize': 'imagenet'}, 'to_tensor', 'channels_last'])\n"
-        "print('ffcv' in sys.modules)")
+        "pipelines.parse_pipeline('train', ['center_crop', 'flip', {'normalize': 'imagenet'},"
+        " 'to_tensor', 'channels_last'])\n"
+        "print('ffcv' in sys.modules)"
+    )
     assert imports.returncode == 0 and imports.stdout.strip() == "False", imports.stderr[-2000:]
 
-    entry = run_without_ffcv("sys.argv = ['lightning-lars', 'recipe=goyal_8k']\n"
-                             "from lightning_lars.train import main\nmain()")
+    entry = run_without_ffcv(
+        "sys.argv = ['lightning-lars', 'recipe=goyal_8k']\nfrom lightning_lars.train import main\nmain()"
+    )
     assert entry.returncode == 2, entry.stderr[-2000:]
     assert entry.stderr.count("\n") == 1 and entry.stderr.startswith("error: "), entry.stderr
     assert "needs FFCV, which is not installed: pip install 'lightning-lars[ffcv]'" in entry.stderr
     assert "libturbojpeg0-dev libopencv-dev pkg-config" in entry.stderr and "data=synthetic" in entry.stderr
 
-    printed = run_without_ffcv("sys.argv = ['lightning-lars', 'recipe=goyal_8k', '--cfg', 'job']\n"
-                               "from lightning_lars.train import main\nmain()")
+    printed = run_without_ffcv(
+        "sys.argv = ['lightning-lars', 'recipe=goyal_8k', '--cfg', 'job']\n"
+        "from lightning_lars.train import main\nmain()"
+    )
     assert printed.returncode == 0 and "global_size: 8192" in printed.stdout, printed.stderr[-2000:]
 
 
@@ -105,18 +121,32 @@ def test_wheelhouse_names_the_platform_tags_a_target_interpreter_accepts():
 
 
 def test_synthetic_data_has_the_recipes_shape_and_layout():
-    data = SyntheticDataModule(num_classes=7, batch_size=4, seed=3, num_train_images=18, num_val_images=9,
-                               resolution=16, val_resolution=8, pool_size=2,
-                               pipeline={"train": ["center_crop", "to_tensor", "channels_last"]})
+    data = SyntheticDataModule(
+        num_classes=7,
+        batch_size=4,
+        seed=3,
+        num_train_images=18,
+        num_val_images=9,
+        resolution=16,
+        val_resolution=8,
+        pool_size=2,
+        pipeline={"train": ["center_crop", "to_tensor", "channels_last"]},
+    )
     train, val = data.train_dataloader(), data.val_dataloader()
     assert (len(train), len(val), data.num_train_images) == (4, 3, 18)  # drop-last for train, not for val
     batches = list(train)
     images, labels = batches[0]
     assert images.shape == (4, 3, 16, 16) and images.is_contiguous(memory_format=torch.channels_last)
     assert labels.dtype == torch.int64 and 0 <= labels.min() and labels.max() < 7
-    assert torch.equal(batches[2][0], images) and not torch.equal(batches[1][0], images)  # a pool of 2, cycled
+    assert torch.equal(batches[2][0], images) and not torch.equal(
+        batches[1][0], images
+    )  # a pool of 2, cycled
     assert next(iter(val))[0].shape == (4, 3, 8, 8)
-    again = SyntheticDataModule(num_classes=7, batch_size=4, seed=3, num_train_images=18, resolution=16, pool_size=2)
+    again = SyntheticDataModule(
+        num_classes=7, batch_size=4, seed=3, num_train_images=18, resolution=16, pool_size=2
+    )
     assert torch.equal(next(iter(again.train_dataloader()))[0], images)  # same seed and rank: same tensors
     with pytest.warns(UserWarning, match="keeps the first resolution"):
-        SyntheticDataModule(resolution={"start": 128, "end": 192, "start_ramp_epoch": 0, "end_ramp_epoch": 10})
+        SyntheticDataModule(
+            resolution={"start": 128, "end": 192, "start_ramp_epoch": 0, "end_ramp_epoch": 10}
+        )

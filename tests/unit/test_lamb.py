@@ -22,8 +22,10 @@ def _model(dtype=torch.float64) -> nn.Module:
 
 def _grads(model: nn.Module, steps: int, scale: float = 1.0) -> list[list[torch.Tensor]]:
     generator = torch.Generator().manual_seed(1)
-    return [[scale * torch.randn(p.shape, generator=generator, dtype=torch.float64)
-             for p in model.parameters()] for _ in range(steps)]
+    return [
+        [scale * torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
+        for _ in range(steps)
+    ]
 
 
 def reference(weights, grads_per_step, lrs, *, adapted, decay, b1, b2, eps, max_grad_norm, bias_correction):
@@ -62,13 +64,27 @@ def test_matches_float64_reference(max_grad_norm, bias_correction):
     model = _model()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
-    opt = LAMB(param_groups(model, 0.1), betas=(0.9, 0.99), eps=1e-6, max_grad_norm=max_grad_norm,
-               bias_correction=bias_correction)
+    opt = LAMB(
+        param_groups(model, 0.1),
+        betas=(0.9, 0.99),
+        eps=1e-6,
+        max_grad_norm=max_grad_norm,
+        bias_correction=bias_correction,
+    )
     ours = _run(model, opt, grads, LRS)
     adapted = [p.ndim > 1 for p in start]
-    expected = reference(start, grads, LRS, adapted=adapted, decay=[0.1 if a else 0.0 for a in adapted],
-                         b1=0.9, b2=0.99, eps=1e-6, max_grad_norm=max_grad_norm,
-                         bias_correction=bias_correction)
+    expected = reference(
+        start,
+        grads,
+        LRS,
+        adapted=adapted,
+        decay=[0.1 if a else 0.0 for a in adapted],
+        b1=0.9,
+        b2=0.99,
+        eps=1e-6,
+        max_grad_norm=max_grad_norm,
+        bias_correction=bias_correction,
+    )
     for got, want, before in zip(ours, expected, start):
         assert (want - before).abs().max() > 1e-4
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
@@ -77,8 +93,12 @@ def test_matches_float64_reference(max_grad_norm, bias_correction):
 def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
     def final(max_grad_norm):
         model = _model()
-        return _run(model, LAMB(model.parameters(), max_grad_norm=max_grad_norm, eps=1e-3),
-                    _grads(model, len(LRS)), LRS)
+        return _run(
+            model,
+            LAMB(model.parameters(), max_grad_norm=max_grad_norm, eps=1e-3),
+            _grads(model, len(LRS)),
+            LRS,
+        )
 
     off = final(None)
     assert all(torch.equal(a, b) for a, b in zip(off, final(1e6)))
@@ -88,8 +108,9 @@ def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
 def test_bn_and_bias_get_no_decay_and_no_trust_ratio_by_default():
     model = _model()
     opt = LAMB(model.parameters(), weight_decay=1.5)
-    assert [(g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in
-            opt.param_groups] == [(True, 1.5, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
+    assert [
+        (g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in opt.param_groups
+    ] == [(True, 1.5, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
 
 
 def test_zero_weight_gives_ratio_one():
@@ -123,7 +144,8 @@ def test_bf16_params_use_fp32_state():
     _run(model, opt, _grads(model, 2), LRS[:2])
     for p in model.parameters():
         assert {k: v.dtype for k, v in opt.state[p].items()} == dict.fromkeys(
-            ["master_weight", "exp_avg", "exp_avg_sq"], torch.float32)
+            ["master_weight", "exp_avg", "exp_avg_sq"], torch.float32
+        )
         assert torch.equal(p.detach(), opt.state[p]["master_weight"].to(torch.bfloat16))
 
 
@@ -139,8 +161,10 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
     assert ops(3) == ops(24)
 
 
-@pytest.mark.parametrize("kwargs", [{"lr": -1.0}, {"eps": -1.0}, {"weight_decay": -1.0},
-                                    {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"lr": -1.0}, {"eps": -1.0}, {"weight_decay": -1.0}, {"betas": (0.9, 1.0)}, {"max_grad_norm": -1.0}],
+)
 def test_bad_arguments_raise_value_error_naming_the_key(kwargs):
     (key,) = kwargs
     if key != "max_grad_norm":  # an Adam argument: torch's Adam refuses the same value with the same type
@@ -189,14 +213,26 @@ def test_matches_the_authors_resnet50_code_over_24_steps():
     assert is_bn == [False, False, True, True, False, False]
     generator = torch.Generator().manual_seed(2)
     # gradient norms from ~0.3 to ~3: the global clip at 1.0 acts on some steps and not on others
-    grads = [[(0.1 + 0.2 * (step % 7)) * torch.randn(p.shape, generator=generator, dtype=torch.float64)
-              for p in model.parameters()] for step in range(24)]
+    grads = [
+        [
+            (0.1 + 0.2 * (step % 7)) * torch.randn(p.shape, generator=generator, dtype=torch.float64)
+            for p in model.parameters()
+        ]
+        for step in range(24)
+    ]
     expected, lrs = authors_lamb(start, is_bn, grads, init_lr=0.04, warmup=6, total=24, wd=1.5)
     assert len(set(lrs)) > 10  # warmup from 0, then linear decay: a changing LR
-    opt = LAMB(param_groups(model, 1.5, "norm_layers"), betas=(0.9, 0.999), eps=1e-6, max_grad_norm=1.0,
-               bias_correction=False)
+    opt = LAMB(
+        param_groups(model, 1.5, "norm_layers"),
+        betas=(0.9, 0.999),
+        eps=1e-6,
+        max_grad_norm=1.0,
+        bias_correction=False,
+    )
     assert [(g["trust_adaptation"], g["weight_decay"], g["param_names"]) for g in opt.param_groups] == [
-        (True, 1.5, ["0.weight", "0.bias", "3.weight", "3.bias"]), (False, 0.0, ["1.weight", "1.bias"])]
+        (True, 1.5, ["0.weight", "0.bias", "3.weight", "3.bias"]),
+        (False, 0.0, ["1.weight", "1.bias"]),
+    ]
     ours = _run(model, opt, grads, lrs)
     for got, want, before in zip(ours, expected, start):
         assert (want - before).abs().max() > 1e-3

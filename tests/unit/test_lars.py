@@ -30,8 +30,10 @@ def _model(dtype=torch.float64) -> nn.Module:
 
 def _grads(model: nn.Module, steps: int) -> list[list[torch.Tensor]]:
     generator = torch.Generator().manual_seed(1)
-    return [[torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
-            for _ in range(steps)]
+    return [
+        [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
+        for _ in range(steps)
+    ]
 
 
 def reference(weights, grads_per_step, lrs, *, adapted, decay, form, mu, eta, eps, nesterov, clip):
@@ -71,14 +73,30 @@ def test_matches_float64_reference(form, nesterov, clip):
     model = _model()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
-    options = {"momentum": 0.9, "trust_coefficient": 0.02, "eps": 1e-9, "nesterov": nesterov, "clip": clip,
-               "form": form}
+    options = {
+        "momentum": 0.9,
+        "trust_coefficient": 0.02,
+        "eps": 1e-9,
+        "nesterov": nesterov,
+        "clip": clip,
+        "form": form,
+    }
     rule = "none" if form == "you2017" else "ndim<=1"
     ours = _run(model, LARS(param_groups(model, 1e-3, rule), **options), grads, LRS)
     adapted = [form == "you2017" or p.ndim > 1 for p in start]
-    expected = reference(start, grads, LRS, adapted=adapted, decay=[1e-3 if a else 0.0 for a in adapted],
-                         form="nvidia" if form == "nvidia" else "mlperf", mu=0.9, eta=0.02, eps=1e-9,
-                         nesterov=nesterov, clip=clip)
+    expected = reference(
+        start,
+        grads,
+        LRS,
+        adapted=adapted,
+        decay=[1e-3 if a else 0.0 for a in adapted],
+        form="nvidia" if form == "nvidia" else "mlperf",
+        mu=0.9,
+        eta=0.02,
+        eps=1e-9,
+        nesterov=nesterov,
+        clip=clip,
+    )
     for got, want, before in zip(ours, expected, start):
         assert (want - before).abs().max() > 1e-4  # the step is not empty
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
@@ -88,11 +106,23 @@ def test_float32_params_follow_the_float64_reference():
     model = _model(torch.float32)
     start = [p.detach().double() for p in model.parameters()]
     grads = _grads(model, len(LRS))
-    ours = _run(model, LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3),
-                grads, LRS)
+    ours = _run(
+        model, LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3), grads, LRS
+    )
     adapted = [p.ndim > 1 for p in start]
-    expected = reference(start, grads, LRS, adapted=adapted, decay=[1e-3 if a else 0.0 for a in adapted],
-                         form="nvidia", mu=0.9, eta=0.02, eps=0.0, nesterov=False, clip=False)
+    expected = reference(
+        start,
+        grads,
+        LRS,
+        adapted=adapted,
+        decay=[1e-3 if a else 0.0 for a in adapted],
+        form="nvidia",
+        mu=0.9,
+        eta=0.02,
+        eps=0.0,
+        nesterov=False,
+        clip=False,
+    )
     for got, want in zip(ours, expected):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -100,8 +130,12 @@ def test_float32_params_follow_the_float64_reference():
 def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
     def final(form, lrs):
         model = _model()
-        return _run(model, LARS(model.parameters(), momentum=0.9, form=form, trust_coefficient=0.02),
-                    _grads(model, len(lrs)), lrs)
+        return _run(
+            model,
+            LARS(model.parameters(), momentum=0.9, form=form, trust_coefficient=0.02),
+            _grads(model, len(lrs)),
+            lrs,
+        )
 
     for a, b in zip(final("nvidia", [1.0] * 5), final("mlperf", [1.0] * 5)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
@@ -112,11 +146,13 @@ def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
 def test_plain_parameters_use_the_exclusion_rule_and_you2017_adapts_everything():
     model = _model()
     mlperf = LARS(model.parameters(), weight_decay=1e-4, form="mlperf")
-    assert [(g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in
-            mlperf.param_groups] == [(True, 1e-4, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
+    assert [
+        (g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in mlperf.param_groups
+    ] == [(True, 1e-4, [2, 2]), (False, 0.0, [1, 1, 1, 1])]
     you = LARS(model.parameters(), weight_decay=1e-4, form="you2017")
     assert [(g["trust_adaptation"], g["weight_decay"], len(g["params"])) for g in you.param_groups] == [
-        (True, 1e-4, 6)]
+        (True, 1e-4, 6)
+    ]
     explicit = LARS([{"params": list(model.parameters()), "trust_adaptation": False}], weight_decay=1e-4)
     assert len(explicit.param_groups) == 1 and explicit.param_groups[0]["trust_adaptation"] is False
 
@@ -124,8 +160,13 @@ def test_plain_parameters_use_the_exclusion_rule_and_you2017_adapts_everything()
 def test_zero_norms_give_trust_ratio_one():
     w = nn.Parameter(torch.zeros(3, 4, dtype=torch.float64))  # ||w|| = 0
     v = nn.Parameter(torch.ones(3, 4, dtype=torch.float64))  # will get ||g|| = 0
-    opt = LARS([{"params": [w, v], "trust_adaptation": True}], lr=0.5, momentum=0.0, weight_decay=0.1,
-               trust_coefficient=0.001)
+    opt = LARS(
+        [{"params": [w, v], "trust_adaptation": True}],
+        lr=0.5,
+        momentum=0.0,
+        weight_decay=0.1,
+        trust_coefficient=0.001,
+    )
     w.grad = torch.full_like(w, 2.0)
     v.grad = torch.zeros_like(v)
     opt.track_stats = True
@@ -238,8 +279,17 @@ def test_descends_the_rosenbrock_function():
     assert rosenbrock().item() < start / 10
 
 
-@pytest.mark.parametrize("kwargs", [{"form": "tf"}, {"momentum": 1.0}, {"lr": -1.0}, {"eps": -1.0},
-                                    {"trust_coefficient": 0.0}, {"nesterov": True, "momentum": 0.0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"form": "tf"},
+        {"momentum": 1.0},
+        {"lr": -1.0},
+        {"eps": -1.0},
+        {"trust_coefficient": 0.0},
+        {"nesterov": True, "momentum": 0.0},
+    ],
+)
 def test_bad_arguments_raise_value_error_as_torch_optimizers_do(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         LARS(_model().parameters(), **kwargs)

@@ -14,15 +14,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["core", "config", "schedules", "optim", "models", "data", "parallel", "recipe", "runtime", "report",
-          "callbacks", "training", "entry"]
+LAYERS = [
+    "core",
+    "config",
+    "schedules",
+    "optim",
+    "models",
+    "data",
+    "parallel",
+    "recipe",
+    "runtime",
+    "report",
+    "callbacks",
+    "training",
+    "entry",
+]
 ENTRY_POINTS = {"train", "check", "wheelhouse"}  # lightning_lars/<name>.py: the commands, above every layer
 
 
 def module_files() -> dict[str, Path]:
     """Dotted module name -> file, for the package and the callbacks folder."""
     found = {}
-    for base, prefix in ((ROOT / "lightning_lars", "lightning_lars"), (ROOT / "callbacks", "lightning_lars.callbacks")):
+    for base, prefix in (
+        (ROOT / "lightning_lars", "lightning_lars"),
+        (ROOT / "callbacks", "lightning_lars.callbacks"),
+    ):
         for path in base.rglob("*.py"):
             parts = list(path.relative_to(base).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -50,8 +66,13 @@ def imports(module: str) -> list[tuple[str, int, bool]]:
     path = MODULES[module]
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for n in ast.walk(f) if n is not f}
+    inside = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for n in ast.walk(f)
+        if n is not f
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -59,8 +80,12 @@ def imports(module: str) -> list[tuple[str, int, bool]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])]
+                )
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -80,9 +105,13 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_no_import_runs_from_a_lower_layer_to_a_higher_one():
-    upward = [f"{MODULES[m].relative_to(ROOT)}:{line} ({LAYERS[layer_of(m)]}) imports {target}"
-              f" ({LAYERS[layer_of(target)]})"
-              for m, targets in GRAPH.items() for target, line, _ in targets if layer_of(target) > layer_of(m) >= 0]
+    upward = [
+        f"{MODULES[m].relative_to(ROOT)}:{line} ({LAYERS[layer_of(m)]}) imports {target}"
+        f" ({LAYERS[layer_of(target)]})"
+        for m, targets in GRAPH.items()
+        for target, line, _ in targets
+        if layer_of(target) > layer_of(m) >= 0
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -95,7 +124,7 @@ def test_no_import_circle():
         state[node] = 1
         for nxt in edges[node]:
             if state.get(nxt) == 1:
-                circles.append(" -> ".join([*path[path.index(nxt):], nxt]))
+                circles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -125,7 +154,7 @@ def test_every_import_inside_a_function_says_why():
     """Imports inside functions only keep start-up fast (a heavy or optional library); each says so on its line
     or the line above."""
     silent = []
-    for module, path in MODULES.items():
+    for path in MODULES.values():
         lines = path.read_text().splitlines()
         tree = ast.parse("\n".join(lines))
         for function in ast.walk(tree):
@@ -133,7 +162,7 @@ def test_every_import_inside_a_function_says_why():
                 continue
             for node in ast.walk(function):
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and not said_why(lines, node):
-                        silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+                    silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not silent, "in-function imports without a reason:\n" + "\n".join(sorted(set(silent)))
 
 

@@ -24,20 +24,53 @@ DECAY = 1e-4
 STEPS = 3
 # name -> (build, the group keys torch.optim fills from the defaults, in order, per-parameter state keys)
 OPTIMIZERS = {
-    "lars": (lambda ps: LARS(ps, weight_decay=DECAY),
-             ["lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "form", "clip",
-              "trust_adaptation", "wd_coefficient"], {"momentum_buffer"}),
-    "lars_you2017": (lambda ps: LARS(ps, weight_decay=DECAY, form="you2017"),
-                     ["lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "form", "clip",
-                      "trust_adaptation", "wd_coefficient"], {"momentum_buffer"}),
-    "lamb": (lambda ps: LAMB(ps, weight_decay=DECAY),
-             ["lr", "betas", "eps", "weight_decay", "bias_correction", "trust_adaptation", "step"],
-             {"exp_avg", "exp_avg_sq"}),
-    "nlcg": (lambda ps: NLCG(ps, weight_decay=DECAY, line_search_period=2),
-             ["lr", "weight_decay", "trust_adaptation", "step", "num_losses"],
-             {"h_diag", "prev_grad", "precond_grad", "direction", "scalars"}),
-    "neumann": (lambda ps: Neumann(ps, weight_decay=DECAY, sgd_steps=1),
-                ["lr", "weight_decay", "trust_adaptation"], {"neumann_iterate", "moving_average"}),
+    "lars": (
+        lambda ps: LARS(ps, weight_decay=DECAY),
+        [
+            "lr",
+            "momentum",
+            "weight_decay",
+            "trust_coefficient",
+            "eps",
+            "nesterov",
+            "form",
+            "clip",
+            "trust_adaptation",
+            "wd_coefficient",
+        ],
+        {"momentum_buffer"},
+    ),
+    "lars_you2017": (
+        lambda ps: LARS(ps, weight_decay=DECAY, form="you2017"),
+        [
+            "lr",
+            "momentum",
+            "weight_decay",
+            "trust_coefficient",
+            "eps",
+            "nesterov",
+            "form",
+            "clip",
+            "trust_adaptation",
+            "wd_coefficient",
+        ],
+        {"momentum_buffer"},
+    ),
+    "lamb": (
+        lambda ps: LAMB(ps, weight_decay=DECAY),
+        ["lr", "betas", "eps", "weight_decay", "bias_correction", "trust_adaptation", "step"],
+        {"exp_avg", "exp_avg_sq"},
+    ),
+    "nlcg": (
+        lambda ps: NLCG(ps, weight_decay=DECAY, line_search_period=2),
+        ["lr", "weight_decay", "trust_adaptation", "step", "num_losses"],
+        {"h_diag", "prev_grad", "precond_grad", "direction", "scalars"},
+    ),
+    "neumann": (
+        lambda ps: Neumann(ps, weight_decay=DECAY, sgd_steps=1),
+        ["lr", "weight_decay", "trust_adaptation"],
+        {"neumann_iterate", "moving_average"},
+    ),
 }
 # host-int counters after STEPS steps (Neumann's "step" is not a default: each group gets it first, see Neumann)
 COUNTERS = {"lamb": {"step": STEPS}, "nlcg": {"step": STEPS, "num_losses": STEPS}, "neumann": {"step": STEPS}}
@@ -80,8 +113,8 @@ def test_state_dict_keys_are_the_pre_refactor_format(name, grouped, dtype):
     else:  # split by the exclusion rule; the excluded part gets weight_decay 0
         given = [["trust_adaptation"], ["trust_adaptation", "weight_decay"]]
     assert [list(g) for g in groups] == [_expected_keys(name, keys) for keys in given]
-    assert [g["trust_adaptation"] for g in groups] == [True, False][:len(groups)]
-    assert [g["weight_decay"] for g in groups] == [DECAY, 0.0][:len(groups)]
+    assert [g["trust_adaptation"] for g in groups] == [True, False][: len(groups)]
+    assert [g["weight_decay"] for g in groups] == [DECAY, 0.0][: len(groups)]
     for key, value in COUNTERS.get(name, {}).items():
         assert [g[key] for g in groups] == [value] * len(groups)
     state_keys = OPTIMIZERS[name][2] | ({"master_weight"} if dtype == torch.bfloat16 else set())
@@ -145,9 +178,12 @@ def test_plain_parameters_are_split_as_explicit_groups_and_train_like_torch_sgd_
     model, reference = small_mlp(), small_mlp()
     ours = DecayedSGD(model.parameters(), lr=0.05, weight_decay=0.1)
     adapted, excluded = by_rule(reference)
-    torch_sgd = torch.optim.SGD([{"params": [p for _, p in adapted]},
-                                 {"params": [p for _, p in excluded], "weight_decay": 0.0}],
-                                lr=0.05, weight_decay=0.1, foreach=False)
+    torch_sgd = torch.optim.SGD(
+        [{"params": [p for _, p in adapted]}, {"params": [p for _, p in excluded], "weight_decay": 0.0}],
+        lr=0.05,
+        weight_decay=0.1,
+        foreach=False,
+    )
     assert [len(g["params"]) for g in ours.param_groups] == [len(adapted), len(excluded)]
     assert ids(ours.param_groups[0]["params"]) == ids(p for n, p in by_rule(model)[0])
     assert [g["trust_adaptation"] for g in ours.param_groups] == [True, False]
@@ -158,11 +194,13 @@ def test_plain_parameters_are_split_as_explicit_groups_and_train_like_torch_sgd_
     for _ in range(3):
         losses = []
         for net, optimizer in ((model, ours), (reference, torch_sgd)):
+
             def closure(net=net, optimizer=optimizer):
                 optimizer.zero_grad()
                 loss = net(x).pow(2).mean()
                 loss.backward()
                 return loss
+
             losses.append(optimizer.step(closure))  # step runs under no_grad; the closure needs gradients
         assert torch.equal(losses[0], losses[1])
     for (name, mine), theirs in zip(model.named_parameters(), reference.parameters()):
@@ -194,8 +232,10 @@ def test_a_group_added_later_is_split_too():
     ours = DecayedSGD([{"params": first.parameters(), "trust_adaptation": True}], weight_decay=0.1)
     ours.add_param_group({"params": later.parameters()})
     adapted, excluded = by_rule(later)
-    assert [ids(g["params"]) for g in ours.param_groups[1:]] == [ids(p for _, p in adapted),
-                                                                  ids(p for _, p in excluded)]
+    assert [ids(g["params"]) for g in ours.param_groups[1:]] == [
+        ids(p for _, p in adapted),
+        ids(p for _, p in excluded),
+    ]
     assert [g["weight_decay"] for g in ours.param_groups] == [0.1, 0.1, 0.0]
 
 

@@ -40,6 +40,7 @@ def give_grads(params: list[nn.Parameter], seed: int, skip: tuple[int, ...] = ()
 
 # --- collect -----------------------------------------------------------------------------------------------
 
+
 def test_only_tensors_with_a_gradient_are_handed_over_named_by_their_place_in_the_group():
     params = parameters(torch.float32)
     give_grads(params, seed=1, skip=(1, 3))
@@ -47,16 +48,23 @@ def test_only_tensors_with_a_gradient_are_handed_over_named_by_their_place_in_th
     work = mt.collect_groups(opt, lambda group: ("buf",))
     assert [len(tensors.params) for _, tensors in work] == [1, 2]
     assert [tensors.names for _, tensors in work] == [["group0.0"], ["group1.0", "group1.2"]]
-    assert all(a is b for (_, t), ps in zip(work, [[params[0]], [params[2], params[4]]])
-               for a, b in zip(t.params, ps))
+    assert all(
+        a is b
+        for (_, t), ps in zip(work, [[params[0]], [params[2], params[4]]])
+        for a, b in zip(t.params, ps)
+    )
 
 
 def test_a_group_without_gradients_is_skipped_and_given_names_are_kept():
     params = parameters(torch.float32)
     give_grads(params, seed=1, skip=(0, 1))
     # torch.optim wants names on every group or on none
-    opt = Bare([{"params": params[:2], "param_names": ["a", "b"]},
-                {"params": params[2:], "param_names": ["c", "d", "e"]}])
+    opt = Bare(
+        [
+            {"params": params[:2], "param_names": ["a", "b"]},
+            {"params": params[2:], "param_names": ["c", "d", "e"]},
+        ]
+    )
     assert mt.collect(opt, opt.param_groups[0], 0, ()) is None
     work = mt.collect_groups(opt, lambda group: ())
     assert [group is opt.param_groups[1] for group, _ in work] == [True]
@@ -134,6 +142,7 @@ def test_a_sparse_gradient_is_refused():
 
 # --- write_back --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", LOW)
 def test_write_back_rounds_each_master_as_torch_casts_it(dtype):
     params = parameters(dtype)
@@ -162,6 +171,7 @@ def test_write_back_leaves_fp32_parameters_alone():
 
 # --- add_scaled_ -------------------------------------------------------------------------------------------
 
+
 def lists(dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
     ys = [torch.randn(s, generator=generator, dtype=torch.float64).to(dtype) for s in SHAPES]
@@ -174,8 +184,13 @@ def test_add_scaled_with_one_scale_per_tensor_is_y_plus_scale_times_x(dtype):
     """Against the exact value, in rationals (float64 is not more precise than a float64 subject)."""
     ys, xs = lists(dtype, seed=4)
     scale = torch.linspace(-2.0, 3.0, len(SHAPES), dtype=dtype)
-    exact = [[(Fraction(a) + Fraction(float(s)) * Fraction(b), abs(a) + abs(float(s) * b))
-              for a, b in zip(y.flatten().tolist(), x.flatten().tolist())] for y, s, x in zip(ys, scale, xs)]
+    exact = [
+        [
+            (Fraction(a) + Fraction(float(s)) * Fraction(b), abs(a) + abs(float(s) * b))
+            for a, b in zip(y.flatten().tolist(), x.flatten().tolist())
+        ]
+        for y, s, x in zip(ys, scale, xs)
+    ]
     mt.add_scaled_(ys, scale, xs)
     unit_roundoff = torch.finfo(dtype).eps / 2
     for y, expected in zip(ys, exact):
@@ -200,6 +215,7 @@ def test_add_scaled_by_zero_writes_nothing():
 
 
 # --- restore_fp32_state ------------------------------------------------------------------------------------
+
 
 def trained_bf16_optimizer() -> tuple[list[nn.Parameter], Bare]:
     params = parameters(torch.bfloat16) + parameters(torch.float32, seed=9)[:2]
@@ -238,6 +254,7 @@ def test_restore_fp32_state_reads_the_saved_fp32_values_back_bitwise():
 
 # --- sharded_order and stats -------------------------------------------------------------------------------
 
+
 def test_sharded_order_without_a_shard_group_is_none_and_refuses_fsdp1_shards():
     params = parameters(torch.float32)
     assert mt.sharded_order(Bare(params), lambda group: True) is None
@@ -250,8 +267,13 @@ def test_sharded_order_without_a_shard_group_is_none_and_refuses_fsdp1_shards():
 def test_sharded_order_with_a_shard_group_lists_every_chosen_groups_parameters_in_order():
     params = parameters(torch.float32)
     give_grads(params, seed=1, skip=(0,))  # a rank without a shard of params[0] still lists it
-    opt = Bare([{"params": params[:2], "keep": True}, {"params": params[2:4], "keep": False},
-                {"params": params[4:], "keep": True}])
+    opt = Bare(
+        [
+            {"params": params[:2], "keep": True},
+            {"params": params[2:4], "keep": False},
+            {"params": params[4:], "keep": True},
+        ]
+    )
     opt.shard_group = object()  # only its presence is read here
     order = mt.sharded_order(opt, lambda group: group["keep"])
     assert [id(p) for p in order] == [id(p) for p in params[:2] + params[4:]]

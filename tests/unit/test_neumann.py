@@ -14,8 +14,17 @@ from torch import nn
 from lightning_lars.optim.neumann import Neumann, is_reset, momentum
 from lightning_lars.optim.param_groups import param_groups
 
-HYPER = {"alpha": 0.05, "beta": 1e-4, "gamma": 0.9, "mu_min": 0.5, "mu_max": 0.9, "momentum_time_unit": 2,
-         "sgd_steps": 2, "reset_steps": 3, "reset_growth": 2}  # alpha, beta, gamma large: both terms count
+HYPER = {
+    "alpha": 0.05,
+    "beta": 1e-4,
+    "gamma": 0.9,
+    "mu_min": 0.5,
+    "mu_max": 0.9,
+    "momentum_time_unit": 2,
+    "sgd_steps": 2,
+    "reset_steps": 3,
+    "reset_growth": 2,
+}  # alpha, beta, gamma large: both terms count
 WEIGHT_DECAY = 1e-3
 STEPS = 26  # burn-in 1-2, Neumann t = 1..24: resets at t = 1, 4, 10, 22 (periods 3, 6, 12)
 
@@ -27,8 +36,10 @@ def small_model() -> nn.Module:
 
 def batches(n: int):
     gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(16, 5, generator=gen, dtype=torch.float64), torch.randint(0, 3, (16,), generator=gen))
-            for _ in range(n)]
+    return [
+        (torch.randn(16, 5, generator=gen, dtype=torch.float64), torch.randint(0, 3, (16,), generator=gen))
+        for _ in range(n)
+    ]
 
 
 def lr_at(step: int) -> float:
@@ -75,8 +86,9 @@ def reference(model: nn.Module, data) -> list[dict]:
 
 
 def run(model: nn.Module, data, optimizer=None, first_step: int = 1):
-    optimizer = optimizer or Neumann(param_groups(model, WEIGHT_DECAY), lr=lr_at(1), **HYPER,
-                                     weight_decay=WEIGHT_DECAY)
+    optimizer = optimizer or Neumann(
+        param_groups(model, WEIGHT_DECAY), lr=lr_at(1), **HYPER, weight_decay=WEIGHT_DECAY
+    )
     seen = []
     for s, batch in enumerate(data, first_step):
         for group in optimizer.param_groups:
@@ -102,7 +114,9 @@ def test_matches_float64_reference_over_resets_and_changing_lr():
     model = small_model()
     _, seen = run(model, data)
     for step, (ref, got) in enumerate(zip(expected, seen), 1):
-        assert torch.allclose(got, ref["w"], rtol=0, atol=1e-12), f"step {step}: {(got - ref['w']).abs().max()}"
+        assert torch.allclose(got, ref["w"], rtol=0, atol=1e-12), (
+            f"step {step}: {(got - ref['w']).abs().max()}"
+        )
     moved = [not torch.equal(a, b) for a, b in itertools.pairwise(seen)]
     assert moved.count(False) == 4  # the four reset steps move no weight; every other step does
 
@@ -112,8 +126,12 @@ def test_regulariser_terms_change_the_trajectory():
     data = batches(12)
     _, with_terms = run(small_model(), data)
     plain = small_model()
-    optimizer = Neumann(param_groups(plain, WEIGHT_DECAY), lr=lr_at(1), **{**HYPER, "alpha": 0.0, "beta": 0.0},
-                        weight_decay=WEIGHT_DECAY)
+    optimizer = Neumann(
+        param_groups(plain, WEIGHT_DECAY),
+        lr=lr_at(1),
+        **{**HYPER, "alpha": 0.0, "beta": 0.0},
+        weight_decay=WEIGHT_DECAY,
+    )
     _, without = run(plain, data, optimizer)
     assert (with_terms[-1] - without[-1]).abs().max() > 1e-4
 
@@ -160,11 +178,23 @@ def test_zero_distance_to_the_moving_average_drops_the_regulariser():
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("key, value", [
-    ("lr", -0.1), ("alpha", -1.0), ("beta", -1e-5), ("gamma", 1.0), ("mu_min", 0.95), ("mu_max", 1.0),
-    ("momentum_time_unit", 0), ("sgd_steps", -1), ("sgd_steps", 2.5), ("reset_steps", -400),
-    ("reset_growth", 0), ("weight_decay", -1e-4),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("lr", -0.1),
+        ("alpha", -1.0),
+        ("beta", -1e-5),
+        ("gamma", 1.0),
+        ("mu_min", 0.95),
+        ("mu_max", 1.0),
+        ("momentum_time_unit", 0),
+        ("sgd_steps", -1),
+        ("sgd_steps", 2.5),
+        ("reset_steps", -400),
+        ("reset_growth", 0),
+        ("weight_decay", -1e-4),
+    ],
+)
 def test_bad_hyperparameter_is_one_line_naming_the_key(key, value):
     whole = key in ("momentum_time_unit", "sgd_steps", "reset_steps", "reset_growth")
     kind = TypeError if whole and value != int(value) else ValueError  # torch's split: wrong type, bad value
@@ -187,7 +217,6 @@ def test_plain_parameters_split_by_the_exclusion_rule():
 def test_lightning_validation_sees_the_returned_weights_and_training_resumes_from_the_displaced_ones():
     """A real Trainer fit with the evaluation callback: validation runs on w - mu m; training weights come back."""
     import lightning as L
-
     from lightning_lars.callbacks.techniques.neumann_evaluation import NeumannEvaluationWeights
 
     data = batches(5)
@@ -211,9 +240,17 @@ def test_lightning_validation_sees_the_returned_weights_and_training_resumes_fro
             return Neumann(self.parameters(), lr=0.05, sgd_steps=1, reset_steps=0, momentum_time_unit=1)
 
     module = Tiny()
-    trainer = L.Trainer(max_epochs=1, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu", callbacks=[NeumannEvaluationWeights()])
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[NeumannEvaluationWeights()],
+    )
     loader = lambda items: torch.utils.data.DataLoader(items, batch_size=None)  # each item is one batch
     trainer.fit(module, train_dataloaders=loader(data), val_dataloaders=loader(data[:1]))
     optimizer = trainer.optimizers[0]
@@ -255,7 +292,9 @@ def test_bf16_parameters_update_fp32_masters_and_state():
         optimizer.step()
     for p in model.parameters():
         state = optimizer.state[p]
-        assert {state[k].dtype for k in ("master_weight", "neumann_iterate", "moving_average")} == {torch.float32}
+        assert {state[k].dtype for k in ("master_weight", "neumann_iterate", "moving_average")} == {
+            torch.float32
+        }
         assert torch.equal(p, state["master_weight"].to(torch.bfloat16))
         assert state["neumann_iterate"].abs().max() > 0
         assert not torch.equal(state["moving_average"], state["master_weight"])

@@ -77,9 +77,16 @@ def reference(weights, grads_per_step, losses, lrs, *, adapted, decay, rule, pre
                 if q < 1 + 0.01 * tau:
                     base_lr, event = min(base_lr * 1.05, 1.0), "grow"
                 else:
-                    for bound, factor, take in ((0.15, 0.5, 0.9), (0.125, 0.7, 0.7), (0.10, 0.8, 0.5),
-                                                (0.075, 0.9, 0.3), (0.05, 0.95, 0.2), (0.025, 0.975, 0.1),
-                                                (0.01, 1.0, 0.1), (-1.0, 1.0, 0.0)):
+                    for bound, factor, take in (  # noqa: B007  (the matching row is read after the break)
+                        (0.15, 0.5, 0.9),
+                        (0.125, 0.7, 0.7),
+                        (0.10, 0.8, 0.5),
+                        (0.075, 0.9, 0.3),
+                        (0.05, 0.95, 0.2),
+                        (0.025, 0.975, 0.1),
+                        (0.01, 1.0, 0.1),
+                        (-1.0, 1.0, 0.0),
+                    ):
                         if q > 1 + bound * tau or bound < 0:
                             break
                     new_base = max(base_lr * factor, 1e-4)
@@ -112,7 +119,12 @@ def _run(model, optimizer, grads_per_step, losses, steps: range):
     return [p.detach().clone() for p in model.parameters()]
 
 
-CASES = [("FR", "bfgs", 0.0, 0.0), ("PR", "bfgs", 0.001, 1e-3), ("FR", "none", 0.001, 0.0), ("PR", "none", 0.0, 1e-3)]
+CASES = [
+    ("FR", "bfgs", 0.0, 0.0),
+    ("PR", "bfgs", 0.001, 1e-3),
+    ("FR", "none", 0.001, 0.0),
+    ("PR", "none", 0.0, 1e-3),
+]
 
 
 @pytest.mark.parametrize("rule, precondition, eta, decay", CASES)
@@ -120,13 +132,30 @@ def test_matches_float64_reference_over_24_steps(rule, precondition, eta, decay)
     grads, losses = _inputs()
     model = _model()
     adapted = [p.ndim > 1 for p in model.parameters()]
-    expected, events = reference([p.detach().clone() for p in model.parameters()], grads, losses, LRS,
-                                 adapted=adapted, decay=[decay if a else 0.0 for a in adapted], rule=rule,
-                                 precondition=precondition, eta=eta, period=PERIOD, tau=1.0)
+    expected, events = reference(
+        [p.detach().clone() for p in model.parameters()],
+        grads,
+        losses,
+        LRS,
+        adapted=adapted,
+        decay=[decay if a else 0.0 for a in adapted],
+        rule=rule,
+        precondition=precondition,
+        eta=eta,
+        period=PERIOD,
+        tau=1.0,
+    )
     # the drawn losses reach the growing branch and at least two shrinking bands of the line search
     assert "grow" in events and len({e for e in events if e.startswith("shrink")}) >= 2, events
-    got = _run(model, _optimizer(model, update_rule=rule, precondition=precondition, trust_coefficient=eta,
-                                 weight_decay=decay), grads, losses, range(STEPS))
+    got = _run(
+        model,
+        _optimizer(
+            model, update_rule=rule, precondition=precondition, trust_coefficient=eta, weight_decay=decay
+        ),
+        grads,
+        losses,
+        range(STEPS),
+    )
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-9, atol=1e-12)
 
@@ -152,11 +181,19 @@ def test_resume_mid_run_equals_uninterrupted():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("update_rule", "HS"), ("precondition", "lbfgs"), ("line_search", "wolfe"), ("lr", -0.1),
-    ("weight_decay", -1e-4), ("trust_coefficient", -0.001), ("line_search_period", 0),
-    ("line_search_threshold", 0.0),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("update_rule", "HS"),
+        ("precondition", "lbfgs"),
+        ("line_search", "wolfe"),
+        ("lr", -0.1),
+        ("weight_decay", -1e-4),
+        ("trust_coefficient", -0.001),
+        ("line_search_period", 0),
+        ("line_search_threshold", 0.0),
+    ],
+)
 def test_bad_hyperparameters_name_the_key(key, value):
     with pytest.raises(ValueError) as caught:  # as torch's optimizers: the command line names optimizer.<key>
         NLCG(_model().parameters(), **{key: value})
@@ -194,8 +231,13 @@ def test_dispatched_ops_do_not_grow_with_the_number_of_tensors():
     def ops(num_layers: int) -> int:
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)) for _ in range(num_layers)])
-        optimizer = NLCG(param_groups(model, 0.1), weight_decay=0.1, update_rule="PR", trust_coefficient=0.001,
-                         line_search_period=1)  # every step checks the loss
+        optimizer = NLCG(
+            param_groups(model, 0.1),
+            weight_decay=0.1,
+            update_rule="PR",
+            trust_coefficient=0.001,
+            line_search_period=1,
+        )  # every step checks the loss
         for p in model.parameters():
             p.grad = torch.randn_like(p)
         losses = iter([1.0, 1.2, 1.5])

@@ -15,10 +15,15 @@ def optimizer_config(target: str, **values):
     return OmegaConf.create({"_target_": target, "_partial_": True, **values})
 
 
-@pytest.mark.parametrize("cls, key, value, kind", [
-    (LARS, "momentum", 1.0, ValueError), (LARS, "weight_decay", -1e-4, ValueError),
-    (NLCG, "line_search_period", 0, ValueError), (NLCG, "line_search_period", 2.5, TypeError),
-])
+@pytest.mark.parametrize(
+    "cls, key, value, kind",
+    [
+        (LARS, "momentum", 1.0, ValueError),
+        (LARS, "weight_decay", -1e-4, ValueError),
+        (NLCG, "line_search_period", 0, ValueError),
+        (NLCG, "line_search_period", 2.5, TypeError),
+    ],
+)
 def test_an_optimizers_own_error_becomes_one_line_naming_the_key(cls, key, value, kind):
     with pytest.raises(kind) as raised:  # the oracle: what the optimizer itself says
         cls(_params(), **{key: value})

@@ -73,8 +73,14 @@ def test_split_unresolved_keeps_explicit_groups_and_names():
 
 def test_norm_layers_rule_excludes_only_normalisation_parameters():
     """The LAMB authors' rule: BN/LN/GN excluded by module type; conv and linear biases decayed and adapted."""
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GroupNorm(2, 4), nn.Flatten(),
-                          nn.Linear(4, 3), nn.LayerNorm(3))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.GroupNorm(2, 4),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+        nn.LayerNorm(3),
+    )
     adapted, rest = param_groups(model, 1.5, "norm_layers")
     assert adapted["param_names"] == ["0.weight", "0.bias", "4.weight", "4.bias"]
     assert rest["param_names"] == ["1.weight", "1.bias", "2.weight", "2.bias", "5.weight", "5.bias"]

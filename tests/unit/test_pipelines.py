@@ -1,18 +1,32 @@
 """Pipeline configs: MLPerf aug is expressible; orders on which FFCV hangs are refused with the fix."""
+
 import numpy as np
 import pytest
 import torch
 from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
 from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
 
-from lightning_lars.data import pipelines
 from lightning_lars.core.errors import UserError
+from lightning_lars.data import pipelines
 
 CPU = torch.device("cpu")
-MLPERF_TRAIN = [{"random_resized_crop": {"scale": [0.05, 1.0], "ratio": [0.75, 1.33]}}, "flip",
-                {"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"]
+MLPERF_TRAIN = [
+    {"random_resized_crop": {"scale": [0.05, 1.0], "ratio": [0.75, 1.33]}},
+    "flip",
+    {"normalize": "imagenet"},
+    "to_tensor",
+    "to_device",
+    "channels_last",
+]
 MLPERF_EVAL = [{"center_crop": {"ratio": 224 / 256}}, {"normalize": "imagenet"}, "to_tensor", "channels_last"]
-GPU_LAYOUT = [{"random_resized_crop": None}, "flip", "to_tensor", "to_device", "channels_last", {"normalize": "imagenet"}]
+GPU_LAYOUT = [
+    {"random_resized_crop": None},
+    "flip",
+    "to_tensor",
+    "to_device",
+    "channels_last",
+    {"normalize": "imagenet"},
+]
 
 
 def test_mlperf_train_aug_builds_the_ffcv_ops():
@@ -34,18 +48,26 @@ def test_mlperf_eval_is_resize_256_center_224():
 def test_cuda_variant_copies_uint8_without_blocking_and_normalises_after_transfer():
     ops = pipelines.parse_pipeline("train", GPU_LAYOUT)
     built = pipelines.build_image_ops(ops, 176, torch.device("cuda", 0))  # building needs no GPU
-    assert [type(op) for op in built] == [RandomResizedCropRGBImageDecoder, RandomHorizontalFlip, ToTensor,
-                                          ToDevice, ToTorchImage]
+    assert [type(op) for op in built] == [
+        RandomResizedCropRGBImageDecoder,
+        RandomHorizontalFlip,
+        ToTensor,
+        ToDevice,
+        ToTorchImage,
+    ]
     assert built[3].non_blocking and built[3].device == torch.device("cuda", 0)
     assert isinstance(pipelines.post_transfer_normalize(ops), pipelines.TorchNormalize)
     assert pipelines.post_transfer_normalize(pipelines.parse_pipeline("train", MLPERF_TRAIN)) is None
 
 
 def test_torch_normalize_matches_imagenet_stats_and_keeps_channels_last():
-    images = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
+    images = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8).contiguous(
+        memory_format=torch.channels_last
+    )
     normalized = pipelines.TorchNormalize(pipelines.IMAGENET_MEAN, pipelines.IMAGENET_STD)(images)
     expected = (images.float() / 255 - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)) / torch.tensor(
-        [0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        [0.229, 0.224, 0.225]
+    ).view(1, 3, 1, 1)
     assert torch.allclose(normalized, expected, atol=1e-5)
     assert normalized.is_contiguous(memory_format=torch.channels_last)
 
@@ -67,8 +89,12 @@ def test_orders_that_would_hang_ffcv_are_refused_with_the_order_to_use(entries, 
 
 def test_built_op_guard_refuses_normalize_image_after_to_tensor():
     # The exact FFCV list from findings.md, as a caller outside the config path could build it.
-    ops = [CenterCropRGBImageDecoder((32, 32), 0.875), ToTensor(), ToTorchImage(),
-           NormalizeImage(np.zeros(3), np.ones(3), np.float32)]
+    ops = [
+        CenterCropRGBImageDecoder((32, 32), 0.875),
+        ToTensor(),
+        ToTorchImage(),
+        NormalizeImage(np.zeros(3), np.ones(3), np.float32),
+    ]
     with pytest.raises(UserError, match="NormalizeImage .* after ToTensor"):
         pipelines.check_ffcv_op_order(ops)
 
@@ -76,11 +102,17 @@ def test_built_op_guard_refuses_normalize_image_after_to_tensor():
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
-        (["flip", "center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last"], "start with a decoder"),
+        (
+            ["flip", "center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last"],
+            "start with a decoder",
+        ),
         (["center_crop", "to_tensor", "channels_last"], "no normalize"),
         (["center_crop", {"normalize": "imagenet"}, "to_tensor"], "channels_last"),
         (["center_crop", {"normalize": "imagenet"}, "channels_last", "to_tensor"], "needs a tensor"),
-        (["center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last", "to_device"], "only normalize"),
+        (
+            ["center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last", "to_device"],
+            "only normalize",
+        ),
         (["center_crop", "rotate", {"normalize": "imagenet"}, "to_tensor", "channels_last"], "unknown op"),
         ([{"center_crop": {"size": 3}}, {"normalize": "imagenet"}, "to_tensor", "channels_last"], "takes"),
         (["center_crop", {"normalize": "cifar"}, "to_tensor", "channels_last"], "stats"),
@@ -95,7 +127,13 @@ def test_bad_configs_name_the_fix(entries, message):
 def test_without_augmentation_uses_the_val_crop_and_drops_flip():
     train = pipelines.parse_pipeline("train", MLPERF_TRAIN)
     plain = pipelines.without_augmentation(train, pipelines.parse_pipeline("val", MLPERF_EVAL))
-    assert [op.name for op in plain] == ["center_crop", "normalize", "to_tensor", "to_device", "channels_last"]
+    assert [op.name for op in plain] == [
+        "center_crop",
+        "normalize",
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ]
     assert plain[0].args["ratio"] == pytest.approx(0.875)
     pipelines.parse_pipeline("train", [{op.name: dict(op.args)} for op in plain])  # still a valid pipeline
 
@@ -127,8 +165,15 @@ def test_torchvision_baseline_applies_the_same_ops(tmp_path):
     val = torchvision_transform(pipelines.parse_pipeline("val", MLPERF_EVAL), 224).transforms
     assert val[0].size == 256 and val[1].size == (224, 224)  # resize 256, centre crop 224
 
-    module = TorchvisionDataModule(write_image_folder(tmp_path), num_classes=2, batch_size=4, num_workers=0,
-                                   resolution=32, val_resolution=24, pipeline={"train": MLPERF_TRAIN, "val": MLPERF_EVAL})
+    module = TorchvisionDataModule(
+        write_image_folder(tmp_path),
+        num_classes=2,
+        batch_size=4,
+        num_workers=0,
+        resolution=32,
+        val_resolution=24,
+        pipeline={"train": MLPERF_TRAIN, "val": MLPERF_EVAL},
+    )
     assert (module.num_train_images, module.num_val_images) == (6, 6)
     images, labels = next(iter(module.train_dataloader()))
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
@@ -143,8 +188,9 @@ def test_torchvision_baseline_refusals(tmp_path):
     from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
     with pytest.raises(UserError, match="progressive resizing needs the FFCV loader"):
-        TorchvisionDataModule(tmp_path, 2, resolution={"start": 160, "end": 192, "start_ramp_epoch": 0,
-                                                       "end_ramp_epoch": 3})
+        TorchvisionDataModule(
+            tmp_path, 2, resolution={"start": 160, "end": 192, "start_ramp_epoch": 0, "end_ramp_epoch": 3}
+        )
     with pytest.raises(UserError, match="not found"):
         _ = TorchvisionDataModule(tmp_path, 2).num_train_images
     write_image_folder(tmp_path / "tree")
@@ -153,7 +199,9 @@ def test_torchvision_baseline_refusals(tmp_path):
     with pytest.raises(UserError, match="no_aug_from_epoch=85 .* needs the FFCV loader"):
         TorchvisionDataModule(tmp_path / "tree", 2, no_aug_from_epoch=85)
     with pytest.raises(UserError, match="not found: prepare it with make demo-data out=x"):
-        _ = TorchvisionDataModule(tmp_path / "none", 2, prepare_command="make demo-data out=x").num_train_images
+        _ = TorchvisionDataModule(
+            tmp_path / "none", 2, prepare_command="make demo-data out=x"
+        ).num_train_images
 
 
 def test_torch_normalize_copies_its_statistics_to_a_device_once():
@@ -164,5 +212,7 @@ def test_torch_normalize_copies_its_statistics_to_a_device_once():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(3):
             assert normalize(images).device.type == "meta"
-    copies = sum(event.name == "aten::_to_copy" and event.input_shapes[0] == [1, 3, 1, 1] for event in prof.events())
+    copies = sum(
+        event.name == "aten::_to_copy" and event.input_shapes[0] == [1, 3, 1, 1] for event in prof.events()
+    )
     assert copies == 2  # mean and std, for the first batch only

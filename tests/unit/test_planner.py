@@ -81,7 +81,11 @@ def test_planned_buckets_are_the_buckets_real_ddp_builds(one_process_group, caps
     ready = []
     for name, param in model.named_parameters():
         param.register_post_accumulate_grad_hook(lambda p, name=name: ready.append(name))
-    ddp = DistributedDataParallel(model) if caps is None else DistributedDataParallel(model, bucket_cap_mb_list=caps)
+    ddp = (
+        DistributedDataParallel(model)
+        if caps is None
+        else DistributedDataParallel(model, bucket_cap_mb_list=caps)
+    )
     buckets = []
 
     def record(state, bucket):
@@ -102,8 +106,14 @@ def test_planned_buckets_are_the_buckets_real_ddp_builds(one_process_group, caps
 
 
 def test_network_models():
-    cluster = Cluster(gpus_per_node=4, nic_bandwidth=25e9, intra_bandwidth=50e9, inter_latency=1e-5,
-                      intra_latency=3e-6, nics_per_node=2)
+    cluster = Cluster(
+        gpus_per_node=4,
+        nic_bandwidth=25e9,
+        intra_bandwidth=50e9,
+        inter_latency=1e-5,
+        intra_latency=3e-6,
+        nics_per_node=2,
+    )
     n = 1e8
     assert cluster.shape(8) == (2, 4) and cluster.shape(2) == (1, 2)
     # one node: no NIC is involved; torus = reduce-scatter + all-gather = ring inside the node
@@ -111,7 +121,9 @@ def test_network_models():
     assert math.isclose(cluster.ring(n, 4), 6 * 3e-6 + 1.5 * n / 50e9)
     # 2 nodes x 4: torus columns of n/4 bytes, each GPU a quarter of the NICs -> n bytes per node in all
     inside = 2 * (3 * 3e-6 + 0.75 * n / 50e9)
-    assert math.isclose(cluster.torus2d(n, 8), inside + min(2 * 1e-5 + n / 4 / (25e9 / 4), 2 * 1e-5 + 2 * n / 4 / (25e9 / 4)))
+    assert math.isclose(
+        cluster.torus2d(n, 8), inside + min(2 * 1e-5 + n / 4 / (25e9 / 4), 2 * 1e-5 + 2 * n / 4 / (25e9 / 4))
+    )
     assert math.isclose(cluster.hierarchical(n, 8), inside + 2 * 1e-5 + n / 12.5e9)  # leader: one NIC
     assert cluster.torus2d(n, 8) < cluster.hierarchical(n, 8)  # every NIC busy vs one per node
     for gpus in (8, 512, 4096):
@@ -123,8 +135,10 @@ def test_network_models():
 @pytest.mark.parametrize("gpus", [8, 4096])
 def test_every_bucket_is_communicated_exactly_once_after_it_is_ready(profile, algorithm, gpus):
     caps, _ = propose_caps(lambda c: grouped_schedule(profile, c, ABCI, algorithm, gpus))
-    for schedule, bucket_caps in ((bucket_schedule(profile, DDP_DEFAULT_CAPS_MB, ABCI, algorithm, gpus), DDP_DEFAULT_CAPS_MB),
-                                  (grouped_schedule(profile, caps, ABCI, algorithm, gpus), [1.0])):
+    for schedule, bucket_caps in (
+        (bucket_schedule(profile, DDP_DEFAULT_CAPS_MB, ABCI, algorithm, gpus), DDP_DEFAULT_CAPS_MB),
+        (grouped_schedule(profile, caps, ABCI, algorithm, gpus), [1.0]),
+    ):
         buckets = plan_groups(profile.num_bytes, bucket_caps)
         assert sorted(b for group in schedule.groups for b in group) == list(range(len(buckets)))
         previous_end = 0.0
@@ -135,8 +149,16 @@ def test_every_bucket_is_communicated_exactly_once_after_it_is_ready(profile, al
 
 
 def uniform_profile(num_layers=64, layer_mb=1.5, backward_s=0.1) -> Profile:
-    return Profile("uniform", 1, "none", 0.0, backward_s, [f"l{i}" for i in range(num_layers)],
-                   [int(layer_mb * MIB)] * num_layers, [backward_s * (i + 1) / num_layers for i in range(num_layers)])
+    return Profile(
+        "uniform",
+        1,
+        "none",
+        0.0,
+        backward_s,
+        [f"l{i}" for i in range(num_layers)],
+        [int(layer_mb * MIB)] * num_layers,
+        [backward_s * (i + 1) / num_layers for i in range(num_layers)],
+    )
 
 
 def test_small_first_buckets_hide_more_than_ddp_default_when_bandwidth_bound():
@@ -159,12 +181,37 @@ def test_calibration_reproduces_the_target_step_and_the_seed_log_value():
 
 
 def test_cli_prints_a_row_per_gpu_count(capsys):
-    main(["--arch", "resnet18", "--batch-size", "2", "--image-size", "64", "--tflops", "20", "--gpus", "8", "2048"])
+    main(
+        [
+            "--arch",
+            "resnet18",
+            "--batch-size",
+            "2",
+            "--image-size",
+            "64",
+            "--tflops",
+            "20",
+            "--gpus",
+            "8",
+            "2048",
+        ]
+    )
     out = capsys.readouterr().out
     assert re.findall(r"^\| (\d+) \(", out, flags=re.MULTILINE) == ["8", "2048"] and "20.0 TFLOP/s" in out
 
 
 def test_cli_bad_profile_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["--arch", "resnet18", "--batch-size", "2", "--tflops", "20", "--profile", str(tmp_path / "missing.json")])
+        main(
+            [
+                "--arch",
+                "resnet18",
+                "--batch-size",
+                "2",
+                "--tflops",
+                "20",
+                "--profile",
+                str(tmp_path / "missing.json"),
+            ]
+        )
     assert exit_info.value.code == 2 and capsys.readouterr().out.startswith("error: cannot read profile")

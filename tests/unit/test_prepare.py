@@ -8,9 +8,9 @@ import pytest
 from ffcv.reader import Reader
 from PIL import Image
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.data import prepare
 from lightning_lars.data.prepare import convert, main
-from lightning_lars.core.errors import UserError
 
 FAST = {"num_workers": 1, "progress": False, "page_size": 1 << 21}  # 1 process, 2 MiB pages: tiny files
 
@@ -27,7 +27,9 @@ def _tree(root, counts, split="train", size=(20, 12)):
     paths = []
     for class_index, (name, count) in enumerate(counts.items()):
         for index in range(count):
-            paths.append(_write_jpeg(root / split / name / f"{index}.JPEG", size, seed=class_index * 100 + index))
+            paths.append(
+                _write_jpeg(root / split / name / f"{index}.JPEG", size, seed=class_index * 100 + index)
+            )
     return paths
 
 
@@ -63,8 +65,9 @@ def test_raw_mode_stores_decoded_pixels_exactly(tmp_path):
     convert(src, tmp_path / "out", max_resolution=64, write_mode="raw", splits=("train",), **FAST)
     images, _ = _image_meta(tmp_path / "out" / "train.beton")
     assert (images["mode"][0], images["height"][0], images["width"][0]) == (1, 6, 10)  # 1 = raw, no resize
-    stored = np.fromfile(tmp_path / "out" / "train.beton", dtype=np.uint8, count=6 * 10 * 3,
-                         offset=int(images["data_ptr"][0])).reshape(6, 10, 3)
+    stored = np.fromfile(
+        tmp_path / "out" / "train.beton", dtype=np.uint8, count=6 * 10 * 3, offset=int(images["data_ptr"][0])
+    ).reshape(6, 10, 3)
     np.testing.assert_array_equal(stored, np.asarray(Image.open(path).convert("RGB")))
 
 
@@ -90,7 +93,9 @@ def _bad_files(src):
     stray = src / "train" / "README"
     stray.write_text("outside any class folder\n")
     (src / "train" / "cat" / ".DS_Store").write_bytes(b"\0\0")  # hidden files are ignored silently
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(src / "train" / "dog" / "fine.png")  # any decodable format counts
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(
+        src / "train" / "dog" / "fine.png"
+    )  # any decodable format counts
     return [truncated, corrupt, text, stray]
 
 
@@ -128,12 +133,15 @@ def test_empty_class_keeps_its_label_and_is_reported(tmp_path, capsys):
         convert(src, tmp_path / "strict", splits=("train",), strict=True, **FAST)
 
 
-@pytest.mark.parametrize("layout, message", [
-    ("missing", "does not exist"),
-    ("no_train", "no train/ folder"),
-    ("val_only_class", "missing from train/: ghost"),
-    ("no_val", "no val/ folder"),
-])
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ("missing", "does not exist"),
+        ("no_train", "no train/ folder"),
+        ("val_only_class", "missing from train/: ghost"),
+        ("no_val", "no val/ folder"),
+    ],
+)
 def test_bad_trees_raise_one_line_user_errors(tmp_path, layout, message):
     src = tmp_path / "src"
     if layout == "no_train":
@@ -156,8 +164,13 @@ def test_cli_prints_one_line_error_and_exits_2(tmp_path, capsys):
 
 def test_invalid_settings_are_user_errors(tmp_path):
     _tree(tmp_path / "src", {"a": 1})
-    for bad in ({"write_mode": "png"}, {"write_mode": "smart"}, {"jpeg_quality": 0},
-                {"compress_probability": 1.5}, {"max_resolution": 2}):
+    for bad in (
+        {"write_mode": "png"},
+        {"write_mode": "smart"},
+        {"jpeg_quality": 0},
+        {"compress_probability": 1.5},
+        {"max_resolution": 2},
+    ):
         with pytest.raises(UserError):
             convert(tmp_path / "src", tmp_path / "out", splits=("train",), **{**FAST, **bad})
 
@@ -197,6 +210,8 @@ def test_temporaries_of_dead_processes_are_removed(tmp_path):
 
 def test_page_grows_to_fit_a_large_raw_image(tmp_path):
     _tree(tmp_path / "src", {"a": 1}, size=(1000, 800))  # 2.4 MB raw > the 2 MiB minimum page
-    convert(tmp_path / "src", tmp_path / "out", max_resolution=None, write_mode="raw", splits=("train",), **FAST)
+    convert(
+        tmp_path / "src", tmp_path / "out", max_resolution=None, write_mode="raw", splits=("train",), **FAST
+    )
     images, reader = _image_meta(tmp_path / "out" / "train.beton")
     assert (images["width"][0], images["height"][0]) == (1000, 800) and reader.page_size == 1 << 22

@@ -34,34 +34,47 @@ def hyper(name):
 def test_goyal_8k():
     lr, spe, group, cfg = hyper("goyal_8k")
     assert spe == N // 8192 and cfg.batch.global_size == 8192
-    assert lr(0) == pytest.approx(0.1)                   # gradual warmup starts at 0.1
+    assert lr(0) == pytest.approx(0.1)  # gradual warmup starts at 0.1
     assert lr(5 * spe) == pytest.approx(0.1 * 8192 / 256)  # 3.2 at the end of epoch 5
     assert lr(30 * spe - 1) == pytest.approx(3.2)
-    assert lr(30 * spe) == pytest.approx(0.32)           # /10 after epoch 30
+    assert lr(30 * spe) == pytest.approx(0.32)  # /10 after epoch 30
     assert lr(60 * spe) == pytest.approx(0.032) and lr(80 * spe) == pytest.approx(0.0032)
     assert (group["momentum"], group["weight_decay"], group["nesterov"]) == (0.9, 1e-4, True)
 
 
-@pytest.mark.parametrize("name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd", [
-    ("jia_64k", 65536, 24.699, 31, 90, 1e-4, 2.0, 0.9, 1e-4),
-])
+@pytest.mark.parametrize(
+    "name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd",
+    [
+        ("jia_64k", 65536, 24.699, 31, 90, 1e-4, 2.0, 0.9, 1e-4),
+    ],
+)
 def test_warmup_poly_runs_in_epochs(name, batch, peak, warmup_epochs, epochs, end, power, momentum, wd):
     lr, spe, group, cfg = hyper(name)
     assert cfg.batch.global_size == batch and spe == N // batch
-    expected = lambda step: poly(step, peak=peak, warmup=warmup_epochs * spe, total=epochs * spe, end=end,
-                                 power=power)
-    for step in (0, warmup_epochs * spe // 2, warmup_epochs * spe, (warmup_epochs + epochs) * spe // 2,
-                 epochs * spe - 1, epochs * spe):
+    expected = lambda step: poly(
+        step, peak=peak, warmup=warmup_epochs * spe, total=epochs * spe, end=end, power=power
+    )
+    for step in (
+        0,
+        warmup_epochs * spe // 2,
+        warmup_epochs * spe,
+        (warmup_epochs + epochs) * spe // 2,
+        epochs * spe - 1,
+        epochs * spe,
+    ):
         assert lr(step) == pytest.approx(expected(step), rel=1e-9, abs=1e-12), (name, step)
     assert lr(warmup_epochs * spe) == pytest.approx(peak)
     assert (group["momentum"], group["weight_decay"]) == (momentum, wd)
 
 
-@pytest.mark.parametrize("name, batch, peak, warmup_steps, total_steps, end, power, momentum, wd", [
-    # warmup steps = int(epochs x N / batch), as TF computes them
-    ("nado_nesterov_32k", 32768, 0.1 * 32768 / 256, int(18 * N / 32768), 2512, 1e-4, 2.0, 0.9, 1e-4),
-    ("lamb_32k", 32768, 0.04, 782, 3519, 0.0, 1.0, None, 1.5),
-])
+@pytest.mark.parametrize(
+    "name, batch, peak, warmup_steps, total_steps, end, power, momentum, wd",
+    [
+        # warmup steps = int(epochs x N / batch), as TF computes them
+        ("nado_nesterov_32k", 32768, 0.1 * 32768 / 256, int(18 * N / 32768), 2512, 1e-4, 2.0, 0.9, 1e-4),
+        ("lamb_32k", 32768, 0.04, 782, 3519, 0.0, 1.0, None, 1.5),
+    ],
+)
 def test_runs_published_in_steps(name, batch, peak, warmup_steps, total_steps, end, power, momentum, wd):
     lr, _, group, cfg = hyper(name)
     assert cfg.batch.global_size == batch and cfg.trainer.max_steps == total_steps
@@ -89,8 +102,9 @@ def test_akiba_slow_start_and_rmsprop_warmup():
     assert lr(70 * spe) == pytest.approx(0.01 * base) and lr(85 * spe) == pytest.approx(0.001 * base)
     # alpha_SGD: ELU-shaped, beta_c = 10, beta_p = 5 epochs; 1/2 at the centre, 1 from 12.5 epochs on
     blend = cfg.callbacks.rmsprop_warmup
-    elu = SgdFractionElu(steps_per_epoch=spe, center_epochs=blend.center_epochs,
-                         period_epochs=blend.period_epochs)
+    elu = SgdFractionElu(
+        steps_per_epoch=spe, center_epochs=blend.center_epochs, period_epochs=blend.period_epochs
+    )
     fraction = lambda epoch: elu(round(epoch * spe))
     assert fraction(0) == pytest.approx(0.5 * torch.exp(torch.tensor(-4.0)).item())
     assert fraction(10) == pytest.approx(0.5)
@@ -109,6 +123,6 @@ def test_mikami_batch_grows_after_five_epochs_and_lr_is_not_rescaled():
     step_after = 5 * spe + 10
     base_step, factor = BatchGrowth.from_table(spe, growth).at(step_after)
     assert (base_step, factor) == (5 * spe + 20, 2)
-    assert lr(base_step) == pytest.approx(poly(base_step, peak=peak, warmup=5 * spe, total=90 * spe, end=1e-4,
-                                               power=2.0))
-
+    assert lr(base_step) == pytest.approx(
+        poly(base_step, peak=peak, warmup=5 * spe, total=90 * spe, end=1e-4, power=2.0)
+    )

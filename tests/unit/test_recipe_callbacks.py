@@ -4,18 +4,18 @@ import functools
 
 import pytest
 import torch
-
-from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups, BatchNormWithoutMovingAverage
 from lightning_lars.callbacks.techniques.batch_size_control import BatchSizeControl
 from lightning_lars.callbacks.techniques.rmsprop_warmup import RMSpropWarmupBlend
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.callbacks.techniques.weight_decay_follows_lr import WeightDecayFollowsLR
+
 from lightning_lars.core.errors import UserError
+from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
-from lightning_lars.schedules.scaling import plan_batch
 from lightning_lars.schedules.lr import WarmupPoly
 from lightning_lars.schedules.phases import EpochClock
+from lightning_lars.schedules.scaling import plan_batch
 from tests.unit import callback_harness as harness
 
 
@@ -45,7 +45,9 @@ def test_batch_size_control_doubles_the_batch_exactly(tmp_path):
     recorder = StepRecorder()
     control = BatchSizeControl(growth={1: 2}, scale_lr=True)
     trainer = harness.trainer([control, recorder], tmp_path, max_epochs=3, accumulate_grad_batches=2)
-    trainer.fit(module, harness.loader(harness.images(40), batch_size=4), harness.loader(harness.images(8), 4))
+    trainer.fit(
+        module, harness.loader(harness.images(40), batch_size=4), harness.loader(harness.images(8), 4)
+    )
     per_epoch = [sum(1 for s in recorder.steps if s[0] == e) for e in range(3)]
     assert per_epoch == [5, 2, 2]  # after the growth: 5 // 2 whole steps of 16 images, the rest trimmed
     assert [s[1] for s in recorder.steps] == [2] * 5 + [4] * 4  # micro-batches behind every step
@@ -60,7 +62,8 @@ def test_weight_decay_follows_lr_in_a_fit(tmp_path):
     module = harness.classifier("lars", weight_decay=1e-3, lr_schedule=schedule(5))
     recorder = StepRecorder()
     harness.trainer([WeightDecayFollowsLR(), recorder], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(40), batch_size=8))
+        module, harness.loader(harness.images(40), batch_size=8)
+    )
     for _, _, lr, group in recorder.steps[-1:]:
         assert group["initial_weight_decay"] == 1e-3
         assert group["weight_decay"] == pytest.approx(1e-3 * lr / 0.05)
@@ -70,8 +73,14 @@ def test_rmsprop_warmup_step_by_hand():
     torch.manual_seed(0)
     w = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     w0 = w.detach().clone()
-    optimizer = RMSpropWarmup([{"params": [w], "weight_decay": 0.01, "trust_adaptation": False}], lr=0.5,
-                              rmsprop_lr=0.01, momentum=0.9, alpha=0.99, eps=1e-8)
+    optimizer = RMSpropWarmup(
+        [{"params": [w], "weight_decay": 0.01, "trust_adaptation": False}],
+        lr=0.5,
+        rmsprop_lr=0.01,
+        momentum=0.9,
+        alpha=0.99,
+        eps=1e-8,
+    )
     grads = [torch.randn(5, 3, dtype=torch.float64) for _ in range(3)]
     m, b, ref = torch.zeros_like(w0), torch.zeros_like(w0), w0.clone()
     for step, g in enumerate(grads):
@@ -98,8 +107,9 @@ def test_rmsprop_blend_callback_sets_the_elu_fraction(tmp_path):
     module = harness.classifier("sgd", lr_schedule=schedule(5))
     module.optimizer_factory = functools.partial(RMSpropWarmup, weight_decay=1e-4)
     recorder = StepRecorder()
-    harness.trainer([RMSpropWarmupBlend(center_epochs=0.5, period_epochs=1.0), recorder], tmp_path,
-                    max_epochs=1).fit(module, harness.loader(harness.images(40), batch_size=8))
+    harness.trainer(
+        [RMSpropWarmupBlend(center_epochs=0.5, period_epochs=1.0), recorder], tmp_path, max_epochs=1
+    ).fit(module, harness.loader(harness.images(40), batch_size=8))
     group = recorder.steps[-1][3]
     epoch = 4 / 5  # the last of 5 steps in an epoch of 5
     assert group["sgd_fraction"] == pytest.approx(0.5 + (epoch - 0.5) / 1.0)  # Akiba et al.: 0.5 + (e - c)/p
@@ -109,7 +119,9 @@ def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):
     module = harness.classifier("sgd")
     plan = plan_batch(8, 1, 1, 8, bn_group=4)
     callback = BatchNormGroups(plan)
-    harness.trainer([callback], tmp_path, max_epochs=1).fit(module, harness.loader(harness.images(16), batch_size=8))
+    harness.trainer([callback], tmp_path, max_epochs=1).fit(
+        module, harness.loader(harness.images(16), batch_size=8)
+    )
     bns = batch_norms(module)
     assert callback.converted == len(bns) > 0
     assert all(isinstance(bn, GroupBatchNorm) and bn.group_size == 4 for _, bn in bns)
@@ -118,5 +130,8 @@ def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):
 def test_bn_without_moving_average_in_a_fit(tmp_path):
     module = harness.classifier("sgd")
     harness.trainer([BatchNormWithoutMovingAverage()], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(16), batch_size=8), harness.loader(harness.images(8), batch_size=8))
+        module,
+        harness.loader(harness.images(16), batch_size=8),
+        harness.loader(harness.images(8), batch_size=8),
+    )
     assert all(bn.momentum == 1.0 for _, bn in batch_norms(module))

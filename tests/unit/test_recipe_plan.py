@@ -29,22 +29,37 @@ def mxnet_eval_epochs(num_epoch: int, eval_period: int, eval_offset: int) -> lis
     return [epoch + 1 for epoch in range(num_epoch) if epoch % eval_period == eval_offset]
 
 
-@pytest.mark.parametrize("global_batch, workers", [(59904, 1536), (86016, 2048), (3264, 8), (32768, 1), (96, 3)])
+@pytest.mark.parametrize(
+    "global_batch, workers", [(59904, 1536), (86016, 2048), (3264, 8), (32768, 1), (96, 3)]
+)
 def test_padded_epoch_is_mxnet_get_epoch_size(global_batch, workers):
     assert count_steps_per_epoch(IMAGENET, global_batch, "padded", workers) == mxnet_get_epoch_size(
-        IMAGENET, workers, global_batch // workers)
+        IMAGENET, workers, global_batch // workers
+    )
 
 
 def test_drop_last_and_fixed_counts():
-    assert count_steps_per_epoch(IMAGENET, 32768, "drop_last") == 39  # torch DataLoader(drop_last=True) length
+    assert (
+        count_steps_per_epoch(IMAGENET, 32768, "drop_last") == 39
+    )  # torch DataLoader(drop_last=True) length
     assert count_steps_per_epoch(IMAGENET, 32768, "fixed", steps=40) == 40
 
 
-@pytest.mark.parametrize("epochs, period, offset", [(37, 4, 0), (90, 4, 3), (90, 4, 1), (41, 4, 2), (10, 1, 0)])
+@pytest.mark.parametrize(
+    "epochs, period, offset", [(37, 4, 0), (90, 4, 3), (90, 4, 1), (41, 4, 2), (10, 1, 0)]
+)
 def test_eval_epochs_follow_mlperf_eval_offset_and_end_with_the_final_step(epochs, period, offset):
     spe = 22
-    cfg = OmegaConf.create({"evaluation": {"every_n_epochs": period, "every_n_steps": None,
-                                           "offset_epochs": offset, "offset_steps": 0}})
+    cfg = OmegaConf.create(
+        {
+            "evaluation": {
+                "every_n_epochs": period,
+                "every_n_steps": None,
+                "offset_epochs": offset,
+                "offset_steps": 0,
+            }
+        }
+    )
     ends = [spe * (e + 1) for e in range(epochs)]
     steps = eval_steps("r", cfg, ends, epochs * spe)
     expected = [e * spe for e in mxnet_eval_epochs(epochs, period, offset)]
@@ -56,12 +71,20 @@ def test_eval_every_n_steps_with_offset():
     assert eval_steps("r", cfg, [39], 420) == [150, 250, 350, 420]
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["epoch_length.mode=padded", "epoch_length.workers=3"], "epoch_length.workers"),  # 3 does not divide 128
-    (["evaluation.offset_epochs=8"], "evaluation.offset_epochs"),  # the demo has 8 epochs
-    (["evaluation.every_n_epochs=null", "evaluation.every_n_steps=10", "evaluation.offset_steps=312"],
-     "evaluation.offset_steps"),  # the demo has 312 steps
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (
+            ["epoch_length.mode=padded", "epoch_length.workers=3"],
+            "epoch_length.workers",
+        ),  # 3 does not divide 128
+        (["evaluation.offset_epochs=8"], "evaluation.offset_epochs"),  # the demo has 8 epochs
+        (
+            ["evaluation.every_n_epochs=null", "evaluation.every_n_steps=10", "evaluation.offset_steps=312"],
+            "evaluation.offset_steps",
+        ),  # the demo has 312 steps
+    ],
+)
 def test_what_only_the_planned_run_shows_fails_at_composition_naming_recipe_and_key(overrides, key):
     with pytest.raises(UserError) as raised:
         check_command_line(["recipe=demo", *overrides])

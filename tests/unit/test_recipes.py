@@ -8,16 +8,30 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from lightning_lars.recipe import catalog as recipe_table
 from lightning_lars.config.compose import RECIPES_DIR
+from lightning_lars.recipe import catalog as recipe_table
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
 MLPERF = [name for name in RECIPES if "mlperf" in name or name in ("fujitsu_86k", "nado_nesterov_32k")]
 ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
-    "goyal_8k", "you_alexnet_bn_8k", "you_resnet50_32k", "resnet50_32k", "you_alexnet_32k", "akiba_32k",
-    "jia_64k", "mikami_68k", "ying_tpu_32k", "google_mlperf06_32k", "google_mlperf07_64k", "fujitsu_86k",
-    "fujitsu_81k", "nvidia_mlperf10_3264", "nvidia_mlperf06_60k", "lamb_32k", "nado_nesterov_32k",
+    "goyal_8k",
+    "you_alexnet_bn_8k",
+    "you_resnet50_32k",
+    "resnet50_32k",
+    "you_alexnet_32k",
+    "akiba_32k",
+    "jia_64k",
+    "mikami_68k",
+    "ying_tpu_32k",
+    "google_mlperf06_32k",
+    "google_mlperf07_64k",
+    "fujitsu_86k",
+    "fujitsu_81k",
+    "nvidia_mlperf10_3264",
+    "nvidia_mlperf06_60k",
+    "lamb_32k",
+    "nado_nesterov_32k",
 }
 
 
@@ -31,7 +45,11 @@ def test_recipe_composes_and_builds_optimizer_and_schedule(name):
     optimizer = build_optimizer(cfg)
     assert optimizer.param_groups, name
     schedule, peak, steps_per_epoch = build_schedule(cfg)
-    total = cfg.trainer.get("max_steps") if cfg.trainer.get("max_steps", -1) > 0 else cfg.trainer.max_epochs * steps_per_epoch
+    total = (
+        cfg.trainer.get("max_steps")
+        if cfg.trainer.get("max_steps", -1) > 0
+        else cfg.trainer.max_epochs * steps_per_epoch
+    )
     lrs = [schedule(step) for step in range(0, total + 1, max(1, total // 200))]
     assert all(math.isfinite(lr) and 0.0 <= lr <= peak * 1.000001 for lr in lrs), name
     assert max(lrs) > 0 and len(set(lrs)) > 2, name  # a schedule, not a constant
@@ -71,16 +89,20 @@ def test_every_recipe_value_cites_a_source_or_says_our_choice(name):
             block = top.group(1)
             continue
         value = re.match(r"^\s+([\w.]+):\s*(\S.*)$", line)
-        if block in ("published", "defaults", "deviations", None) or not value or value.group(1) == "_target_":
+        if (
+            block in ("published", "defaults", "deviations", None)
+            or not value
+            or value.group(1) == "_target_"
+        ):
             continue
         opener = re.match(r"^\s+[\w.]+:\s*#", lines[number - 2])  # `key:  # why` opens a nested value
-        assert "#" in line or opener, (
-            f"{name}.yaml:{number} has no source or 'our choice': {line.strip()}")
+        assert "#" in line or opener, f"{name}.yaml:{number} has no source or 'our choice': {line.strip()}"
 
 
 def test_readme_table_is_generated_from_the_recipes():
     assert (RECIPES_DIR / "README.md").read_text() == recipe_table.markdown(), (
-        "recipes/README.md is stale: python -m lightning_lars.recipe.catalog --markdown > recipes/README.md")
+        "recipes/README.md is stale: python -m lightning_lars.recipe.catalog --markdown > recipes/README.md"
+    )
 
 
 def test_alias_composes_to_the_same_run():
@@ -90,10 +112,16 @@ def test_alias_composes_to_the_same_run():
 
 
 TRAIN_CROPS = {  # (area, aspect) as each submission's code cropped; MLPerf's reference otherwise
-    "nvidia_mlperf06_60k": ([0.05, 1.0], [0.75, 1.3333]),  # run_and_time.sh --min/max-random-area, dali.py aspect
+    "nvidia_mlperf06_60k": (
+        [0.05, 1.0],
+        [0.75, 1.3333],
+    ),  # run_and_time.sh --min/max-random-area, dali.py aspect
     "nvidia_mlperf10_3264": ([0.05, 1.0], [0.75, 1.3333]),
     "google_mlperf06_32k": ([0.08, 1.0], [0.75, 1.3333]),  # resnet_preprocessing.py _decode_and_random_crop
-    "google_mlperf07_64k": ([0.08, 1.0], [0.75, 1.33]),  # imagenet_input.py crop_image (cached decoded images)
+    "google_mlperf07_64k": (
+        [0.08, 1.0],
+        [0.75, 1.33],
+    ),  # imagenet_input.py crop_image (cached decoded images)
     "fujitsu_86k": ([0.05, 0.9], [0.666667, 1.5]),  # open division: log input_distorted_crop_*_range
 }
 
@@ -104,7 +132,9 @@ def test_mlperf_runs_are_judged_like_mlperf(name):
     assert cfg.callbacks.time_to_target.target_top1 == 75.9
     assert cfg.callbacks.time_to_target.stop_at_target is True
     spec = cfg.evaluation
-    assert spec["every_n_epochs"] == 4 or spec["every_n_steps"]  # MLPerf: every 4 epochs; the TPU code counts steps
+    assert (
+        spec["every_n_epochs"] == 4 or spec["every_n_steps"]
+    )  # MLPerf: every 4 epochs; the TPU code counts steps
     crop = cfg.data.pipeline.train[0].random_resized_crop
     scale, ratio = TRAIN_CROPS.get(name, ([0.05, 1.0], [0.75, 1.33]))
     assert list(crop.scale) == scale and list(crop.ratio) == ratio
@@ -130,12 +160,21 @@ def test_runs_of_ours_table_lists_the_rows_make_check_appends(tmp_path):
     from lightning_lars.check import record_run
 
     runs = tmp_path / "runs.jsonl"
-    row = {"recipe": "demo (debug=toy)", "hardware": "1 x CPU (2 cores)", "epochs": "8",
-           "top-1 (mean +- std, n)": "81.90 +- 0.40 %, n=3", "time": "257.0 s wall", "date": "2026-11-23",
-           "log or W&B run": "logs/demo/check/x"}
+    row = {
+        "recipe": "demo (debug=toy)",
+        "hardware": "1 x CPU (2 cores)",
+        "epochs": "8",
+        "top-1 (mean +- std, n)": "81.90 +- 0.40 %, n=3",
+        "time": "257.0 s wall",
+        "date": "2026-11-23",
+        "log or W&B run": "logs/demo/check/x",
+    }
     record_run(row, runs)
     record_run({**row, "date": "2026-11-24"}, runs)
     text = recipe_table.markdown(runs)
     table = text.split("## Runs of ours", 1)[1]
-    assert "| demo (debug=toy) | 1 x CPU (2 cores) | 8 | 81.90 +- 0.40 %, n=3 | 257.0 s wall | 2026-11-23 |" in table
+    assert (
+        "| demo (debug=toy) | 1 x CPU (2 cores) | 8 | 81.90 +- 0.40 %, n=3 | 257.0 s wall | 2026-11-23 |"
+        in table
+    )
     assert table.count("| demo (debug=toy) |") == 2

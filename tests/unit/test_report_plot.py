@@ -21,7 +21,9 @@ from lightning_lars.report.record import RunRecord
 from lightning_lars.training.run_record import run_record
 
 STEPS_PER_EPOCH, EPOCHS = 4, 2  # 32 images in batches of 8
-CFG = OmegaConf.create({"recipe_name": "demo", "seed": 0, "batch": {"global_size": 8}, "published": {"top1": "-"}})
+CFG = OmegaConf.create(
+    {"recipe_name": "demo", "seed": 0, "batch": {"global_size": 8}, "published": {"top1": "-"}}
+)
 
 
 def schedule(step):  # a ramp: every applied point must sit on the planned line at its own step
@@ -43,10 +45,19 @@ def lines(ax) -> dict:
 
 
 def test_the_six_panels_hold_what_the_run_did(tmp_path, monkeypatch):
-    callbacks = [HParamMonitor(every_n_steps=1), TrustRatioMonitor(every_n_steps=2), RunHistory(), ScheduleCallback(),
-                 TimeToTarget(target_top1=60.0, stop_at_target=False)]
+    callbacks = [
+        HParamMonitor(every_n_steps=1),
+        TrustRatioMonitor(every_n_steps=2),
+        RunHistory(),
+        ScheduleCallback(),
+        TimeToTarget(target_top1=60.0, stop_at_target=False),
+    ]
     fit = trainer(callbacks, tmp_path, max_epochs=EPOCHS, limit_val_batches=1)
-    fit.fit(classifier("lars", lr_schedule=schedule, weight_decay=1e-4), loader(images(32)), loader(images(8, seed=1)))
+    fit.fit(
+        classifier("lars", lr_schedule=schedule, weight_decay=1e-4),
+        loader(images(32)),
+        loader(images(8, seed=1)),
+    )
     path, figure, panels = draw(monkeypatch, run_record(fit), tmp_path)
     try:
         with Image.open(path) as picture:
@@ -59,9 +70,15 @@ def test_the_six_panels_hold_what_the_run_did(tmp_path, monkeypatch):
         assert lr["applied (optimizer)"][1] == pytest.approx([schedule(s) for s in steps])
 
         legend = panels["weight decay and momentum, group 0"].get_legend()
-        assert [t.get_text() for t in legend.get_texts()] == ["weight decay planned", "weight decay applied",
-                                                              "momentum planned", "momentum applied"]
-        assert lines(panels["weight decay and momentum, group 0"])["weight decay applied"][1] == [1e-4] * len(steps)
+        assert [t.get_text() for t in legend.get_texts()] == [
+            "weight decay planned",
+            "weight decay applied",
+            "momentum planned",
+            "momentum applied",
+        ]
+        assert lines(panels["weight decay and momentum, group 0"])["weight decay applied"][1] == [1e-4] * len(
+            steps
+        )
 
         trust = panels["trust ratio per layer"]
         (image,) = trust.images
@@ -90,6 +107,9 @@ def test_a_panel_without_data_says_why(tmp_path, monkeypatch):
         texts = [" ".join(t.get_text() for t in ax.texts) for ax in figure.axes]
         assert "no LR samples (HParamMonitor off)" in texts
         assert "no trust ratios (not LARS/LAMB, or TrustRatioMonitor off)" in texts
-        assert texts.count("no finished training epoch yet") == 1 and "no evaluation during training yet" in texts
+        assert (
+            texts.count("no finished training epoch yet") == 1
+            and "no evaluation during training yet" in texts
+        )
     finally:
         plt.close(figure)

@@ -8,8 +8,15 @@ from omegaconf import OmegaConf
 from lightning_lars.report import results
 from lightning_lars.report.record import HParamSamples, RunRecord, TargetRecord
 
-CFG = OmegaConf.create({"recipe_name": "demo", "seed": 3, "batch": {"global_size": 64},
-                        "published": {"top1": 75.9, "global_batch": 32768}, "deviations": []})
+CFG = OmegaConf.create(
+    {
+        "recipe_name": "demo",
+        "seed": 3,
+        "batch": {"global_size": 64},
+        "published": {"top1": 75.9, "global_batch": 32768},
+        "deviations": [],
+    }
+)
 
 
 def schedule(step):
@@ -18,14 +25,32 @@ def schedule(step):
 
 def record() -> RunRecord:
     evals = ((1.0, 2, 40.0, 12.5), (2.0, 4, 55.0, 30.0))
-    target = TargetRecord(target_top1=50.0, evals=evals, time_to_target_s=30.0, epochs_to_target=2.0,
-                          summary={"target/reached": 1.0, "target/time_to_target_s": 30.0})
-    hparams = HParamSamples(applied=((0, 0.0, schedule(0), 1e-4, 0.9), (2, 1.0, schedule(2), 1e-4, 0.9)),
-                            total_steps=4, lr_schedule=schedule)
-    return RunRecord(steps=4, world_size=2, accelerator="CPUAccelerator", hardware="2 x CPU (2 cores)",
-                     epochs=2.0, throughput={"perf/images_per_sec": 1500.0, "perf/data_wait_fraction": 0.25,
-                                 "perf/num_images_counted": float("nan")},
-                     hparams=hparams, target=target)
+    target = TargetRecord(
+        target_top1=50.0,
+        evals=evals,
+        time_to_target_s=30.0,
+        epochs_to_target=2.0,
+        summary={"target/reached": 1.0, "target/time_to_target_s": 30.0},
+    )
+    hparams = HParamSamples(
+        applied=((0, 0.0, schedule(0), 1e-4, 0.9), (2, 1.0, schedule(2), 1e-4, 0.9)),
+        total_steps=4,
+        lr_schedule=schedule,
+    )
+    return RunRecord(
+        steps=4,
+        world_size=2,
+        accelerator="CPUAccelerator",
+        hardware="2 x CPU (2 cores)",
+        epochs=2.0,
+        throughput={
+            "perf/images_per_sec": 1500.0,
+            "perf/data_wait_fraction": 0.25,
+            "perf/num_images_counted": float("nan"),
+        },
+        hparams=hparams,
+        target=target,
+    )
 
 
 def test_results_json_holds_the_records_numbers():

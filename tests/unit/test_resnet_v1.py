@@ -14,9 +14,14 @@ def v1():
 
 def _strides(model):
     """(conv1 stride, conv2 stride, shortcut stride) of the first block of each stage."""
-    return [(s[0].conv1.stride[0], s[0].conv2.stride[0],
-             s[0].downsample[0].stride[0] if s[0].downsample is not None else 1)
-            for s in (model.layer1, model.layer2, model.layer3, model.layer4)]
+    return [
+        (
+            s[0].conv1.stride[0],
+            s[0].conv2.stride[0],
+            s[0].downsample[0].stride[0] if s[0].downsample is not None else 1,
+        )
+        for s in (model.layer1, model.layer2, model.layer3, model.layer4)
+    ]
 
 
 def test_v1_strides_the_first_1x1_conv_and_keeps_every_tensor_of_v15(v1):
@@ -44,5 +49,8 @@ def test_v1_output_and_stage_shapes(v1):
 
 
 def test_v1_zero_init_last_is_timms(v1):
-    assert all(float(block.bn3.weight.abs().sum()) == 0.0
-               for stage in (v1.layer1, v1.layer2, v1.layer3, v1.layer4) for block in stage)
+    assert all(
+        float(block.bn3.weight.abs().sum()) == 0.0
+        for stage in (v1.layer1, v1.layer2, v1.layer3, v1.layer4)
+        for block in stage
+    )

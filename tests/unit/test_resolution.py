@@ -1,8 +1,9 @@
 """Progressive resizing: resolution at named epochs (ffcv-imagenet's schedule) and config validation."""
+
 import pytest
 
-from lightning_lars.data.resolution import ResolutionSchedule, resolution_at, resolution_schedule
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.resolution import ResolutionSchedule, resolution_at, resolution_schedule
 
 # ffcv-imagenet rn50_88_epochs.yaml: min_res 160, max_res 192, start_ramp 65, end_ramp 76
 FFCV_RN50_88 = {"start": 160, "end": 192, "start_ramp_epoch": 65, "end_ramp_epoch": 76}

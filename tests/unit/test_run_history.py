@@ -6,7 +6,6 @@ import time
 import lightning as L
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringModel
-
 from lightning_lars.callbacks.monitors.run_history import RunHistory
 from lightning_lars.callbacks.monitors.throughput import ThroughputCallback
 
@@ -23,9 +22,19 @@ class SlowValidation(BoringModel):
 
 def test_partial_epoch_is_fractional_and_throughput_excludes_evaluation(tmp_path):
     history = RunHistory()
-    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=4, limit_train_batches=16, limit_val_batches=1,
-                        val_check_interval=4, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[history])
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=4,
+        limit_train_batches=16,
+        limit_val_batches=1,
+        val_check_interval=4,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[history],
+    )
     started = time.perf_counter()
     trainer.fit(SlowValidation())
     wall_s = time.perf_counter() - started
@@ -51,9 +60,18 @@ def test_the_plotted_throughput_is_the_tables_throughput(tmp_path):
     """The results table's images/s (ThroughputCallback: warm-up batches left out) and report.png's point for the
     same epoch must be one number; a 3-step toy run plotted 9 img/s beside the table's 42."""
     history, throughput = RunHistory(), ThroughputCallback(log_every_n_steps=1000, skip_batches=1)
-    trainer = L.Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=6, limit_val_batches=0,
-                        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[history, throughput])
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=6,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[history, throughput],
+    )
     trainer.fit(SlowFirstBatch())
     (row,) = [row for row in history.epochs if "images_per_sec" in row]
     assert row["images_per_sec"] == pytest.approx(throughput.images_per_sec(trainer.world_size), rel=1e-12)

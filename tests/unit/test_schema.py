@@ -40,22 +40,27 @@ def test_train_yaml_sets_the_schema_keys_in_the_schema_order_with_the_schema_def
     own = {key: value for key, value in train.items() if key != "defaults"}
     fields = [f.name for f in dataclasses.fields(schema.TrainConfig)]
     assert list(own) == fields[: len(own)]  # --cfg job prints the schema's order
-    defaults = OmegaConf.to_container(OmegaConf.structured(schema.TrainConfig), resolve=False, enum_to_str=True)
+    defaults = OmegaConf.to_container(
+        OmegaConf.structured(schema.TrainConfig), resolve=False, enum_to_str=True
+    )
     for key, value in own.items():
         assert defaults[key] == value or value == "???" or defaults[key] == "???", key
     assert train["defaults"][0] == schema.SCHEMA_NAME  # composed first: every YAML file merges into its types
 
 
-@pytest.mark.parametrize("override, value", [
-    ("batch.global_size=abc", "abc"),
-    ("batch.global_size=1.5", 1.5),
-    ("batch.max_per_device=big", "big"),
-    ("seed=abc", "abc"),
-    ("run.validate_at_end=maybe", "maybe"),
-    ("evaluation.offset_epochs=one", "one"),
-    ("epoch_length.num_train_images=all", "all"),
-    ("batch.global_size=null", None),
-])
+@pytest.mark.parametrize(
+    "override, value",
+    [
+        ("batch.global_size=abc", "abc"),
+        ("batch.global_size=1.5", 1.5),
+        ("batch.max_per_device=big", "big"),
+        ("seed=abc", "abc"),
+        ("run.validate_at_end=maybe", "maybe"),
+        ("evaluation.offset_epochs=one", "one"),
+        ("epoch_length.num_train_images=all", "all"),
+        ("batch.global_size=null", None),
+    ],
+)
 def test_a_wrong_type_is_one_line_with_omegaconfs_reason_and_the_type_wanted(override, value):
     key = override.partition("=")[0]
     message = one_line_error(override)
@@ -69,89 +74,143 @@ def test_an_unknown_mode_names_the_modes_of_the_enum():
     assert message.endswith("one of " + ", ".join(mode.name for mode in schema.EpochMode))
 
 
-@pytest.mark.parametrize("overrides, key, fields", [
-    (["+run.resume=true"], "run.resume", schema.RunConfig),
-    (["run.resume=true"], "run.resume", schema.RunConfig),
-    (["+batch.size=64"], "batch.size", schema.BatchConfig),
-    (["+evaluation.every=2"], "evaluation.every", schema.EvaluationConfig),
-    (["+epochs=3"], "epochs", schema.TrainConfig),
-    (["+deviations=[{technique: BN, published: '32', ours: '16', why: ok, source: x}]"], "deviations: source",
-     schema.Deviation),
-])
+@pytest.mark.parametrize(
+    "overrides, key, fields",
+    [
+        (["+run.resume=true"], "run.resume", schema.RunConfig),
+        (["run.resume=true"], "run.resume", schema.RunConfig),
+        (["+batch.size=64"], "batch.size", schema.BatchConfig),
+        (["+evaluation.every=2"], "evaluation.every", schema.EvaluationConfig),
+        (["+epochs=3"], "epochs", schema.TrainConfig),
+        (
+            ["+deviations=[{technique: BN, published: '32', ours: '16', why: ok, source: x}]"],
+            "deviations: source",
+            schema.Deviation,
+        ),
+    ],
+)
 def test_a_key_the_schema_lacks_is_one_line_listing_the_keys_it_has(overrides, key, fields):
     message = one_line_error(*overrides)
     names = ", ".join(f.name for f in dataclasses.fields(fields))
-    assert message.startswith(f"unknown config key '{key}': nothing reads it") and message.endswith(f"(its keys: {names})")
+    assert message.startswith(f"unknown config key '{key}': nothing reads it") and message.endswith(
+        f"(its keys: {names})"
+    )
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["+deviations=[{technique: BN, published: '32', ours: '16'}]"], "deviations[0].why"),
-    (["batch.global_size=???"], "batch.global_size"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["+deviations=[{technique: BN, published: '32', ours: '16'}]"], "deviations[0].why"),
+        (["batch.global_size=???"], "batch.global_size"),
+    ],
+)
 def test_a_missing_value_is_one_line_naming_the_key(overrides, key):
     assert one_line_error(*overrides).startswith(f"{key} is not set: give it a value ({key}=VALUE")
 
 
-@pytest.mark.parametrize("overrides, start", [
-    (["batch.max_per_device=0"], "batch.max_per_device=0: expected an integer >= 1"),
-    (["batch.bn_group=-2"], "batch.bn_group=-2: expected an integer >= 1"),
-    (["trainer.max_epochs=0"], "trainer.max_epochs=0: expected an integer >= 1 (or -1: no limit)"),
-    (["seed=-3"], "seed=-3: expected an integer in 0..4294967295"),
-    (["seed=4294967296"], "seed=4294967296: expected an integer in 0..4294967295"),
-    (["epoch_length.num_train_images=0"], "epoch_length.num_train_images=0: expected an integer >= 1"),
-    (["epoch_length.mode=padded"], "epoch_length.workers is not set: mode padded needs it"),
-    (["epoch_length.mode=fixed"], "epoch_length.steps is not set: mode fixed needs it"),
-    (["epoch_length.steps=40"], "epoch_length.steps is only read in mode fixed (mode is drop_last)"),
-    (["epoch_length.workers=8"], "epoch_length.workers is only read in mode padded (mode is drop_last)"),
-    (["epoch_length.mode=fixed", "epoch_length.steps=0"], "epoch_length.steps=0: expected an integer >= 1"),
-    (["evaluation.every_n_steps=10"], "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"),
-    (["evaluation.every_n_epochs=null"], "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"),
-    (["evaluation.every_n_epochs=0"], "evaluation.every_n_epochs=0: expected an integer >= 1"),
-    (["evaluation.offset_epochs=-1"], "evaluation.offset_epochs=-1: expected an integer >= 0"),
-    (["evaluation.offset_steps=5"], "evaluation.offset_steps goes with every_n_steps"),
-    (["evaluation.every_n_epochs=null", "evaluation.every_n_steps=10", "evaluation.offset_epochs=1"],
-     "evaluation.offset_epochs goes with every_n_epochs"),
-    (["+trainer.check_val_every_n_epoch=4", "evaluation.offset_epochs=1"], "trainer.check_val_every_n_epoch is not read"),
-    (["+trainer.val_check_interval=4"], "trainer.val_check_interval is not read"),
-    (["deviations=[{technique: BN, published: '32', ours: '16', why: ' '}]"], "deviations[0].why is empty"),
-])
+@pytest.mark.parametrize(
+    "overrides, start",
+    [
+        (["batch.max_per_device=0"], "batch.max_per_device=0: expected an integer >= 1"),
+        (["batch.bn_group=-2"], "batch.bn_group=-2: expected an integer >= 1"),
+        (["trainer.max_epochs=0"], "trainer.max_epochs=0: expected an integer >= 1 (or -1: no limit)"),
+        (["seed=-3"], "seed=-3: expected an integer in 0..4294967295"),
+        (["seed=4294967296"], "seed=4294967296: expected an integer in 0..4294967295"),
+        (["epoch_length.num_train_images=0"], "epoch_length.num_train_images=0: expected an integer >= 1"),
+        (["epoch_length.mode=padded"], "epoch_length.workers is not set: mode padded needs it"),
+        (["epoch_length.mode=fixed"], "epoch_length.steps is not set: mode fixed needs it"),
+        (["epoch_length.steps=40"], "epoch_length.steps is only read in mode fixed (mode is drop_last)"),
+        (["epoch_length.workers=8"], "epoch_length.workers is only read in mode padded (mode is drop_last)"),
+        (
+            ["epoch_length.mode=fixed", "epoch_length.steps=0"],
+            "epoch_length.steps=0: expected an integer >= 1",
+        ),
+        (
+            ["evaluation.every_n_steps=10"],
+            "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one",
+        ),
+        (
+            ["evaluation.every_n_epochs=null"],
+            "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one",
+        ),
+        (["evaluation.every_n_epochs=0"], "evaluation.every_n_epochs=0: expected an integer >= 1"),
+        (["evaluation.offset_epochs=-1"], "evaluation.offset_epochs=-1: expected an integer >= 0"),
+        (["evaluation.offset_steps=5"], "evaluation.offset_steps goes with every_n_steps"),
+        (
+            ["evaluation.every_n_epochs=null", "evaluation.every_n_steps=10", "evaluation.offset_epochs=1"],
+            "evaluation.offset_epochs goes with every_n_epochs",
+        ),
+        (
+            ["+trainer.check_val_every_n_epoch=4", "evaluation.offset_epochs=1"],
+            "trainer.check_val_every_n_epoch is not read",
+        ),
+        (["+trainer.val_check_interval=4"], "trainer.val_check_interval is not read"),
+        (
+            ["deviations=[{technique: BN, published: '32', ours: '16', why: ' '}]"],
+            "deviations[0].why is empty",
+        ),
+    ],
+)
 def test_a_rule_between_values_is_one_line_naming_the_key(overrides, start):
     message = one_line_error(*overrides)
     assert message.startswith(start), message
 
 
-@pytest.mark.parametrize("override, start", [
-    ("trainer.max_epochs=abc", "trainer.max_epochs=abc: expected an integer or null"),
-    ("trainer.deterministic=maybe", "trainer.deterministic=maybe: expected true or false or 'warn' or null"),
-    ("trainer.precision=bf17", "trainer.precision=bf17: expected 64 or 32 or 16"),
-    ("trainer.inference_mode=1", "trainer.inference_mode=1: expected true or false"),
-    ("+trainer.max_step=1", "unknown config key 'trainer.max_step': Lightning's Trainer takes no such argument"),
-    ("scheduler.base_lr=abc", "scheduler.base_lr=abc: expected a number"),
-    ("optimizer.weight_decay=true", "optimizer.weight_decay=true: expected a number"),
-    ("optimizer.nesterov=1", "optimizer.nesterov=1: expected true or false"),
-    ("callbacks.checkpoint.save_last=maybe", "callbacks.checkpoint.save_last=maybe: expected true or false"),
-    ("callbacks.trust_ratio.every_n_steps=abc", "callbacks.trust_ratio.every_n_steps=abc: expected a number"),
-    ("data.resolution=big", "data.resolution=big: expected a number"),
-])
+@pytest.mark.parametrize(
+    "override, start",
+    [
+        ("trainer.max_epochs=abc", "trainer.max_epochs=abc: expected an integer or null"),
+        (
+            "trainer.deterministic=maybe",
+            "trainer.deterministic=maybe: expected true or false or 'warn' or null",
+        ),
+        ("trainer.precision=bf17", "trainer.precision=bf17: expected 64 or 32 or 16"),
+        ("trainer.inference_mode=1", "trainer.inference_mode=1: expected true or false"),
+        (
+            "+trainer.max_step=1",
+            "unknown config key 'trainer.max_step': Lightning's Trainer takes no such argument",
+        ),
+        ("scheduler.base_lr=abc", "scheduler.base_lr=abc: expected a number"),
+        ("optimizer.weight_decay=true", "optimizer.weight_decay=true: expected a number"),
+        ("optimizer.nesterov=1", "optimizer.nesterov=1: expected true or false"),
+        (
+            "callbacks.checkpoint.save_last=maybe",
+            "callbacks.checkpoint.save_last=maybe: expected true or false",
+        ),
+        (
+            "callbacks.trust_ratio.every_n_steps=abc",
+            "callbacks.trust_ratio.every_n_steps=abc: expected a number",
+        ),
+        ("data.resolution=big", "data.resolution=big: expected a number"),
+    ],
+)
 def test_values_under_the_open_groups_are_checked_by_kind(override, start):
     assert one_line_error(override).startswith(start)
 
 
 def test_a_key_an_open_group_does_not_set_names_the_plus_that_adds_it():
     message = one_line_error("callbacks.checkpoint.every_n_train_step=5")
-    assert message.startswith("unknown config key 'callbacks.checkpoint.every_n_train_step': the config does not")
+    assert message.startswith(
+        "unknown config key 'callbacks.checkpoint.every_n_train_step': the config does not"
+    )
     assert message.endswith("+callbacks.checkpoint.every_n_train_step=5")
 
 
 def test_numbers_print_as_written_and_the_mode_as_its_name():
     """``--cfg job`` is unchanged by the schema: an int stays an int in the open groups, the Enum prints its name."""
-    cfg = config.compose_job(["recipe=demo", "scheduler.base_lr=10", "epoch_length.mode=padded",
-                              "epoch_length.workers=4", "seed=7"])
+    cfg = config.compose_job(
+        [
+            "recipe=demo",
+            "scheduler.base_lr=10",
+            "epoch_length.mode=padded",
+            "epoch_length.workers=4",
+            "seed=7",
+        ]
+    )
     text = config.to_yaml(cfg)
     assert "  base_lr: 10\n" in text and "  mode: padded\n" in text and "seed: 7\n" in text
     assert cfg.epoch_length.mode is schema.EpochMode.padded
     assert OmegaConf.to_yaml(cfg).count("mode: padded") == 1  # Hydra's own printer agrees
-
 
 
 @pytest.mark.parametrize("model_schema", [schema.ModelConfig, schema.ResNetModelConfig])
@@ -165,8 +224,9 @@ def test_the_model_schema_is_the_image_classifiers_signature(model_schema):
     assert fields | set(model_schema.ALSO_TAKES) == arguments and not fields & set(model_schema.ALSO_TAKES)
 
 
-@pytest.mark.parametrize("model, model_schema", [("resnet", schema.ResNetModelConfig),
-                                                 ("alexnet_bn", schema.ModelConfig)])
+@pytest.mark.parametrize(
+    "model, model_schema", [("resnet", schema.ResNetModelConfig), ("alexnet_bn", schema.ModelConfig)]
+)
 def test_each_model_file_sets_its_schemas_fields_in_order(model, model_schema):
     text = yaml.safe_load((config.CONF_DIR / "model" / f"{model}.yaml").read_text())
     assert text["defaults"] == [f"/{model}_model_schema@_here_", "_self_"]
@@ -178,22 +238,32 @@ def test_a_model_key_is_typed_and_its_other_arguments_need_no_plus():
     with pytest.raises(ValidationError) as raised:
         node.label_smoothing = "abc"
     assert one_line_error("model.label_smoothing=abc") == (
-        "model.label_smoothing=abc: " + str(raised.value).splitlines()[0])
-    assert one_line_error("+model.dropout=0.1").startswith("unknown config key 'model.dropout': nothing reads it")
+        "model.label_smoothing=abc: " + str(raised.value).splitlines()[0]
+    )
+    assert one_line_error("+model.dropout=0.1").startswith(
+        "unknown config key 'model.dropout': nothing reads it"
+    )
     cfg, accepted = check_command_line(["recipe=demo", "model.model_kwargs={drop_rate: 0.1}"])
     assert accepted[-1] == "+model.model_kwargs={drop_rate: 0.1}" and cfg.model.model_kwargs.drop_rate == 0.1
 
 
-@pytest.mark.parametrize("body, start", [
-    ("batch:\n  global_size: abc\n", "in recipe/mine.yaml: batch.global_size: Value 'abc' of type 'str'"),
-    ("epoch_length:\n  foo: 1\n", "in recipe/mine.yaml: unknown config key 'epoch_length.foo'"),
-    ("deviations:\n  - {technique: a, published: b, ours: c, whyy: d}\n",
-     "in recipe/mine.yaml: unknown config key 'Deviation: whyy'"),
-    ("model:\n  dropout: 0.1\n", "in recipe/mine.yaml: unknown config key 'model.dropout'"),
-])
+@pytest.mark.parametrize(
+    "body, start",
+    [
+        ("batch:\n  global_size: abc\n", "in recipe/mine.yaml: batch.global_size: Value 'abc' of type 'str'"),
+        ("epoch_length:\n  foo: 1\n", "in recipe/mine.yaml: unknown config key 'epoch_length.foo'"),
+        (
+            "deviations:\n  - {technique: a, published: b, ours: c, whyy: d}\n",
+            "in recipe/mine.yaml: unknown config key 'Deviation: whyy'",
+        ),
+        ("model:\n  dropout: 0.1\n", "in recipe/mine.yaml: unknown config key 'model.dropout'"),
+    ],
+)
 def test_a_mistake_in_a_users_recipe_file_names_the_file(body, start, tmp_path):
     (tmp_path / "recipe").mkdir()
-    (tmp_path / "recipe" / "mine.yaml").write_text(f"# @package _global_\ndefaults:\n  - demo\n  - _self_\n{body}")
+    (tmp_path / "recipe" / "mine.yaml").write_text(
+        f"# @package _global_\ndefaults:\n  - demo\n  - _self_\n{body}"
+    )
     with pytest.raises(UserError) as raised:
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
     assert str(raised.value).startswith(start) and "\n" not in str(raised.value), raised.value
@@ -215,8 +285,18 @@ def test_the_kinds_the_open_groups_are_checked_against_are_the_config_files_as_o
         for key, value in node.items():
             if isinstance(value, dict):
                 collect(f"{prefix}.{key}", value)
-            elif key != "defaults" and value not in (None, "???") and not (isinstance(value, str) and "${" in value):
-                kind = "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "other"
+            elif (
+                key != "defaults"
+                and value not in (None, "???")
+                and not (isinstance(value, str) and "${" in value)
+            ):
+                kind = (
+                    "bool"
+                    if isinstance(value, bool)
+                    else "number"
+                    if isinstance(value, (int, float))
+                    else "other"
+                )
                 seen.setdefault(f"{prefix}.{key}", set()).add(kind)
 
     for group in rules.KIND_CHECKED_GROUPS:

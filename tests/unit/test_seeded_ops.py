@@ -3,6 +3,7 @@
 Through the real FFCVDataModule on a small .beton of random-size noise images whose label is the sample index,
 so every output image can be matched to its sample whatever the order, batch size or thread count.
 """
+
 import hashlib
 import os
 import subprocess
@@ -17,6 +18,7 @@ from ffcv.fields.rgb_image import RandomResizedCropRGBImageDecoder
 from ffcv.transforms import RandomHorizontalFlip
 from ffcv.writer import DatasetWriter
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.ffcv_datamodule import (
     DEFAULT_PIPELINE,
@@ -24,7 +26,6 @@ from lightning_lars.data.ffcv_datamodule import (
     FFCVDataModule,
     FFCVEpochLoader,
 )
-from lightning_lars.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_IMAGES, RESOLUTION, SEED = 24, 24, 3
@@ -53,8 +54,17 @@ def beton(tmp_path_factory):
 
 def make_module(beton, *, seed=SEED, batch_size=8, num_workers=1, train=None):
     pipeline = {"train": train or DEFAULT_PIPELINE["train"], "val": DEFAULT_PIPELINE["val"]}
-    module = FFCVDataModule(beton, beton, num_classes=NUM_IMAGES, batch_size=batch_size, seed=seed,
-                            num_workers=num_workers, resolution=RESOLUTION, order="sequential", pipeline=pipeline)
+    module = FFCVDataModule(
+        beton,
+        beton,
+        num_classes=NUM_IMAGES,
+        batch_size=batch_size,
+        seed=seed,
+        num_workers=num_workers,
+        resolution=RESOLUTION,
+        order="sequential",
+        pipeline=pipeline,
+    )
     module.setup("fit")
     return module
 
@@ -70,8 +80,16 @@ def epoch_images(module, epoch, order=None):
 
     ``order``: the sample order to load in (default: the module's own, sequential here)."""
     order_for_epoch = module._train_order if order is None else (lambda loader, e: order)
-    loader = FFCVEpochLoader(module._train_loader_for_epoch, order_for_epoch, NUM_IMAGES, rank=0, world_size=1,
-                             batch_size=module.batch_size, drop_last=False, progress=EpochProgress(epoch=epoch))
+    loader = FFCVEpochLoader(
+        module._train_loader_for_epoch,
+        order_for_epoch,
+        NUM_IMAGES,
+        rank=0,
+        world_size=1,
+        batch_size=module.batch_size,
+        drop_last=False,
+        progress=EpochProgress(epoch=epoch),
+    )
     images = {}
     for batch_images, labels in loader:
         images.update(zip(labels.tolist(), batch_images.clone()))
@@ -134,8 +152,15 @@ def test_a_separate_process_produces_the_same_bytes(beton, module):
     images = epoch_images(module, 1)
     expected = hashlib.sha256(b"".join(images[i].numpy().tobytes() for i in sorted(images))).hexdigest()
     script = SUBPROCESS.format(tests=str(Path(__file__).parent), beton=str(beton))
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == expected
 
@@ -155,7 +180,9 @@ def test_build_image_ops_seeds_random_ops_only_when_given_a_seed():
 def test_sample_seeds_spread_over_indices_epochs_and_seeds():
     keys = [seeded_ops.epoch_key(seed, epoch, seeded_ops.CROP_SALT) for seed in (0, 1) for epoch in (0, 1)]
     assert len(set(keys)) == 4
-    assert seeded_ops.epoch_key(0, 0, seeded_ops.CROP_SALT) != seeded_ops.epoch_key(0, 0, seeded_ops.FLIP_SALT)
+    assert seeded_ops.epoch_key(0, 0, seeded_ops.CROP_SALT) != seeded_ops.epoch_key(
+        0, 0, seeded_ops.FLIP_SALT
+    )
     seeds = {int(seeded_ops.sample_seed(key, np.uint64(index))) for key in keys for index in range(1000)}
     assert len(seeds) == 4000  # no two (key, index) pairs share a stream here
 

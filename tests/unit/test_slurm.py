@@ -15,9 +15,24 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def dry_run(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "lightning_lars.parallel.launch", "--launcher", "slurm",
-                             "--dry-run", *args, "recipe=demo"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60, check=False, env={**os.environ, "PATH": "/usr/bin:/bin"})  # no sinfo, no sbatch
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.parallel.launch",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+            *args,
+            "recipe=demo",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+    )  # no sinfo, no sbatch
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -26,11 +41,21 @@ def directives(script: str) -> list[str]:
     return [line.split(None, 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
 
 
-@pytest.mark.parametrize("cpus_per_node, devices, mem, want_cpus", [(64, 8, None, 8), (96, 4, "480G", 24),
-                                                                     (6, 4, None, 1)])
-def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(cpus_per_node, devices, mem, want_cpus):
-    script = dry_run("--nodes", "2", "--devices", str(devices), "--cpus-per-node", str(cpus_per_node),
-                     *(["--mem", mem] if mem else []))
+@pytest.mark.parametrize(
+    "cpus_per_node, devices, mem, want_cpus", [(64, 8, None, 8), (96, 4, "480G", 24), (6, 4, None, 1)]
+)
+def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(
+    cpus_per_node, devices, mem, want_cpus
+):
+    script = dry_run(
+        "--nodes",
+        "2",
+        "--devices",
+        str(devices),
+        "--cpus-per-node",
+        str(cpus_per_node),
+        *(["--mem", mem] if mem else []),
+    )
     asked = directives(script)
     assert f"--cpus-per-task={want_cpus}" in asked
     assert f"--mem={mem or 0}" in asked

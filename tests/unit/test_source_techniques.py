@@ -14,14 +14,14 @@ import lightning as L
 import pytest
 import torch
 from helpers import small_mlp
+from lightning_lars.callbacks.techniques.weight_decay_schedule import WeightDecaySchedule
 from torch import nn
 
-from lightning_lars.callbacks.techniques.weight_decay_schedule import WeightDecaySchedule
-from lightning_lars.training.module import ImageClassifier
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.schedules.phases import EpochClock
 from lightning_lars.schedules.source import FujitsuLR, FujitsuWeightDecay, MXNetPoly, TFLarsPoly
+from lightning_lars.training.module import ImageClassifier
 from tests.unit import callback_harness as harness
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
@@ -32,10 +32,13 @@ from tests.unit.source_oracles import (
 )
 
 
-@pytest.mark.parametrize("peak, spe, warmup_epochs, epochs, end", [
-    (40.7, 22, 33, 90, 0.0),       # nvidia_mlperf06_60k: epoch = ceil(int(N / 1536) / 39)
-    (10.5, 393, 2, 37, 1e-4),      # nvidia_mlperf10_3264: epoch = ceil(int(N / 8) / 408)
-])
+@pytest.mark.parametrize(
+    "peak, spe, warmup_epochs, epochs, end",
+    [
+        (40.7, 22, 33, 90, 0.0),  # nvidia_mlperf06_60k: epoch = ceil(int(N / 1536) / 39)
+        (10.5, 393, 2, 37, 1e-4),  # nvidia_mlperf10_3264: epoch = ceil(int(N / 8) / 408)
+    ],
+)
 def test_mxnet_poly_is_nvidia_polyschedule_at_num_update(peak, spe, warmup_epochs, epochs, end):
     source = MXNetPolySchedule(peak, spe * epochs, spe * warmup_epochs, end, 2)
     expected = mxnet_lrs(source, spe * epochs)
@@ -43,33 +46,45 @@ def test_mxnet_poly_is_nvidia_polyschedule_at_num_update(peak, spe, warmup_epoch
     ours = [schedule(step) for step in range(spe * epochs)]
     assert ours == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert ours[0] == pytest.approx(peak / (spe * warmup_epochs))  # the first update is already warm
-    assert ours[-1] == pytest.approx(end, abs=1e-12)                  # the last update reaches end_lr
+    assert ours[-1] == pytest.approx(end, abs=1e-12)  # the last update reaches end_lr
 
 
-@pytest.mark.parametrize("plr, w_epochs, train_steps, batch", [
-    (31.2, 25, 2983, 32768),   # Google MLPerf v0.6 tpu-v3-2048
-    (24.699, 31, 1738, 65536),  # Google MLPerf v0.7 tpu-v3-8192
-    (34.0, 12, 3558, 32768),   # tensorflow/tpu b13e6b6 at 32k (ying_tpu_32k)
-])
+@pytest.mark.parametrize(
+    "plr, w_epochs, train_steps, batch",
+    [
+        (31.2, 25, 2983, 32768),  # Google MLPerf v0.6 tpu-v3-2048
+        (24.699, 31, 1738, 65536),  # Google MLPerf v0.7 tpu-v3-8192
+        (34.0, 12, 3558, 32768),  # tensorflow/tpu b13e6b6 at 32k (ying_tpu_32k)
+    ],
+)
 def test_tf_lars_poly_is_poly_rate_schedule(plr, w_epochs, train_steps, batch):
-    schedule = TFLarsPoly.from_epochs(EpochClock(N // batch, 0.0), plr, warmup_epochs=w_epochs,
-                                      total_steps=train_steps, num_train_images=N, global_batch=batch)
+    schedule = TFLarsPoly.from_epochs(
+        EpochClock(N // batch, 0.0),
+        plr,
+        warmup_epochs=w_epochs,
+        total_steps=train_steps,
+        num_train_images=N,
+        global_batch=batch,
+    )
     for step in range(train_steps):
-        expected = tf_poly_rate_schedule(step, plr=plr, w_epochs=w_epochs, train_steps=train_steps, batch_size=batch)
+        expected = tf_poly_rate_schedule(
+            step, plr=plr, w_epochs=w_epochs, train_steps=train_steps, batch_size=batch
+        )
         assert schedule(step) == pytest.approx(expected, rel=1e-12, abs=1e-12), step
 
 
 def test_fujitsu_lr_and_wd_coefficient_are_the_explorer_loop():
     loop = FujitsuExplorerLoop(13.0, 15, 36, 780, 0.0025, 2.2)
-    lr_schedule = FujitsuLR.from_epochs(EpochClock(15, 90), 13.0, warmup_epochs=36, decay_steps=780,
-                                        end_lr_ratio=0.0025, power=2.2)
+    lr_schedule = FujitsuLR.from_epochs(
+        EpochClock(15, 90), 13.0, warmup_epochs=36, decay_steps=780, end_lr_ratio=0.0025, power=2.2
+    )
     wd_schedule = FujitsuWeightDecay(warmup_steps=540, decay_steps=780, end_lr_ratio=0.0025, power=2.2)
     for step in range(15 * 90):
         lr, wd_coeff = loop.update()
         ours_lr, ours_wd = lr_schedule(step), wd_schedule(step)
         assert (ours_lr, ours_wd) == pytest.approx((lr, wd_coeff), rel=1e-12, abs=1e-15), step
-    assert ours_lr == pytest.approx(0.0325)                    # log lars_opt_end_learning_rate
-    assert ours_wd == pytest.approx(539 / 540 * 0.0025)        # the ramp stops one step short of 1
+    assert ours_lr == pytest.approx(0.0325)  # log lars_opt_end_learning_rate
+    assert ours_wd == pytest.approx(539 / 540 * 0.0025)  # the ramp stops one step short of 1
 
 
 def fjsgd_reference(weights, grads_per_step, lrs, wd_coeffs, *, adapted, wds, mu, eta):
@@ -91,15 +106,18 @@ def fjsgd_reference(weights, grads_per_step, lrs, wd_coeffs, *, adapted, wds, mu
 def test_fujitsu_lars_form_is_the_fjsgd_kernel():
     model = small_mlp()
     generator = torch.Generator().manual_seed(1)
-    grads_per_step = [[torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
-                      for _ in range(5)]
+    grads_per_step = [
+        [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in model.parameters()]
+        for _ in range(5)
+    ]
     grads_per_step[2][0].zero_()  # ||g|| = 0: the kernel still applies the ratio (eta / wd), > 0
     lrs, wd_coeffs = [0.5, 1.5, 3.0, 0.002, 2.0], [0.1, 0.5, 1.0, 0.99, 0.3]
     start = [p.detach().clone() for p in model.parameters()]
     wd = 6.5e-4
     groups = param_groups(model, wd, "ndim<=1")
-    optimizer = LARS(groups, lr=lrs[0], momentum=0.96, weight_decay=wd, trust_coefficient=0.0025, eps=1e-9,
-                     form="fujitsu")
+    optimizer = LARS(
+        groups, lr=lrs[0], momentum=0.96, weight_decay=wd, trust_coefficient=0.0025, eps=1e-9, form="fujitsu"
+    )
     for grads, lr, c in zip(grads_per_step, lrs, wd_coeffs):
         for p, g in zip(model.parameters(), grads):
             p.grad = g.clone()
@@ -109,8 +127,16 @@ def test_fujitsu_lars_form_is_the_fjsgd_kernel():
         for p, g in zip(model.parameters(), grads):
             assert torch.equal(p.grad, g)  # p.grad is never changed
     adapted = [p.ndim > 1 for p in model.parameters()]
-    expected = fjsgd_reference(start, grads_per_step, lrs, wd_coeffs, adapted=adapted,
-                               wds=[wd if a else 0.0 for a in adapted], mu=0.96, eta=0.0025)
+    expected = fjsgd_reference(
+        start,
+        grads_per_step,
+        lrs,
+        wd_coeffs,
+        adapted=adapted,
+        wds=[wd if a else 0.0 for a in adapted],
+        mu=0.96,
+        eta=0.0025,
+    )
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.detach(), e, rtol=1e-12, atol=1e-14)
 
@@ -122,16 +148,22 @@ def test_l2_in_loss_is_tf_weight_decay_times_l2_loss_of_non_bn_variables():
     modules = {}
     for l2 in (0.0, wd):
         torch.manual_seed(0)
-        module = ImageClassifier("test_resnet", num_classes=3, optimizer=None, lr_schedule=lambda step: 0.0,
-                                 l2_in_loss=l2)
+        module = ImageClassifier(
+            "test_resnet", num_classes=3, optimizer=None, lr_schedule=lambda step: 0.0, l2_in_loss=l2
+        )
         module.log = lambda *args, **kwargs: None  # no trainer here
-        images, labels = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2)), torch.tensor([0, 1, 2, 0])
+        images, labels = (
+            torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2)),
+            torch.tensor([0, 1, 2, 0]),
+        )
         module.train()
         loss = module.training_step((images, labels), 0)
         loss.backward()
         modules[l2] = (module, loss)
     (plain, plain_loss), (with_l2, l2_loss) = modules[0.0], modules[wd]
-    bn_params = {id(p) for m in with_l2.model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()}
+    bn_params = {
+        id(p) for m in with_l2.model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()
+    }
     tf_l2 = sum((p.detach() ** 2).sum() / 2 for p in with_l2.model.parameters() if id(p) not in bn_params)
     assert l2_loss.item() == pytest.approx(plain_loss.item() + wd * tf_l2.item(), rel=1e-6)
     for (name, p), q in zip(with_l2.model.named_parameters(), plain.model.parameters()):
@@ -143,6 +175,7 @@ def test_l2_in_loss_is_tf_weight_decay_times_l2_loss_of_non_bn_variables():
 
 def test_weight_decay_schedule_sets_fujitsus_coefficient_before_each_step_of_a_fit(tmp_path):
     """Explorer order: the coefficient for update s is computed before update s (current_iter = s)."""
+
     class Seen(L.Callback):
         def __init__(self):
             self.coefficients = []
@@ -151,12 +184,14 @@ def test_weight_decay_schedule_sets_fujitsus_coefficient_before_each_step_of_a_f
             self.coefficients.append(optimizer.param_groups[0]["wd_coefficient"])
 
     # as the recipe writes it: `_partial_: true` with every field bound
-    schedule = functools.partial(FujitsuWeightDecay, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025,
-                                 power=2.2)
+    schedule = functools.partial(
+        FujitsuWeightDecay, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025, power=2.2
+    )
     module = harness.classifier("lars", weight_decay=6.5e-4)
     seen = Seen()
     harness.trainer([WeightDecaySchedule(schedule), seen], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(48), batch_size=8))
+        module, harness.loader(harness.images(48), batch_size=8)
+    )
     expected = [c for _, c in FujitsuExplorerLoop(13.0, 1, 4, 3, 0.0025, 2.2).run(6)]
     assert seen.coefficients == pytest.approx(expected, rel=1e-12)
     assert expected[4:6] == pytest.approx([0.75, 0.75 * ((1 - 0.0025) * (2 / 3) ** 2.2 + 0.0025)])

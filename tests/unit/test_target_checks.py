@@ -28,8 +28,12 @@ from lightning_lars.training.target_checks import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-QUIET_TRAINER = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-                 "enable_model_summary": False}
+QUIET_TRAINER = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
 
 
 def outcome(call, *args) -> type[BaseException] | None:
@@ -49,8 +53,9 @@ TIMM_SAMPLE = timm.list_models()[::250]  # about 6 names across timm's whole lis
 TYPOS = ["resnet5O", "resnet-50", "ResNet50", "vit_base_patch16", "alexnet_bnn", "resnet50.no_such_tag_x", ""]
 
 
-@pytest.mark.parametrize("arch", ["resnet50", "resnet50.a1_in1k", "alexnet_bn", "test_resnet", *TIMM_SAMPLE,
-                                  *TYPOS])
+@pytest.mark.parametrize(
+    "arch", ["resnet50", "resnet50.a1_in1k", "alexnet_bn", "test_resnet", *TIMM_SAMPLE, *TYPOS]
+)
 def test_a_model_name_is_refused_exactly_when_timm_has_no_such_model(arch):
     refused = outcome(check_arch, arch)
     assert refused in (None, UserError)

@@ -15,8 +15,10 @@ from lightning_lars.parallel.topology_hooks import HierarchicalAllReduceState, T
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name, state_cls", [("ddp_torus2d", Torus2DAllReduceState),
-                                             ("ddp_hierarchical", HierarchicalAllReduceState)])
+@pytest.mark.parametrize(
+    "name, state_cls",
+    [("ddp_torus2d", Torus2DAllReduceState), ("ddp_hierarchical", HierarchicalAllReduceState)],
+)
 def test_shipped_configs_build_the_hook_state(name, state_cls):
     strategy = instantiate(OmegaConf.load(REPO / f"conf/strategy/{name}.yaml"))
     assert isinstance(strategy, BucketedDDPStrategy) and type(strategy._ddp_comm_state) is state_cls
@@ -46,8 +48,12 @@ def test_bad_grid_settings_name_the_key():
 
 
 def test_owners_are_whole_tensors_balanced_and_the_same_everywhere():
-    numels = [p.numel() for p in torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 10),
-                                                    torch.nn.Linear(10, 300)).parameters()]
+    numels = [
+        p.numel()
+        for p in torch.nn.Sequential(
+            torch.nn.Linear(64, 64), torch.nn.Linear(64, 10), torch.nn.Linear(10, 300)
+        ).parameters()
+    ]
     for world in (2, 3, 4):
         owners = assign_owners(numels, world)
         assert owners == assign_owners(numels, world) and set(owners) <= set(range(world))

@@ -47,7 +47,9 @@ def test_toy_reads_the_demo_images_without_ffcv_and_data_demo_puts_ffcv_back():
         ffcv = compose("train", overrides=["recipe=demo", "debug=toy", "data=demo"])
     assert ffcv.data._target_.endswith("FFCVDataModule")
     for key in ("num_classes", "resolution", "val_resolution", "pipeline", "prepare_command"):
-        assert toy.data[key] == ffcv.data[key], key  # the same images, classes and ops: only the loader differs
+        assert toy.data[key] == ffcv.data[key], (
+            key
+        )  # the same images, classes and ops: only the loader differs
 
 
 @pytest.mark.parametrize("recipe", ["fujitsu_86k", "goyal_8k"])
@@ -71,10 +73,18 @@ def test_toy_batches_equal_ffcvs_on_the_same_demo_data(tmp_path):
     toy = toy_config("demo").data
     common = {"num_classes": 10, "batch_size": 16, "num_workers": 0, "resolution": 32, "val_resolution": 32}
     ours = TorchvisionDataModule(str(tmp_path / "jpeg"), pipeline=toy.pipeline, **common)
-    theirs = FFCVDataModule(str(tmp_path / "train.beton"), str(tmp_path / "val.beton"), pipeline=toy.pipeline,
-                            **{**common, "num_workers": 1})
+    theirs = FFCVDataModule(
+        str(tmp_path / "train.beton"),
+        str(tmp_path / "val.beton"),
+        pipeline=toy.pipeline,
+        **{**common, "num_workers": 1},
+    )
     theirs.setup("fit")
-    assert (ours.num_train_images, ours.num_val_images) == (theirs.num_train_images, theirs.num_val_images) == (40, 60)
+    assert (
+        (ours.num_train_images, ours.num_val_images)
+        == (theirs.num_train_images, theirs.num_val_images)
+        == (40, 60)
+    )
     seen = 0
     for (x, y), (fx, fy) in zip(ours.val_dataloader(), theirs.val_dataloader(), strict=True):
         assert torch.equal(y, fy.long().view(-1))

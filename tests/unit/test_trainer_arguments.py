@@ -29,8 +29,11 @@ def accepted_by_annotation(annotation):
     return tuple(accepted)
 
 
-SIGNATURE = {name: parameter for name, parameter in inspect.signature(pl.Trainer.__init__).parameters.items()
-             if name != "self"}
+SIGNATURE = {
+    name: parameter
+    for name, parameter in inspect.signature(pl.Trainer.__init__).parameters.items()
+    if name != "self"
+}
 
 
 def test_the_table_names_every_trainer_argument_and_no_other():
@@ -52,4 +55,6 @@ def test_a_bool_is_not_an_integer_and_a_literal_keeps_its_type():
     assert not accepts(TRAINER_ARGUMENTS["max_steps"], True)
     assert accepts(TRAINER_ARGUMENTS["precision"], 16) and accepts(TRAINER_ARGUMENTS["precision"], "16")
     assert not accepts(TRAINER_ARGUMENTS["precision"], 16.0)
-    assert accepts(TRAINER_ARGUMENTS["deterministic"], "warn") and not accepts(TRAINER_ARGUMENTS["deterministic"], "maybe")
+    assert accepts(TRAINER_ARGUMENTS["deterministic"], "warn") and not accepts(
+        TRAINER_ARGUMENTS["deterministic"], "maybe"
+    )
