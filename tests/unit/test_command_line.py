@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import assert_one_line_error
 
 from lightning_lars import check
 from lightning_lars.config import compose as config
@@ -32,16 +33,6 @@ def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
         timeout=300,
         check=False,
     )
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
-    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
-    assert "Traceback" not in done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
-    for phrase in phrases:
-        assert phrase in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import small_mlp
 from torch import nn
 
 from lightning_lars.optim.lamb import LAMB
@@ -13,11 +14,6 @@ from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
 
 LRS = [0.01, 0.03, 0.05, 0.02]
-
-
-def _model(dtype=torch.float64) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).to(dtype)
 
 
 def _grads(model: nn.Module, steps: int, scale: float = 1.0) -> list[list[torch.Tensor]]:
@@ -61,7 +57,7 @@ def _run(model, optimizer, grads_per_step, lrs):
 @pytest.mark.parametrize("max_grad_norm", [None, 0.5, 100.0])  # off, clipping every step, never clipping
 @pytest.mark.parametrize("bias_correction", [True, False])
 def test_matches_float64_reference(max_grad_norm, bias_correction):
-    model = _model()
+    model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
     opt = LAMB(
@@ -92,7 +88,7 @@ def test_matches_float64_reference(max_grad_norm, bias_correction):
 
 def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
     def final(max_grad_norm):
-        model = _model()
+        model = small_mlp()
         return _run(
             model,
             LAMB(model.parameters(), max_grad_norm=max_grad_norm, eps=1e-3),
@@ -106,7 +102,7 @@ def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
 
 
 def test_bn_and_bias_get_no_decay_and_no_trust_ratio_by_default():
-    model = _model()
+    model = small_mlp()
     opt = LAMB(model.parameters(), weight_decay=1.5)
     assert [
         (g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in opt.param_groups
@@ -125,7 +121,7 @@ def test_zero_weight_gives_ratio_one():
 
 
 def test_step_never_modifies_grad_and_state_dict_round_trip_continues_identically():
-    model = _model()
+    model = small_mlp()
     grads = _grads(model, 4, scale=3.0)
     opt = LAMB(param_groups(model, 0.1), max_grad_norm=1.0)
     _run(model, opt, grads[:2], LRS[:2])
@@ -139,7 +135,7 @@ def test_step_never_modifies_grad_and_state_dict_round_trip_continues_identicall
 
 
 def test_bf16_params_use_fp32_state():
-    model = _model(torch.float32).to(torch.bfloat16)
+    model = small_mlp(dtype=torch.float32).to(torch.bfloat16)
     opt = LAMB(model.parameters(), weight_decay=0.1)
     _run(model, opt, _grads(model, 2), LRS[:2])
     for p in model.parameters():
@@ -169,9 +165,9 @@ def test_bad_arguments_raise_value_error_naming_the_key(kwargs):
     (key,) = kwargs
     if key != "max_grad_norm":  # an Adam argument: torch's Adam refuses the same value with the same type
         with pytest.raises(ValueError):
-            torch.optim.Adam(_model().parameters(), **kwargs)
+            torch.optim.Adam(small_mlp().parameters(), **kwargs)
     with pytest.raises(ValueError, match=f"{key}="):
-        LAMB(_model().parameters(), **kwargs)
+        LAMB(small_mlp().parameters(), **kwargs)
 
 
 def authors_lamb(weights, is_bn, grads_per_step, *, init_lr, warmup, total, wd, b1=0.9, b2=0.999, eps=1e-6):
@@ -207,7 +203,7 @@ def authors_lamb(weights, is_bn, grads_per_step, *, init_lr, warmup, total, wd, 
 
 def test_matches_the_authors_resnet50_code_over_24_steps():
     """lamb_32k's optimizer: no bias correction, only BN excluded (the FC bias is decayed and adapted), clip 1.0."""
-    model = _model()
+    model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     is_bn = [name.startswith("1.") for name, _ in model.named_parameters()]  # Sequential index 1 is the BN
     assert is_bn == [False, False, True, True, False, False]

@@ -14,6 +14,7 @@ import copy
 
 import pytest
 import torch
+from helpers import small_mlp
 from torch import nn
 
 from lightning_lars.optim.lars import LARS
@@ -21,11 +22,6 @@ from lightning_lars.optim.op_count import count_ops
 from lightning_lars.optim.param_groups import param_groups
 
 LRS = [0.5, 1.5, 3.0, 0.002, 2.0]  # changing lr: the momentum forms differ only then; 0.002: LARC clips
-
-
-def _model(dtype=torch.float64) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).to(dtype)
 
 
 def _grads(model: nn.Module, steps: int) -> list[list[torch.Tensor]]:
@@ -70,7 +66,7 @@ def _run(model, optimizer, grads_per_step, lrs):
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("clip", [False, True])
 def test_matches_float64_reference(form, nesterov, clip):
-    model = _model()
+    model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
     options = {
@@ -103,7 +99,7 @@ def test_matches_float64_reference(form, nesterov, clip):
 
 
 def test_float32_params_follow_the_float64_reference():
-    model = _model(torch.float32)
+    model = small_mlp(dtype=torch.float32)
     start = [p.detach().double() for p in model.parameters()]
     grads = _grads(model, len(LRS))
     ours = _run(
@@ -129,7 +125,7 @@ def test_float32_params_follow_the_float64_reference():
 
 def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
     def final(form, lrs):
-        model = _model()
+        model = small_mlp()
         return _run(
             model,
             LARS(model.parameters(), momentum=0.9, form=form, trust_coefficient=0.02),
@@ -144,7 +140,7 @@ def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
 
 
 def test_plain_parameters_use_the_exclusion_rule_and_you2017_adapts_everything():
-    model = _model()
+    model = small_mlp()
     mlperf = LARS(model.parameters(), weight_decay=1e-4, form="mlperf")
     assert [
         (g["trust_adaptation"], g["weight_decay"], [p.ndim for p in g["params"]]) for g in mlperf.param_groups
@@ -177,7 +173,7 @@ def test_zero_norms_give_trust_ratio_one():
 
 
 def test_step_never_modifies_grad():
-    model = _model()
+    model = small_mlp()
     opt = LARS(param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
@@ -189,7 +185,7 @@ def test_step_never_modifies_grad():
 
 
 def test_state_dict_round_trip_continues_identically():
-    model = _model()
+    model = small_mlp()
     grads = _grads(model, 4)
     opt = LARS(param_groups(model, 1e-3), momentum=0.9, trust_coefficient=0.02)
     _run(model, opt, grads[:2], LRS[:2])
@@ -201,7 +197,7 @@ def test_state_dict_round_trip_continues_identically():
 
 
 def test_bf16_params_keep_fp32_master_weights_and_state():
-    model16 = _model(torch.float32).to(torch.bfloat16)
+    model16 = small_mlp(dtype=torch.float32).to(torch.bfloat16)
     model32 = copy.deepcopy(model16).float()  # the same bf16-rounded start, in fp32
     grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
     options = {"momentum": 0.9, "trust_coefficient": 0.02, "weight_decay": 1e-3}
@@ -223,7 +219,7 @@ def test_bf16_params_keep_fp32_master_weights_and_state():
 def test_timm_parity_where_semantics_match():
     timm_optim = pytest.importorskip("timm.optim")
     for nesterov, clip in [(False, False), (True, False), (False, True)]:
-        ours_model, timm_model = _model(), _model()
+        ours_model, timm_model = small_mlp(), small_mlp()
         grads = _grads(ours_model, len(LRS))
         options = {"momentum": 0.9, "nesterov": nesterov, "eps": 1e-8}
         ours = LARS(param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, **options)
@@ -233,7 +229,7 @@ def test_timm_parity_where_semantics_match():
 
 
 def test_stats_are_whole_tensor_norms_and_trust_ratios():
-    model = _model()
+    model = small_mlp()
     opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
@@ -292,7 +288,7 @@ def test_descends_the_rosenbrock_function():
 )
 def test_bad_arguments_raise_value_error_as_torch_optimizers_do(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
-        LARS(_model().parameters(), **kwargs)
+        LARS(small_mlp().parameters(), **kwargs)
 
 
 def test_gradient_norms_from_the_ddp_hook_are_used_once():

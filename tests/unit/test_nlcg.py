@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import small_mlp
 from torch import nn
 
 from lightning_lars.core.errors import UserError
@@ -20,15 +21,10 @@ LRS = [0.0] + [0.05 * (1 + math.sin(k)) + 0.01 for k in range(1, STEPS)]  # warm
 PERIOD = 3
 
 
-def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2)).double()
-
-
 def _inputs():
     """Gradients and losses per step, drawn once: the optimizer's math must not depend on where they came from."""
     generator = torch.Generator().manual_seed(1)
-    shapes = [p.shape for p in _model().parameters()]
+    shapes = [p.shape for p in small_mlp().parameters()]
     grads = [[torch.randn(s, generator=generator, dtype=torch.float64) for s in shapes] for _ in range(STEPS)]
     losses = (0.3 + 1.7 * torch.rand(STEPS, generator=generator, dtype=torch.float64)).tolist()
     return grads, losses
@@ -130,7 +126,7 @@ CASES = [
 @pytest.mark.parametrize("rule, precondition, eta, decay", CASES)
 def test_matches_float64_reference_over_24_steps(rule, precondition, eta, decay):
     grads, losses = _inputs()
-    model = _model()
+    model = small_mlp()
     adapted = [p.ndim > 1 for p in model.parameters()]
     expected, events = reference(
         [p.detach().clone() for p in model.parameters()],
@@ -163,17 +159,17 @@ def test_matches_float64_reference_over_24_steps(rule, precondition, eta, decay)
 def test_resume_mid_run_equals_uninterrupted():
     grads, losses = _inputs()
     options = {"update_rule": "PR", "trust_coefficient": 0.001, "weight_decay": 1e-3}
-    model = _model()
+    model = small_mlp()
     whole = _run(model, _optimizer(model, **options), grads, losses, range(STEPS))
 
-    first = _model()
+    first = small_mlp()
     optimizer = _optimizer(first, **options)
     _run(first, optimizer, grads, losses, range(13))  # stop between two line-search checks
     buffer = io.BytesIO()
     torch.save({"model": first.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)
-    second = _model()
+    second = small_mlp()
     second.load_state_dict(saved["model"])
     resumed = _optimizer(second, **options)
     resumed.load_state_dict(saved["optimizer"])
@@ -196,21 +192,21 @@ def test_resume_mid_run_equals_uninterrupted():
 )
 def test_bad_hyperparameters_name_the_key(key, value):
     with pytest.raises(ValueError) as caught:  # as torch's optimizers: the command line names optimizer.<key>
-        NLCG(_model().parameters(), **{key: value})
+        NLCG(small_mlp().parameters(), **{key: value})
     message = str(caught.value)
     assert "\n" not in message and f"{key}=" in message
 
 
 def test_a_period_that_is_no_whole_number_is_a_type_error():
     with pytest.raises(TypeError, match="line_search_period=2.5 must be an integer >= 1"):
-        NLCG(_model().parameters(), line_search_period=2.5)
+        NLCG(small_mlp().parameters(), line_search_period=2.5)
 
 
 def test_steps_without_a_loss_warn_and_skip_the_line_search():
     """torch's GradScaler (precision=16-mixed) steps without a closure: NLCG still steps, the line search waits
     for losses, and the first loss starts the EMAs as step 0's does."""
     grads, _ = _inputs()
-    model = _model()
+    model = small_mlp()
     optimizer = _optimizer(model)
     for p, g in zip(model.parameters(), grads[0]):
         p.grad = g.clone()
@@ -258,6 +254,6 @@ def test_weight_update_sharding_refuses_nlcg():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         with pytest.raises(UserError, match="optimizer_sharding=false"):
-            ShardedUpdate(NLCG(_model().parameters()))
+            ShardedUpdate(NLCG(small_mlp().parameters()))
     finally:
         dist.destroy_process_group()
