@@ -56,7 +56,7 @@ $(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt pyproject.toml
 
 train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
 ifneq ($(nodes)$(devices),)
-	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) recipe=$(recipe) $(OVERRIDES)
+	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) $(args) recipe=$(recipe) $(OVERRIDES)
 else
 	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
 endif

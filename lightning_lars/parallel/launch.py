@@ -166,7 +166,7 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
         "--cpus-per-node",
         type=int,
         help="cores per node, shared by its GPUs' tasks"
-        " (default: sinfo's count for the partition, else this machine's)",
+        " (default: sinfo's count for the partition; without sinfo, required)",
     )
     parser.add_argument("--mem", default="0", help="SLURM --mem per node (0: all of it)")
     parser.add_argument("--dry-run", action="store_true", help="print the command or script, run nothing")
@@ -191,7 +191,13 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
             f"hydra.run.dir={RUN_DIR}slurm-{env['SLURM_JOB_ID']}",
         ]
     if launcher == "slurm":
-        cpus_per_node = args.cpus_per_node or partition_cpus(args.partition, which) or os.cpu_count() or 1
+        # never this machine's count: a login node's cores say nothing of the compute nodes'
+        cpus_per_node = args.cpus_per_node or partition_cpus(args.partition, which)
+        if cpus_per_node is None:
+            raise UserError(
+                "cannot tell the cores of a compute node: sinfo is not on PATH here; pass --cpus-per-node N"
+                " (make ... args='--cpus-per-node N'), the cores of one node, shared by its GPUs' tasks"
+            )
         return launcher, sbatch_script(
             recipe,
             args.nodes,

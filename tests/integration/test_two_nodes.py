@@ -112,9 +112,18 @@ def test_sbatch_script_runs_one_srun_task_per_gpu_with_requeue_signal():
     from lightning_lars.parallel.launch import build
 
     launcher, script = build(
-        ["--nodes", "4", "--devices", "8", "recipe=goyal_8k", "trainer.max_epochs=2"],
+        [
+            "--nodes",
+            "4",
+            "--devices",
+            "8",
+            "--cpus-per-node",
+            "64",
+            "recipe=goyal_8k",
+            "trainer.max_epochs=2",
+        ],
         env={},
-        which=lambda name: "/usr/bin/sbatch",
+        which=lambda name: "/usr/bin/sbatch" if name == "sbatch" else None,
     )
     assert launcher == "slurm"
     for directive in (

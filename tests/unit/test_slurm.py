@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CORES = len(os.sched_getaffinity(0))
@@ -66,5 +67,26 @@ def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(
     assert export < next(i for i, line in enumerate(lines) if line.startswith("srun "))
 
 
-def test_sbatch_without_sinfo_uses_this_machines_cores():
-    assert f"--cpus-per-task={max(1, os.cpu_count() // 2)}" in directives(dry_run("--devices", "2"))
+def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option():
+    """The submitting machine's cores are never taken for a compute node's (a login node has few)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.parallel.launch",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+            "--devices",
+            "2",
+            "recipe=demo",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+    )  # no sinfo on PATH
+    assert_one_line_error(result, "sinfo is not on PATH", "--cpus-per-node N")
+    assert "#SBATCH" not in result.stdout
