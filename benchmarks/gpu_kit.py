@@ -100,11 +100,9 @@ def run_part(name: str, command: list[str], log: Path, cuda: bool) -> dict:
     return {"status": "passed" if rc == 0 else "failed", "exit_code": rc, "seconds": round(seconds, 1)}
 
 
-def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: bool) -> dict:
-    label = "on" if compile_mode else "off"
-    name = f"{RECIPE} data=synthetic, {steps} steps, compile {compile_mode or 'off'}"
-    log_dir, peak_file = work / f"compile-{label}", work / f"peak-{label}.json"
-    overrides = [
+def train_overrides(compile_mode: str | bool, steps: int, log_dir: Path) -> list[str]:
+    """The command line of one timed run: the recipe at one GPU's share, on generated 224 px images."""
+    return [
         f"recipe={RECIPE}",
         "data=synthetic",
         "data.resolution=224",
@@ -113,11 +111,22 @@ def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: 
         f"batch.global_size={PER_GPU_BATCH}",
         f"trainer.max_steps={steps}",
         f"model.compile={str(compile_mode).lower()}",
-        f"callbacks.throughput.skip_batches={min(WARMUP_STEPS, steps // 2)}",
+        f"+callbacks.throughput.skip_batches={min(WARMUP_STEPS, steps // 2)}",
+        # one evaluation, after the last step, on 2 batches: the recipe's first comes after 3 epochs
+        "evaluation.every_n_epochs=null",
+        f"evaluation.every_n_steps={steps}",
+        "evaluation.offset_epochs=0",
+        "trainer.limit_val_batches=2",
         "~logger",  # no W&B on an offline node
         f"paths.log_dir={log_dir}",
     ]
-    command = [sys.executable, "-c", TRAIN, str(peak_file), *overrides]
+
+
+def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: bool) -> dict:
+    label = "on" if compile_mode else "off"
+    name = f"{RECIPE} data=synthetic, {steps} steps, compile {compile_mode or 'off'}"
+    log_dir, peak_file = work / f"compile-{label}", work / f"peak-{label}.json"
+    command = [sys.executable, "-c", TRAIN, str(peak_file), *train_overrides(compile_mode, steps, log_dir)]
     result = {"compile": compile_mode, **run_part(name, command, out / f"train-compile-{label}.log", cuda)}
     if result["status"] != "passed":
         return result

@@ -3,6 +3,7 @@ interpreter, benchmarks/gpu_kit.py installs it with ``pip install --no-index`` i
 environment's torch (a .pth, as a GPU image has torch already), skips each GPU part with one line and writes the
 results file. Downloads the kit's wheels from PyPI (about 40 MiB)."""
 
+import importlib.util
 import json
 import os
 import site
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from lightning_lars.recipe.plan import check_command_line
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +60,14 @@ def test_the_kit_installs_offline_and_its_script_skips_each_gpu_part(tmp_path):
     assert [r["compile"] for r in runs] == [False, "default"] and {r["status"] for r in runs} == {"skipped"}
     where = run([python, "-c", "import lightning_lars; print(lightning_lars.__file__)"], cwd=tmp_path)
     assert where.stdout.startswith(str(venv)), where.stdout  # the kit's wheel, not this clone's code
+
+
+def test_the_kits_training_runs_compose(tmp_path):
+    """The GPU runs' command lines pass every check a run makes before it builds (schema, rules, the plan)."""
+    spec = importlib.util.spec_from_file_location("gpu_kit_script", ROOT / "benchmarks" / "gpu_kit.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for mode in script.COMPILE_MODES:
+        cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path))
+        assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == 408
+        assert cfg.data.resolution == 224 and cfg.trainer.max_steps == 200
