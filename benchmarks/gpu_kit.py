@@ -2,7 +2,8 @@
 v1.0 recipe on one GPU, eager and compiled, and write one JSON of the numbers.
 
     make gpu-kit                            # here, with internet: gpu-kit/ (wheels, at most 64 MiB)
-    python3 benchmarks/gpu_kit.py [--kit gpu-kit] [--out DIR] [--steps 200]   # there, from the clone's root
+    python3 benchmarks/gpu_kit.py [--kit gpu-kit] [--out DIR] [--steps 200] [--parts test-gpu,bench-gpu,train]
+                                            # there, from the clone's root
 
 On the node: the python that has CUDA torch, torchvision, lightning, timm and torchmetrics (the image's, or a
 venv of it). The kit installs into it with ``pip install --no-index --find-links`` (no internet needed); then
@@ -31,6 +32,7 @@ RECIPE = "nvidia_mlperf10_3264"  # ResNet-50, fp16, 8 GPUs x 408: one GPU's shar
 PER_GPU_BATCH = 408
 WARMUP_STEPS = 20  # left out of images/s: cuDNN's autotuning and torch.compile's tracing happen here
 COMPILE_MODES = (False, "default")
+PARTS = ("test-gpu", "bench-gpu", "train")
 # The training run, through the real entry point; atexit records the CUDA memory peak after Lightning is done.
 TRAIN = """\
 import atexit, json, runpy, sys
@@ -87,7 +89,10 @@ def install(kit: Path, log_path: Path) -> list[str]:
     return left_out
 
 
-def run_part(name: str, command: list[str], log: Path, cuda: bool) -> dict:
+def run_part(name: str, command: list[str], log: Path, cuda: bool, wanted: bool = True) -> dict:
+    if not wanted:
+        print(f"skip: {name}: left out by --parts", flush=True)
+        return {"status": "not run", "why": "--parts"}
     if not cuda:
         print(f"skip: {name}: no CUDA here (torch.cuda.is_available() is False)", flush=True)
         return {"status": "skipped", "why": "no CUDA"}
@@ -122,16 +127,19 @@ def train_overrides(compile_mode: str | bool, steps: int, log_dir: Path) -> list
     ]
 
 
-def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: bool) -> dict:
+def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: bool, wanted: bool) -> dict:
     label = "on" if compile_mode else "off"
     name = f"{RECIPE} data=synthetic, {steps} steps, compile {compile_mode or 'off'}"
     log_dir, peak_file = work / f"compile-{label}", work / f"peak-{label}.json"
     command = [sys.executable, "-c", TRAIN, str(peak_file), *train_overrides(compile_mode, steps, log_dir)]
-    result = {"compile": compile_mode, **run_part(name, command, out / f"train-compile-{label}.log", cuda)}
+    log = out / f"train-compile-{label}.log"
+    result = {"compile": compile_mode, **run_part(name, command, log, cuda, wanted)}
     if result["status"] != "passed":
         return result
-    (results_file,) = glob.glob(f"{log_dir}/**/results.json", recursive=True)
-    images_per_s = json.loads(Path(results_file).read_text())["metrics"]["perf/images_per_sec"]
+    found = glob.glob(f"{log_dir}/**/results.json", recursive=True)
+    if not found or not peak_file.is_file():
+        return {**result, "status": "failed", "why": f"no results.json or memory peak: see {log.name}"}
+    images_per_s = json.loads(Path(found[0]).read_text())["metrics"]["perf/images_per_sec"]
     result.update(
         images_per_s=round(images_per_s, 1),
         ms_per_step=round(PER_GPU_BATCH / images_per_s * 1e3, 2),
@@ -145,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kit", default=str(ROOT / "gpu-kit"), help="the folder make gpu-kit wrote")
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-kit-out", help="where results go")
     parser.add_argument("--steps", type=int, default=200, help="training steps per run (default: 200)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default: all)"
+    )
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        parser.error(f"--parts takes {', '.join(PARTS)}; got {', '.join(sorted(parts - set(PARTS)))}")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     left_out = install(Path(args.kit).resolve(), out / "install.log")
@@ -164,23 +178,33 @@ def main(argv: list[str] | None = None) -> int:
         "lightning": lightning.__version__,
         "python": platform.python_version(),
         "kit_left_out_for_size": left_out,
-        "parts": {
-            "make test-gpu": run_part("make test-gpu", [*make, "test-gpu"], out / "test-gpu.log", cuda),
-            "make bench-gpu": run_part("make bench-gpu", [*make, "bench-gpu"], out / "bench-gpu.log", cuda),
-        },
+        "parts": {},
+    }
+    results_file = out / "gpu_kit.json"
+
+    def save() -> None:  # after every part: a run stopped by a time limit still leaves what it measured
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
+
+    for part in ("test-gpu", "bench-gpu"):
+        name = f"make {part}"
+        results["parts"][name] = run_part(name, [*make, part], out / f"{part}.log", cuda, part in parts)
+        save()
+    results["training"] = {
+        "recipe": RECIPE,
+        "batch_per_gpu": PER_GPU_BATCH,
+        "resolution_px": 224,
+        "steps": args.steps,
+        "timed_after_steps": min(WARMUP_STEPS, args.steps // 2),
+        "runs": [],
     }
     # run outputs (checkpoints of ~100 MB) in a temporary folder: only the numbers come back
     with tempfile.TemporaryDirectory() as work:
-        results["training"] = {
-            "recipe": RECIPE,
-            "batch_per_gpu": PER_GPU_BATCH,
-            "resolution_px": 224,
-            "steps": args.steps,
-            "timed_after_steps": min(WARMUP_STEPS, args.steps // 2),
-            "runs": [training(mode, args.steps, out, Path(work), cuda) for mode in COMPILE_MODES],
-        }
-    (out / "gpu_kit.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results: {out / 'gpu_kit.json'}", flush=True)
+        for mode in COMPILE_MODES:
+            run = training(mode, args.steps, out, Path(work), cuda, "train" in parts)
+            results["training"]["runs"].append(run)
+            save()
+    save()
+    print(f"results: {results_file}", flush=True)
     statuses = [
         *(p["status"] for p in results["parts"].values()),
         *(r["status"] for r in results["training"]["runs"]),
