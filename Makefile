@@ -19,7 +19,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% pyt
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
-        oldest-venv test-oldest test-install offline-image test-offline wheelhouse test-gpu bench-gpu \
+        oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
 help: ## list the targets
@@ -107,6 +107,11 @@ test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from a
 wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 platform=manylinux_2_28_x86_64 without=torch out=DIR]
 	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
+
+# A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
+gpu-kit: $(STAMP) ## wheels a GPU node still needs, <= 64 MiB: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
+	$(PY) -m lightning_lars.gpu_kit --out $(or $(out),gpu-kit) --python $(or $(python),3.12) \
+	    --platform $(or $(platform),manylinux_2_28_x86_64)
 
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
 $(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)

@@ -18,6 +18,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
+from lightning_lars.config.schema import COMPILE_MODES
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -62,6 +63,7 @@ def check(cfg: DictConfig) -> None:
     check_trainer(values)
     check_sizes(values)
     check_kinds(values)
+    check_compile(values.get("model"))
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
     check_deviations(values["deviations"])
@@ -189,6 +191,17 @@ def check_kinds(values: dict) -> None:
         if not _is_left_to_the_run(value) and _kind(value) != kind:
             wanted = "a number" if kind == "number" else "true or false"
             raise UserError(f"{key}={_text(value)}: expected {wanted} (as the config files give {key})")
+
+
+def check_compile(model: Any) -> None:
+    """``model.compile``: false or one of torch.compile's modes (the schema types it Any, see `ModelConfig`)."""
+    value = model.get("compile", False) if isinstance(model, dict) else False
+    if value is False or _is_left_to_the_run(value) or value in COMPILE_MODES:
+        return
+    raise UserError(
+        f"model.compile={_text(value)}: expected false (eager) or one of {', '.join(COMPILE_MODES)}"
+        " (torch.compile's modes; reduce-overhead uses CUDA graphs, GPU only)"
+    )
 
 
 def check_epoch_length(spec: dict) -> None:

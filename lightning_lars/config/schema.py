@@ -25,6 +25,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 SCHEMA_NAME = "train_schema"
+# torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 
 
 class EpochMode(Enum):
@@ -114,6 +116,9 @@ class ModelConfig:
     fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
     label_smoothing: float = 0.0
     channels_last: bool = False
+    # false or one of COMPILE_MODES. Typed Any, checked by `lightning_lars.config.rules`: OmegaConf 2.3 has no
+    # bool-or-enum type, and an Enum field would refuse the plain `false` YAML and the command line give.
+    compile: Any = False
 
 
 @dataclass

@@ -12,9 +12,37 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
+from lightning_lars.config import rules
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import param_groups
 
 NORM_LAYERS = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm)
+# nn.Module.compile (in place) arrived in torch 2.2; torch.compile itself in 2.0
+COMPILE_NEEDS_TORCH = (2, 2)
+
+
+def compile_mode(mode: str | bool | None) -> str | None:
+    """``model.compile`` as torch.compile's ``mode``, or None for eager; a bad value or an old torch is a
+    one-line `UserError`."""
+    if mode in (False, None, "false"):
+        return None
+    rules.check_compile({"compile": mode})
+    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if version < COMPILE_NEEDS_TORCH or not hasattr(torch.nn.Module, "compile"):
+        raise UserError(
+            f"model.compile={mode} needs torch >= {'.'.join(map(str, COMPILE_NEEDS_TORCH))} (this is torch"
+            f" {torch.__version__}); upgrade torch or set model.compile=false"
+        )
+    return mode
+
+
+def check_compile_device(mode: str | bool | None, device_type: str) -> None:
+    """reduce-overhead records CUDA graphs: on any other device torch would skip them with a warning."""
+    if compile_mode(mode) == "reduce-overhead" and device_type != "cuda":
+        raise UserError(
+            f"model.compile=reduce-overhead uses CUDA graphs, and this run is on {device_type}: set"
+            " model.compile=default (or max-autotune-no-cudagraphs), or run on a GPU"
+        )
 
 
 class ImageClassifier(L.LightningModule):
@@ -37,6 +65,10 @@ class ImageClassifier(L.LightningModule):
             to the training loss: TF's ``weight_decay * add_n(tf.nn.l2_loss(v))`` over the non-BN variables
             (tensorflow/tpu and Google MLPerf v0.6 ``resnet_main.py``), on top of the optimizer's own decay.
         channels_last: NHWC memory format (faster convolutions with tensor cores / AMP).
+        compile: ``False`` (eager) or a ``torch.compile`` mode (`lightning_lars.config.schema.COMPILE_MODES`).
+            ``self.model`` is compiled in place (``nn.Module.compile``), lazily at its first forward: the
+            state_dict keeps its keys (no ``_orig_mod.``), so compiled and eager runs load each other's
+            checkpoints, and the optimizer's groups and the sharding strategies see the same modules.
         model_kwargs: further ``timm.create_model`` arguments, passed unchanged.
     """
 
@@ -51,6 +83,7 @@ class ImageClassifier(L.LightningModule):
         fc_init_std: float | None = None,
         label_smoothing: float = 0.0,
         channels_last: bool = False,
+        compile: str | bool = False,
         l2_in_loss: float = 0.0,
         model_kwargs: dict[str, Any] | None = None,
     ):
@@ -66,12 +99,20 @@ class ImageClassifier(L.LightningModule):
             torch.nn.init.zeros_(classifier.bias)
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        # Here, not in configure_model: FSDP2Strategy shards the blocks itself only for a module without one.
+        # Compiling is lazy (the first forward traces), so this costs nothing until the model runs.
+        mode = compile_mode(compile)
+        if mode is not None:
+            self.model.compile(mode=mode)
         self.optimizer_factory = optimizer
         self.lr_schedule = lr_schedule
         top5 = min(5, num_classes)
         self.train_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_top5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
+
+    def setup(self, stage: str) -> None:
+        check_compile_device(self.hparams.compile, self.trainer.strategy.root_device.type)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.hparams.channels_last:

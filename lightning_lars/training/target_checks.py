@@ -20,6 +20,21 @@ def check(cfg: DictConfig) -> None:
     check_accelerator(cfg.trainer.get("accelerator"))
     check_precision(cfg.trainer.get("precision"))
     check_optimizer(cfg.get("optimizer"))
+    check_compile(cfg.model.get("compile"), cfg.trainer.get("accelerator"))
+
+
+def check_compile(mode, accelerator) -> None:
+    """An old torch, or CUDA graphs on a run without CUDA, before anything is built."""
+    if mode in (False, None):
+        return
+    import torch  # heavy: only for a compiled run
+
+    from lightning_lars.training.module import check_compile_device  # with torch, as above
+
+    on_gpu = accelerator in GPU_NAMES or (accelerator in (None, "auto") and torch.cuda.is_available())
+    check_compile_device(
+        mode, "cuda" if on_gpu else "cpu" if accelerator in (None, "auto") else str(accelerator)
+    )
 
 
 def check_optimizer(optimizer: DictConfig | None) -> None:

@@ -29,7 +29,12 @@ LAYERS = [
     "training",
     "entry",
 ]
-ENTRY_POINTS = {"train", "check", "wheelhouse"}  # lightning_lars/<name>.py: the commands, above every layer
+ENTRY_POINTS = {
+    "train",
+    "check",
+    "wheelhouse",
+    "gpu_kit",
+}  # lightning_lars/<name>.py: the commands, above every layer
 
 
 def module_files() -> dict[str, Path]:

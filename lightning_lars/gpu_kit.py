@@ -1,0 +1,116 @@
+"""The GPU kit (``make gpu-kit``): every wheel a GPU node that already has CUDA torch, torchvision, lightning, timm
+and torchmetrics still needs, plus this package's own, in one folder of at most 64 MiB (what a job may carry).
+
+    python -m lightning_lars.gpu_kit --out gpu-kit [--python 3.12] [--platform manylinux_2_28_x86_64]
+    # on the node, from the clone's root: python3 benchmarks/gpu_kit.py --kit gpu-kit
+
+Unlike ``make wheelhouse without=torch`` it also leaves out what those packages bring (numpy and pillow come
+with torchvision): a node with them has them. If the folder still exceeds the limit, wandb (the largest wheel,
+about 20 MiB) is left out and recorded in ``kit.json``; benchmarks/gpu_kit.py runs with ``~logger`` either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.wheelhouse import (
+    GROUPS,
+    download,
+    installed_closure,
+    project_requirements,
+    project_wheel,
+    this_machine,
+)
+
+LIMIT_MIB = 64  # what a job may carry to the node with the working tree
+WITHOUT = {"torch", "ffcv"}  # the node's image; FFCV compiles against the node's own libraries
+DROPPED_FIRST = "wandb"  # its runs log nothing there (~logger); only a W&B run of test-gpu needs it
+MANIFEST = "kit.json"
+
+
+def wheels_of(folder: Path, names: set[str]) -> list[Path]:
+    """The wheels in ``folder`` of the distributions ``names`` (canonical names)."""
+    return [w for w in folder.glob("*.whl") if canonicalize_name(w.name.split("-")[0]) in names]
+
+
+def size_mib(folder: Path) -> float:
+    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl")) / 2**20
+
+
+def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
+    """Fill ``out`` with the kit; returns what ``kit.json`` records."""
+    for stale in out.glob("*.whl"):  # a kit from an older lock or target must not mix in
+        stale.unlink()
+    on_the_node = installed_closure(GROUPS["torch"])  # torch, ..., and what they need (numpy, pillow, ...)
+    requirements = [
+        r for r in project_requirements(WITHOUT) if canonicalize_name(Requirement(r).name) not in on_the_node
+    ]
+    python = python or this_machine()[0]
+    download(requirements, out, python, platform_tag, WITHOUT)
+    for present in wheels_of(out, on_the_node):  # a dependency of a kept package that the node has
+        present.unlink()
+    wheel = project_wheel(out)
+    left_out = []
+    if size_mib(out) > LIMIT_MIB:
+        for dropped in wheels_of(out, {DROPPED_FIRST}):
+            dropped.unlink()
+        left_out.append(DROPPED_FIRST)
+    if size_mib(out) > LIMIT_MIB:
+        raise UserError(
+            f"the kit is {size_mib(out):.1f} MiB even without {DROPPED_FIRST}, over {LIMIT_MIB} MiB: list"
+            f" {out} by size and leave out what the node already has"
+        )
+    manifest = {
+        "python": python,
+        "platform": platform_tag or this_machine()[1],
+        "project_wheel": wheel.name,
+        "node_has": list(GROUPS["torch"]),  # requirements of the project that the installer leaves alone
+        "left_out_for_size": left_out,
+        "size_mib": round(size_mib(out), 1),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_lars.gpu_kit", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--out", default="gpu-kit", help="folder to fill (default: gpu-kit)")
+    parser.add_argument("--python", default=None, help="the node's Python, e.g. 3.12 (default: this one)")
+    parser.add_argument(
+        "--platform",
+        default=None,
+        help="the node's platform tag, e.g. manylinux_2_28_x86_64 (default: this one)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.python is not None and not re.fullmatch(r"3\.\d+", args.python):
+            raise UserError(f"--python takes a version like 3.12, got {args.python}")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = build(out, args.python, args.platform)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    count = len(list(out.glob("*.whl")))
+    dropped = manifest["left_out_for_size"]
+    note = f"; left out for size: {', '.join(dropped)}" if dropped else ""
+    print(
+        f"gpu kit {out}: {count} wheels, {manifest['size_mib']} MiB, Python {manifest['python']},"
+        f" {manifest['platform']}{note}"
+    )
+    print(f"on the node, from the clone's root: python3 benchmarks/gpu_kit.py --kit {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
