@@ -54,6 +54,8 @@ def hydra_main(cfg: DictConfig) -> None:
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
         if stop.then is not None:  # submitit's handler: rank 0 requeues the job, then exits
             stop.then()
+        if stop.exit_status:  # SIGTERM: the scheduler expects a killed job's status (143), not success
+            sys.exit(stop.exit_status)
 
 
 def main() -> None:

@@ -431,7 +431,7 @@ class SignalCheckpoint(L.Callback):
         name = signal.Signals(signum).name
         lightning = (
             self._displaced.get(signum)
-            if signum != signal.SIGINT  # Ctrl-C: never a requeue
+            if signum not in (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, scancel: never a requeue
             and not is_submitit_handler(self._displaced.get(signum))
             else None
         )
@@ -460,7 +460,14 @@ class SignalCheckpoint(L.Callback):
             io and io.num_failed_writes > failed_before
         ):  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({_one_line(io.last_error)}), the newest earlier one is used"
-        raise Preempted(f"signal {name} at step {trainer.global_step}: {where}; {next_step}", then=then)
+        status = (
+            128 + signal.SIGTERM if signum == signal.SIGTERM else 0
+        )  # a killed job's status, as the shell's
+        raise Preempted(
+            f"signal {name} at step {trainer.global_step}: {where}; {next_step}",
+            then=then,
+            exit_status=status,
+        )
 
     def _restore_handlers(self) -> None:
         """Put back what we replaced, where ours is still in place (Lightning restores its own at teardown)."""
@@ -484,4 +491,5 @@ class SignalCheckpoint(L.Callback):
 def resume_command(path: Path) -> str:
     """This run's command line with ``run.ckpt_path`` pointing at ``path`` (quoted for the shell)."""
     args = [a for a in sys.argv[1:] if not a.lstrip("+").startswith("run.ckpt_path=")]
-    return shlex.join(["python", "-m", "lightning_lars.train", *args, f"run.ckpt_path={path}"])
+    # this interpreter: the project's venv, not whichever python comes first on the user's PATH
+    return shlex.join([sys.executable, "-m", "lightning_lars.train", *args, f"run.ckpt_path={path}"])

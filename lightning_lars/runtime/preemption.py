@@ -30,11 +30,14 @@ class Preempted(Exception):
     """The run stopped on purpose after a signal checkpoint; the message says where it is and how it resumes.
 
     ``then``: what the entry point runs once fit has unwound (submitit's requeue handler), or None.
+    ``exit_status``: the process's exit status: 0 for a requeue or Ctrl-C (a planned stop), 128 + 15 = 143 for
+    SIGTERM, which schedulers (scancel, Kubernetes) send to end a job: they expect a killed job's status.
     """
 
-    def __init__(self, message: str, then: Callable[[], None] | None = None):
+    def __init__(self, message: str, then: Callable[[], None] | None = None, exit_status: int = 0):
         super().__init__(message)
         self.then = then
+        self.exit_status = exit_status
 
 
 SUBMITIT_SIGNAL_ENV = (

@@ -42,6 +42,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         ResumeState(),
         SignalCheckpoint(),
         SignalCheckpoint(signal_names=["SIGINT"]),
+        SignalCheckpoint(signal_names=["SIGTERM"]),
         RunHistory(),
     ]
     callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line

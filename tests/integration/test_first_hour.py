@@ -122,7 +122,7 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
         changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}", alone=False
     )
 
-    assert command[:3] == ["python", "-m", "lightning_lars.train"]
+    assert command[:3] == [sys.executable, "-m", "lightning_lars.train"]  # this venv, not PATH's python
     resumed = run(*command[1:])
     assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
         -3000:
