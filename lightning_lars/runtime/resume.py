@@ -36,6 +36,7 @@ from torchmetrics import Metric
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
+from lightning_lars.runtime import run_folder
 from lightning_lars.runtime.preemption import requeue_job_id
 
 log = logging.getLogger(__name__)
@@ -208,9 +209,19 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
         ):  # same text; an environment variable may differ
             differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
         (other if differs else matching).append((folder, differs))
-    found = newest_good([folder for folder, _ in matching])
-    if found is not None:
-        return found
+    for folder, _ in matching:  # newest first: a live run or a finished one ends the search
+        holder = run_folder.live_holder(folder) if folder.resolve() != run_dir.resolve() else None
+        if holder is not None and run_folder.holds_locks():  # rank 0's own lock: never a rank's reason
+            raise UserError(
+                f"run.ckpt_path=last: the newest run of this config, {folder}, is still running ({holder});"
+                " let it finish or stop it, then resume; or leave out run.ckpt_path to start a new run"
+            )
+        results = run_folder.finished(folder)
+        if results is not None:
+            raise run_folder.Finished(run_folder.finished_message(folder, results))
+        found = newest_good([folder])
+        if found is not None:
+            return found
     for folder, differs in other:  # newest first: the run the user most likely meant
         path = newest_good([folder])
         if path is None:
@@ -257,6 +268,18 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
             f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the newest good one"
         ) from None
     return str(path)
+
+
+def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path:
+    """The run folder a checkpoint belongs to: its folder under ``<log_dir>/<recipe>/runs``, else its own folder."""
+    runs = (Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs").resolve()
+    source = Path(ckpt_path).resolve()
+    inside = [p for p in source.parents if p.parent == runs]
+    return (
+        inside[0]
+        if inside
+        else (source.parent.parent if source.parent.name == "checkpoints" else source.parent)
+    )
 
 
 def keep_checkpoints_together(cfg: DictConfig, ckpt_path: str | None) -> None:
