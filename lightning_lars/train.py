@@ -62,6 +62,19 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
     """Every job the command line makes (each job of a sweep under ``-m``) is checked; returns ``overrides`` as
     Hydra must get them (a Trainer argument the config does not set gets its ``+``)."""
     multirun = config.is_multirun(argv)
+    printing = (
+        "--cfg",
+        "-c",
+        "--info",
+        "-i",
+        "--shell-completion",
+        "-sc",
+    )  # Hydra allows one of these with -m
+    if any(a.partition("=")[0] in printing for a in argv) and any(a in config.MULTIRUN_FLAGS for a in argv):
+        raise UserError(
+            "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
+            " that job's config (--cfg job)"
+        )
     jobs = config.sweep_jobs(overrides) if multirun else [overrides]
     plussed = set()
     for job in jobs:
