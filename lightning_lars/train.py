@@ -98,8 +98,9 @@ def main() -> None:
         accepted = check_jobs(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
-    as_given = dict(zip(overrides, accepted))  # `trainer.max_steps=1` -> `+trainer.max_steps=1` for Hydra
-    sys.argv = [sys.argv[0], *(as_given.get(a, a) for a in sys.argv[1:])]
+    # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused
+    flags = [a for a in sys.argv[1:] if a not in overrides]
+    sys.argv = [sys.argv[0], *flags, *accepted]  # accepted: `trainer.max_steps=1` -> `+trainer.max_steps=1`
     # imports Lightning (~5 s): only once the command line is checked
     from lightning_lars.runtime import preemption
 
