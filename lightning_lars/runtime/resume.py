@@ -210,13 +210,15 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
             differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
         (other if differs else matching).append((folder, differs))
     for folder, _ in matching:  # newest first: a live run or a finished one ends the search
-        holder = run_folder.live_holder(folder) if folder.resolve() != run_dir.resolve() else None
+        # this run's own folder (a pinned hydra.run.dir) is resumed whatever it holds: the user named it
+        earlier = folder.resolve() != run_dir.resolve()
+        holder = run_folder.live_holder(folder) if earlier else None
         if holder is not None and run_folder.holds_locks():  # rank 0's own lock: never a rank's reason
             raise UserError(
                 f"run.ckpt_path=last: the newest run of this config, {folder}, is still running ({holder});"
                 " let it finish or stop it, then resume; or leave out run.ckpt_path to start a new run"
             )
-        results = run_folder.finished(folder)
+        results = run_folder.finished(folder) if earlier else None
         if results is not None:
             raise run_folder.Finished(run_folder.finished_message(folder, results))
         found = newest_good([folder])
