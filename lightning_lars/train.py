@@ -58,19 +58,17 @@ def hydra_main(cfg: DictConfig) -> None:
             stop.then()
 
 
+# Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
+SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+
+
 def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
     """Every job the command line makes (each job of a sweep under ``-m``) is checked; returns ``overrides`` as
     Hydra must get them (a Trainer argument the config does not set gets its ``+``)."""
     multirun = config.is_multirun(argv)
-    printing = (
-        "--cfg",
-        "-c",
-        "--info",
-        "-i",
-        "--shell-completion",
-        "-sc",
-    )  # Hydra allows one of these with -m
-    if any(a.partition("=")[0] in printing for a in argv) and any(a in config.MULTIRUN_FLAGS for a in argv):
+    if any(a.partition("=")[0] in SWEEP_CANNOT_PRINT for a in argv) and any(
+        a in config.MULTIRUN_FLAGS for a in argv
+    ):
         raise UserError(
             "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
             " that job's config (--cfg job)"

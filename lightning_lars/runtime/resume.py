@@ -272,16 +272,14 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     return str(path)
 
 
-def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path:
-    """The run folder a checkpoint belongs to: its folder under ``<log_dir>/<recipe>/runs``, else its own folder."""
+def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path | None:
+    """The earlier run folder under ``<log_dir>/<recipe>/runs`` a checkpoint belongs to; None for a checkpoint
+    elsewhere (a file of the user's) or in this run's own folder."""
     runs = (Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs").resolve()
-    source = Path(ckpt_path).resolve()
-    inside = [p for p in source.parents if p.parent == runs]
-    return (
-        inside[0]
-        if inside
-        else (source.parent.parent if source.parent.name == "checkpoints" else source.parent)
-    )
+    inside = [p for p in Path(ckpt_path).resolve().parents if p.parent == runs]
+    if not inside or inside[0] == Path(cfg.paths.output_dir).resolve():
+        return None
+    return inside[0]
 
 
 def keep_checkpoints_together(cfg: DictConfig, ckpt_path: str | None) -> None:

@@ -114,8 +114,9 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
-    if ckpt_path is not None:  # where it now writes: no second run resumes that folder while this one lives
-        run_folder.hold(resume.run_folder_of(cfg, ckpt_path))
+    resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
+    if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
+        run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
