@@ -9,7 +9,9 @@
   if none. A newer run with another
   config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
   writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
-  Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
+  Damaged files (truncated, not a checkpoint) are skipped with a counted warning. An earlier run that a live
+  process still holds (`lightning_lars.runtime.run_folder`) is a one-line error, never resumed; one that
+  finished (its ``results.json``) ends the search with `run_folder.Finished`: nothing to train.
 - a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
 
 A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
