@@ -15,7 +15,8 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% PY=%
+MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% \
+             multirun=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
@@ -54,11 +55,12 @@ $(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt pyproject.toml
 	$(OLDEST_VENV)/bin/python -m pip install -q --no-deps -e .
 	@touch $@
 
-train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [key=value ...]
+# make cannot pass -m (it would read it as its own flag): multirun=1 is Hydra's --multirun, a sweep of seed=0,1 ...
+train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [multirun=1 seed=0,1] [key=value ...]
 ifneq ($(nodes)$(devices),)
 	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) $(args) recipe=$(recipe) $(OVERRIDES)
 else
-	$(PY) -m lightning_lars.train recipe=$(recipe) $(OVERRIDES)
+	$(PY) -m lightning_lars.train $(if $(multirun),--multirun) recipe=$(recipe) $(OVERRIDES)
 endif
 
 demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV: data/demo/ [out=DIR] [args=--force]

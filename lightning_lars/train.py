@@ -41,7 +41,7 @@ def fail(err: UserError) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
     # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: imported once the command line is checked
-    from lightning_lars.runtime import preemption
+    from lightning_lars.runtime import preemption, run_folder
     from lightning_lars.training.run import run
 
     try:
@@ -50,6 +50,8 @@ def hydra_main(cfg: DictConfig) -> None:
         fail(err)
     except InstantiationException as err:
         fail(UserError(config.explain_instantiation_error(err)))
+    except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
+        print(done, file=sys.stderr, flush=True)
     except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
         if stop.then is not None:  # submitit's handler: rank 0 requeues the job, then exits
@@ -58,20 +60,49 @@ def hydra_main(cfg: DictConfig) -> None:
             sys.exit(stop.exit_status)
 
 
+# Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
+SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+
+
+def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
+    """Every job the command line makes (each job of a sweep under ``-m``) is checked; returns ``overrides`` as
+    Hydra must get them (a Trainer argument the config does not set gets its ``+``)."""
+    multirun = config.is_multirun(argv)
+    if any(a.partition("=")[0] in SWEEP_CANNOT_PRINT for a in argv) and any(
+        a in config.MULTIRUN_FLAGS for a in argv
+    ):
+        raise UserError(
+            "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
+            " that job's config (--cfg job)"
+        )
+    jobs = config.sweep_jobs(overrides) if multirun else [overrides]
+    plussed = set()
+    for job in jobs:
+        given = [o for o in job if o is not None]
+        try:
+            cfg, accepted = check_command_line(given)
+            if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
+                preflight.check_dataset(cfg)
+        except UserError as err:
+            swept = [o for o, whole in zip(job, overrides) if o is not None and o != whole]
+            raise UserError(f"the sweep's job {' '.join(swept)}: {err}" if swept else str(err)) from None
+        plussed |= {a.removeprefix("+") for o, a in zip(given, accepted) if a != o}
+    keys = {o.partition("=")[0] for o in plussed}
+    return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
+
+
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
         overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
-        cfg, accepted = check_command_line(overrides)
-        if not preflight.prints_only(sys.argv[1:]):  # `--cfg job` prints the config: no data needed
-            preflight.check_dataset(cfg)
+        accepted = check_jobs(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
-    as_given = dict(zip(overrides, accepted))  # `trainer.max_steps=1` -> `+trainer.max_steps=1` for Hydra
-    sys.argv = [sys.argv[0], *(as_given.get(a, a) for a in sys.argv[1:])]
-    from lightning_lars.runtime import (
-        preemption,
-    )  # imports Lightning (~5 s): only once the command line is checked
+    # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused
+    flags = [a for a in sys.argv[1:] if a not in overrides]
+    sys.argv = [sys.argv[0], *flags, *accepted]  # accepted: `trainer.max_steps=1` -> `+trainer.max_steps=1`
+    # imports Lightning (~5 s): only once the command line is checked
+    from lightning_lars.runtime import preemption
 
     sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
     hydra_main()

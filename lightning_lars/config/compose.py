@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import inspect
+import itertools
 import re
 from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
@@ -207,6 +209,40 @@ def _compose(overrides: list[str]) -> DictConfig:
         raise UserError(
             f"{first} (`python -m lightning_lars.train --help` lists the config groups)"
         ) from None
+
+
+# Hydra's ways to ask for a sweep: the flags, or the override that sets the mode a config can also set.
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def is_multirun(argv: list[str]) -> bool:
+    """Whether Hydra will run ``argv`` as a sweep (``-m``, ``--multirun`` or ``hydra.mode=MULTIRUN``)."""
+    return any(a in MULTIRUN_FLAGS or a.replace(" ", "").upper() == "HYDRA.MODE=MULTIRUN" for a in argv)
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str | None]]:
+    """Each job of a sweep, as Hydra's basic sweeper expands it (``seed=0,1``, ``range(..)``, ``choice(..)``,
+    ``glob(..)`` over a group's files): every combination in its order, one entry per override in
+    ``overrides``' positions. An ``interval(..)``, for a sweeper of its own (Optuna, Ax), is None: that
+    sweeper picks its values."""
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()  # glob(..) lists a group's options through it
+            choices = []
+            for override in OverridesParser.create(config_loader=loader).parse_overrides(overrides):
+                if not override.is_sweep_override():
+                    choices.append([override.input_line])
+                elif override.is_discrete_sweep():
+                    key = override.get_key_element()
+                    choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+                else:
+                    choices.append([None])
+    except OverrideParseException:
+        raise UserError(
+            "cannot parse the command line: a sweep is key=a,b (or range(0,3), choice(a,b)); quote a value"
+            " that holds ',' or spaces, e.g. 'data.root=\"/a,b\"'"
+        ) from None
+    return [list(job) for job in itertools.product(*choices)]
 
 
 def compose_job(overrides: list[str]) -> DictConfig:

@@ -38,3 +38,22 @@ def run_root() -> Path:
 # `${project_root:}` in conf/paths: data and logs default to folders of the checkout (or of the working
 # directory when the package is installed) wherever the command runs.
 OmegaConf.register_new_resolver("project_root", lambda: str(run_root()), replace=True)
+
+
+def fresh_folder(path: str) -> str:
+    """``path``, made here, or ``path-2``, ``path-3``, ... when a run already made it: mkdir is atomic, so two
+    runs started in the same second (folders are named to the second) get a folder each, never one between
+    them."""
+    candidate, n = Path(path), 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = Path(f"{path}-{n}")
+
+
+# `${fresh_folder:...}` in conf/hydra: cached per config, as Hydra's ${now:} is, so the folder is claimed once
+# per run; a sweep's jobs get the cache of the sweep's config (Hydra's load_sweep_config): one sweep folder.
+OmegaConf.register_new_resolver("fresh_folder", fresh_folder, use_cache=True, replace=True)

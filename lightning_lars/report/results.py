@@ -15,8 +15,8 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 
 from lightning_lars.report import plot as report_plot
 from lightning_lars.report.record import RunRecord
+from lightning_lars.runtime.run_folder import RESULTS_FILE
 
-RESULTS_FILE = "results.json"
 PLANNED_LR_POINTS = 500  # samples of the pure schedule function for the LR plot
 
 

@@ -116,3 +116,11 @@ def wandb_logger(
     ):  # Lightning passes anonymous=None: W&B warns at every start
         logger._wandb_init.pop("anonymous", None)
     return logger
+
+
+def close_runs(loggers: list) -> None:
+    """Ends the W&B run of each W&B logger among ``loggers``: the next run in this process (a sweep's next job
+    under Hydra's basic launcher) then gets a run of its own, in its own folder, not this one again."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:  # never opened: nothing to end
+            logger._experiment.finish()

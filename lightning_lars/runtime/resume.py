@@ -9,7 +9,9 @@
   if none. A newer run with another
   config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
   writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
-  Damaged files (truncated, not a checkpoint) are skipped with a counted warning.
+  Damaged files (truncated, not a checkpoint) are skipped with a counted warning. An earlier run that a live
+  process still holds (`lightning_lars.runtime.run_folder`) is a one-line error, never resumed; one that
+  finished (its ``results.json``) ends the search with `run_folder.Finished`: nothing to train.
 - a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
 
 A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
@@ -36,6 +38,7 @@ from torchmetrics import Metric
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
+from lightning_lars.runtime import run_folder
 from lightning_lars.runtime.preemption import requeue_job_id
 
 log = logging.getLogger(__name__)
@@ -208,9 +211,21 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
         ):  # same text; an environment variable may differ
             differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
         (other if differs else matching).append((folder, differs))
-    found = newest_good([folder for folder, _ in matching])
-    if found is not None:
-        return found
+    for folder, _ in matching:  # newest first: a live run or a finished one ends the search
+        # this run's own folder (a pinned hydra.run.dir) is resumed whatever it holds: the user named it
+        earlier = folder.resolve() != run_dir.resolve()
+        holder = run_folder.live_holder(folder) if earlier else None
+        if holder is not None and run_folder.holds_locks():  # rank 0's own lock: never a rank's reason
+            raise UserError(
+                f"run.ckpt_path=last: the newest run of this config, {folder}, is still running ({holder});"
+                " let it finish or stop it, then resume; or leave out run.ckpt_path to start a new run"
+            )
+        results = run_folder.finished(folder) if earlier else None
+        if results is not None:
+            raise run_folder.Finished(run_folder.finished_message(folder, results))
+        found = newest_good([folder])
+        if found is not None:
+            return found
     for folder, differs in other:  # newest first: the run the user most likely meant
         path = newest_good([folder])
         if path is None:
@@ -257,6 +272,16 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
             f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the newest good one"
         ) from None
     return str(path)
+
+
+def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path | None:
+    """The earlier run folder under ``<log_dir>/<recipe>/runs`` a checkpoint belongs to; None for a checkpoint
+    elsewhere (a file of the user's) or in this run's own folder."""
+    runs = (Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs").resolve()
+    inside = [p for p in Path(ckpt_path).resolve().parents if p.parent == runs]
+    if not inside or inside[0] == Path(cfg.paths.output_dir).resolve():
+        return None
+    return inside[0]
 
 
 def keep_checkpoints_together(cfg: DictConfig, ckpt_path: str | None) -> None:

@@ -20,7 +20,8 @@ from lightning_lars.config import compose
 from lightning_lars.recipe.plan import RecipePlan, make_plan
 from lightning_lars.report import results as report
 from lightning_lars.report.provenance import provenance
-from lightning_lars.runtime import preemption, resume
+from lightning_lars.report.wandb_logger import close_runs
+from lightning_lars.runtime import preemption, resume, run_folder
 from lightning_lars.runtime.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
 from lightning_lars.schedules.scaling import plan_batch
 from lightning_lars.training import target_checks
@@ -104,10 +105,19 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
 
 
 def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
+    """Fit ``cfg`` while holding its run folder (and a resumed run's folder) against a second live run."""
+    with run_folder.holding(cfg.paths.output_dir):
+        return _run(cfg, started)
+
+
+def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     started = time.perf_counter()
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
+    resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
+    if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
+        run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -120,6 +130,7 @@ def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
         # table, results.json, report.png, W&B summary table and plots: from the run's numbers as plain data
         report.finish(cfg, metrics, run_record(trainer), trainer.loggers)
+        close_runs(trainer.loggers)
     return metrics
 
 

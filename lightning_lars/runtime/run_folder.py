@@ -1,0 +1,114 @@
+"""A run's hold on its folder while it lives, and what an earlier run's folder says: still running, or finished.
+
+A run holds an exclusive ``flock`` on ``<run folder>/.run.lock`` from its start to its end (the kernel drops it
+when the process dies, however it dies), and on the folder of the run it resumed, where its checkpoints go.
+``run.ckpt_path=last`` asks each earlier folder for that lock (`live_holder`): a run still training is never
+resumed by a second one. ``flock``, not ``lockf``: a POSIX lock is dropped when the process closes any handle on
+the file, which probing a folder this process holds would do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from lightning_lars.core.errors import UserError
+
+LOCK_FILE = ".run.lock"
+RESULTS_FILE = "results.json"  # lightning_lars.report.results writes it when a run ends (a higher layer)
+# Set to a process's rank by the launchers (torchrun, Lightning's own, SLURM's srun, jsrun): rank 0 holds the lock.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+_held: dict[Path, int] = {}  # folder -> the descriptor whose lock this process holds
+
+
+class Finished(Exception):
+    """``run.ckpt_path=last`` found that the newest run of this config finished: nothing to resume."""
+
+
+def holds_locks() -> bool:
+    """Global rank 0 holds the locks; every other rank of a run shares its folder and would find it held."""
+    return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def _holder() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+def hold(folder: str | Path) -> None:
+    """Hold ``folder``'s lock until `release` (or this process's end); a one-line error if a live run holds it."""
+    folder = Path(folder).resolve()
+    if folder in _held or not holds_locks():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise UserError(
+            f"run folder {folder} is in use by a live run ({holder}); leave out hydra.run.dir for a folder of"
+            " this run's own, or stop that run first"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{_holder()}\n".encode())
+    _held[folder] = fd
+
+
+def release(folder: str | Path) -> None:
+    fd = _held.pop(Path(folder).resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops its flock
+
+
+@contextlib.contextmanager
+def holding(folder: str | Path) -> Iterator[None]:
+    """`hold` ``folder`` for the block, and every folder held inside it (a resumed run's) until its end."""
+    before = set(_held)
+    hold(folder)
+    try:
+        yield
+    finally:
+        for held in set(_held) - before:
+            release(held)
+
+
+def live_holder(folder: str | Path) -> str | None:
+    """``pid N on HOST`` of the live run that holds ``folder``, or None when no run holds it."""
+    folder = Path(folder).resolve()
+    if folder in _held:
+        return f"{_holder()}, this process"
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
+    except OSError:  # no lock file: a run from before locks, or a folder no run started in
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 200).decode(errors="replace").strip() or "a live process"
+    finally:
+        os.close(fd)  # drops the shared lock this probe took, if it took one
+    return None
+
+
+def finished(folder: str | Path) -> dict | None:
+    """The ``results.json`` a run wrote when it finished, or None (still running, stopped, crashed)."""
+    try:
+        return json.loads((Path(folder) / RESULTS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def finished_message(folder: Path, results: dict) -> str:
+    top1 = (results.get("metrics") or {}).get("val/top1")
+    result = f"top-1 {100 * top1:.2f} %" if isinstance(top1, int | float) else "no top-1 recorded"
+    return (
+        f"run.ckpt_path=last: the newest run of this config already finished ({result}, {folder}/{RESULTS_FILE});"
+        " nothing to resume: leave out run.ckpt_path to train it again"
+    )

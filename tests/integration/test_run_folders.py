@@ -1,0 +1,142 @@
+"""The first day on a cluster, through the real entry point: a sweep under Hydra's basic launcher runs every job
+in its own folder; two runs started together never share a folder; ``run.ckpt_path=last`` never resumes a run
+that a live process still trains, and says a finished run finished instead of training it again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]  # 160 train / 80 val images
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    data = tmp_path_factory.mktemp("data")
+    environment = {
+        **os.environ,
+        "LARS_DATA_DIR": str(data),
+        "PYTHONPATH": str(ROOT),
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+    }
+    environment.pop("WANDB_SERVICE", None)
+    made = subprocess.run(
+        [sys.executable, "-m", "lightning_lars.data.demo", "--out", str(data / "demo"), *DEMO_ARGS],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    return environment
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lightning_lars.train", "recipe=demo", "debug=toy", *args]
+
+
+def train(env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_a_sweep_runs_both_jobs_each_in_its_own_folder(env, tmp_path):
+    done = train(env, "-m", "seed=0,1", f"paths.log_dir={tmp_path}")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    (sweep,) = (tmp_path / "demo" / "multiruns").iterdir()
+    for job in (0, 1):
+        folder = sweep / str(job)
+        assert json.loads((folder / "results.json").read_text())["seed"] == job
+        assert len(list((folder / "wandb").glob("offline-run-*"))) == 1  # its own W&B run, not job 0's again
+        assert (folder / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_two_runs_started_together_get_a_folder_each(env, tmp_path):
+    # both ask for the same folder name, as two runs started in the same second do
+    same = f"hydra.run.dir=${{fresh_folder:{tmp_path}/demo/runs/same}}"
+    runs = [
+        subprocess.Popen(
+            command(f"seed={seed}", f"paths.log_dir={tmp_path}", same),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in (0, 1)
+    ]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    folders = sorted((tmp_path / "demo" / "runs").iterdir())
+    assert [f.name for f in folders] == ["same", "same-2"]
+    seeds = {json.loads((f / "results.json").read_text())["seed"] for f in folders}
+    assert seeds == {0, 1}  # each run's results in a folder of its own, neither overwritten
+
+
+def test_last_refuses_a_live_run_and_resumes_it_once_it_died(env, tmp_path):
+    args = [
+        f"paths.log_dir={tmp_path}",
+        "trainer.max_steps=500",  # longer than the test: the run is alive while the others start
+        "callbacks.checkpoint.every_n_train_steps=2",
+    ]
+    live = subprocess.Popen(
+        command(*args), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("demo/runs/*/checkpoints/*.ckpt")) and time.monotonic() < deadline:
+            assert live.poll() is None, "the long run ended early"
+            time.sleep(0.2)
+        (folder,) = (tmp_path / "demo" / "runs").iterdir()
+        live.send_signal(signal.SIGSTOP)  # alive and holding its lock, without taking the CPU from the others
+        refused = train(env, *args, "run.ckpt_path=last")
+        assert_one_line_error(refused, str(folder), "still running", "leave out run.ckpt_path", alone=False)
+        assert "Restoring states" not in refused.stdout + refused.stderr
+
+        live.send_signal(signal.SIGKILL)  # the kernel drops a dead run's lock
+        live.wait()
+        resumed = subprocess.Popen(
+            command(*args, "run.ckpt_path=last"),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        restoring = next((line for line in resumed.stdout if "Restoring states" in line), "")
+        resumed.kill()
+        resumed.wait()
+        assert str(folder / "checkpoints") in restoring
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_last_after_a_finished_run_says_so_and_does_not_train(env, tmp_path):
+    args = [f"paths.log_dir={tmp_path}"]
+    first = train(env, *args)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    (folder,) = (tmp_path / "demo" / "runs").iterdir()
+    top1 = json.loads((folder / "results.json").read_text())["metrics"]["val/top1"]
+
+    again = train(env, *args, "run.ckpt_path=last")
+    output = again.stdout + again.stderr
+    assert again.returncode == 0 and "Traceback" not in output, output[-3000:]
+    (line,) = [ln for ln in again.stderr.splitlines() if "already finished" in ln]
+    assert f"top-1 {100 * top1:.2f} %" in line and str(folder) in line
+    assert "Restoring states" not in output and "Results: recipe" not in output  # nothing trained
+    assert len(list((tmp_path / "demo" / "runs").glob("*/results.json"))) == 1

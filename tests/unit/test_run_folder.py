@@ -1,0 +1,47 @@
+"""A run folder's lock, asked of by another real process: held while its holder lives, free once it dies."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.runtime import run_folder
+
+HOLDER = """import sys, time
+from lightning_lars.runtime import run_folder
+run_folder.hold(sys.argv[1])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_live_process_holds_its_folder_and_its_death_frees_it(tmp_path, monkeypatch):
+    for name in run_folder.RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert run_folder.live_holder(tmp_path) == f"pid {holder.pid} on {os.uname().nodename}"
+        with pytest.raises(
+            UserError, match=f"run folder {tmp_path} is in use by a live run \\(pid {holder.pid}"
+        ):
+            run_folder.hold(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_folder.live_holder(tmp_path) is None  # the kernel dropped the dead holder's lock
+    with run_folder.holding(tmp_path):
+        assert "this process" in run_folder.live_holder(tmp_path)
+    assert run_folder.live_holder(tmp_path) is None
+
+
+def test_only_global_rank_zero_holds_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank shares rank 0's folder
+    with run_folder.holding(tmp_path):
+        assert run_folder.live_holder(tmp_path) is None
