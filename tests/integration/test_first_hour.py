@@ -137,6 +137,48 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
 
 
+def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_path):
+    """What scancel and Kubernetes send first: handled like Ctrl-C, but the exit status says killed (143)."""
+    args = [
+        "recipe=demo",
+        "debug=toy",
+        "data=demo",  # FFCV's loader: exact mid-epoch resume
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "batch.global_size=32",
+        "batch.max_per_device=16",
+        "trainer.max_steps=7",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=1",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lightning_lars.train", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in first.stdout:  # a real SIGTERM, once training runs
+        if line.startswith("[train] epoch") and " step 1/7 " in line:
+            first.send_signal(signal.SIGTERM)
+            break
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 128 + signal.SIGTERM, (first.returncode, stderr[-3000:])
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGTERM at step" in ln]
+    command = shlex.split(stopped.split("resume with: ", 1)[1])
+    saved = Path(command[-1].removeprefix("run.ckpt_path="))
+    step = resume.load_meta(saved)["global_step"]
+    assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 7
+    assert command[:3] == [sys.executable, "-m", "lightning_lars.train"]
+    resumed = run(*command[1:])
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
+        -3000:
+    ]
+    assert resume.load_meta(saved.parent / "last.ckpt")["global_step"] == 7
+
+
 def test_damaged_demo_file_is_made_again_by_make_demo_data(data_dir, tmp_path):
     copy = tmp_path / "demo"
     shutil.copytree(data_dir / "demo", copy)
