@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -163,7 +164,8 @@ def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatc
     )
     saved = tmp_path / "ckpt" / "signal-step3.ckpt"  # signal during step 2 -> saved once step 3 completed
     with pytest.raises(
-        Preempted, match=f"resume with: python -m lightning_lars.train .*run.ckpt_path={saved}"
+        Preempted,
+        match=f"resume with: {re.escape(sys.executable)} -m lightning_lars.train .*run.ckpt_path={saved}",
     ):
         trainer.fit(BoringModel())
     meta = resume.load_meta(saved)
