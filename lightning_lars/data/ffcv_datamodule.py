@@ -32,23 +32,6 @@ from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 
 ORDERS = ("random", "quasi_random", "sequential")
-DEFAULT_PIPELINE = {
-    "train": [
-        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
-        "flip",
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-    "val": [
-        {"center_crop": {"ratio": 224 / 256}},
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-}
 
 
 def epoch_order(num_samples: int, *, seed: int, epoch: int, order: str) -> np.ndarray:
@@ -223,7 +206,7 @@ class FFCVDataModule(L.LightningDataModule):
             raise UserError(f"data.order must be one of {ORDERS}, got {order!r}")
         if batch_size <= 0:
             raise UserError(f"batch size per device must be positive, got {batch_size}")
-        pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
+        pipeline = dict(pipelines.DEFAULT_PIPELINE if pipeline is None else pipeline)
         if set(pipeline) != {"train", "val"}:
             raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
         self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))

@@ -47,6 +47,25 @@ KNOWN_OPS: dict[str, set[str]] = {
     "channels_last": set(),
     "to_torch_image": set(),
 }
+# ImageNet's train and eval transforms: what either DataModule reads when a config gives no pipeline
+DEFAULT_PIPELINE = {
+    "train": [
+        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
+        "flip",
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
+    "val": [
+        {"center_crop": {"ratio": 224 / 256}},
+        {"normalize": "imagenet"},
+        "to_tensor",
+        "to_device",
+        "channels_last",
+    ],
+}
+
 DECODERS = {"random_resized_crop", "center_crop"}
 NUMPY_ONLY_OPS = {"flip"}  # jitted by FFCV; only valid before to_tensor
 TORCH_IMAGE_OPS = {"channels_last", "to_torch_image"}

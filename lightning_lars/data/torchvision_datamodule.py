@@ -24,24 +24,6 @@ from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 
-DEFAULT_PIPELINE = {
-    "train": [
-        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
-        "flip",
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-    "val": [
-        {"center_crop": {"ratio": 224 / 256}},
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-}
-
 
 def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> transforms.Compose:
     """Validated pipeline ops -> the equivalent torchvision transform on PIL images (px, square crops)."""
@@ -110,7 +92,7 @@ class TorchvisionDataModule(L.LightningDataModule):
             no_aug_from_epoch is not None
         ):  # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
             raise UserError(no_aug_message(no_aug_from_epoch))
-        pipeline = dict(DEFAULT_PIPELINE if pipeline is None else pipeline)
+        pipeline = dict(pipelines.DEFAULT_PIPELINE if pipeline is None else pipeline)
         if set(pipeline) != {"train", "val"}:
             raise UserError(f"data.pipeline needs exactly the keys train and val, got {sorted(pipeline)}")
         self.train_ops = pipelines.parse_pipeline("train", list(pipeline["train"]))

@@ -21,11 +21,11 @@ from ffcv.writer import DatasetWriter
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.ffcv_datamodule import (
-    DEFAULT_PIPELINE,
     EpochProgress,
     FFCVDataModule,
     FFCVEpochLoader,
 )
+from lightning_lars.data.pipelines import DEFAULT_PIPELINE
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_IMAGES, RESOLUTION, SEED = 24, 24, 3
