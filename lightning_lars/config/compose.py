@@ -188,12 +188,6 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     return " ".join(str(err).split())
 
 
-def _is_group_choice(override: str) -> bool:
-    """``recipe=goyal_8k``, ``debug=toy``, ``optimizer=sgd``: a choice of config file, not a value."""
-    key = override.lstrip("+~").partition("=")[0]
-    return "." not in key and "/" not in key and (CONF_DIR / key).is_dir()
-
-
 def _compose(overrides: list[str]) -> DictConfig:
     """Hydra's compose, with its parse and missing-group errors as one line (composition errors pass)."""
     try:
