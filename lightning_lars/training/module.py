@@ -128,7 +128,9 @@ class ImageClassifier(L.LightningModule):
         if self.hparams.l2_in_loss:
             loss = loss + self.hparams.l2_in_loss * self.l2_term()
         self.train_top1(logits, labels)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=False)
+        # Not prog_bar: Lightning converts every progress-bar metric to a Python number after each batch, a
+        # host read that waits for the device; the bar reads the loss itself, only at log steps.
+        self.log("train/loss", loss, on_step=True, on_epoch=True, sync_dist=False)
         self.log("train/top1", self.train_top1, on_step=False, on_epoch=True)
         return loss
 
