@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -97,9 +98,13 @@ class HostReadRecorder(L.Callback):
     the other callbacks' hooks read anything.
     """
 
-    def __init__(self, roots: Sequence[Path], log_every: int):
+    def __init__(self, roots: Sequence[Path], log_every: int, cuda_sync_warnings: bool = False):
         self.roots = tuple(str(Path(r).resolve()) for r in roots)
         self.log_every = log_every
+        # also every synchronising CUDA call torch reports (torch.cuda.set_sync_debug_mode("warn")): unique,
+        # nonzero, copies from pageable memory, what no Python-level read shows
+        self.cuda_sync_warnings = cuda_sync_warnings
+        self._showwarning = None
         self.reads: list[dict] = []  # {"step", "quiet", "ours", "kind", "where"}
         self._quiet = False
         self._mode, self._trainer = None, None
@@ -151,6 +156,18 @@ class HostReadRecorder(L.Callback):
             setattr(torch.Tensor, name, wrapped)
         self._mode = Reads()
         self._mode.__enter__()
+        if self.cuda_sync_warnings:
+            self._showwarning = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                if "synchronizing" in str(message).lower():
+                    recorder.record("cuda sync")
+                else:
+                    recorder._showwarning(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._quiet = batch_idx > 0 and trainer.global_step > 0
@@ -166,6 +183,9 @@ class HostReadRecorder(L.Callback):
         self._quiet = False
 
     def on_train_end(self, trainer, pl_module):
+        if self._showwarning is not None:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = self._showwarning
         self._mode.__exit__(None, None, None)
         for name, original in self._patched.items():
             setattr(torch.Tensor, name, original)
