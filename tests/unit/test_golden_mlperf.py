@@ -8,8 +8,8 @@ run crossed its target.
 
 Sources: mlcommons/training_results_v0.6 (NVIDIA dgx2h_n96, Google tpu-v3-2048, Fujitsu abci_2048xV100),
 training_results_v0.7 (Google tpu-v3-8192-TF), training_results_v1.0 (NVIDIA dgxa100), tensorflow/tpu at
-b13e6b6 (2018-12-03) with configs/cloud/v3-2048.yaml (the paper's 1024 chips = 2048 cores). "log K" is the ``:::MLL``/``:::MLLOG`` key K of
-``result_0.txt`` (the same in all 5 logs of a submission).
+b13e6b6 (2018-12-03) with configs/cloud/v3-2048.yaml (the paper's 1024 chips = 2048 cores). "log K" is the
+``:::MLL``/``:::MLLOG`` key K of ``result_0.txt`` (the same in all 5 logs of a submission).
 """
 
 from __future__ import annotations
