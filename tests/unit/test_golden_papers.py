@@ -18,9 +18,12 @@ Step convention: ``step`` = optimizer updates done before this one (0-based); ev
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from lightning_lars.recipe.plan import plan_recipe
+from tests.unit.source_oracles import nus_polynomial_warmup
 
 N = 1_281_167  # ImageNet-1k training images
 
@@ -188,6 +191,27 @@ GOLDEN = {
         ],
     ),
 }
+NUS_SOURCE = (
+    "README table (2^5, warmup 14, 90 epochs, wd 1e-4); utils.py PolynomialWarmup; momentum default 0.9"
+)
+GOLDEN["nus_lars_32k"] = (
+    # 40 steps per epoch: len(train_loader) with DistributedSampler's padded shards, ceil(ceil(N / W) / (B / W))
+    # for W = 512 GPUs x 64 images (the README's per-GPU 64); the same 40 for any W dividing 32768
+    math.ceil(math.ceil(N / 512) / 64),
+    90 * 40,
+    every_epoch(40, 90),  # pytorch_imagenet_resnet.py lines 359-362: validate after every epoch
+    [
+        (
+            s,
+            nus_polynomial_warmup(s, base_lr=32.0, warmup_steps=14 * 40, decay_steps=90 * 40),
+            1e-4,
+            0.9,
+            32768,
+            NUS_SOURCE,
+        )
+        for s in (0, 1, 280, 559, 560, 561, 2080, 3599)
+    ],
+)
 GOLDEN["resnet50_32k"] = GOLDEN["you_resnet50_32k"]  # the alias: the same source, the same run
 
 
@@ -241,6 +265,7 @@ TARGETS = {
     "resnet50_32k": (72.5, "the alias of you_resnet50_32k"),
     "you_alexnet_bn_8k": (60.1, "1708.03888 Table 3(b): AlexNet-BN, LARS, 8K, LR 14"),
     "goyal_8k": (100 - 23.74, "1706.02677 Table 1: kn = 8k, error 23.74 +- 0.09"),
+    "nus_lars_32k": (76.75, "LARS-ImageNet-PyTorch README table: 32768, 2^5, warmup 14, epsilon 0.0"),
 }
 
 
