@@ -81,3 +81,40 @@ def test_mlperf_runs_are_judged_at_their_first_eval_at_target():
 def test_unknown_statistic_is_one_line_naming_the_choices():
     with pytest.raises(UserError, match="use one of final, first_at_target, median_last_5_epochs"):
         judged.statistic_of({"statistic": "best"})
+
+
+def test_make_check_on_goyal_judges_each_seed_by_its_median_of_the_last_five(monkeypatch, tmp_path, capsys):
+    """`make check recipe=goyal_8k`: each seed's value is the median of its last 5 epoch evaluations (sec. 5.1),
+    and the t-test runs on those medians, not on the last epochs."""
+    seeds = {0: [70.0, 76.5, 76.4, 76.6, 76.3, 75.0], 1: [71.0, 76.2, 76.9, 76.5, 76.4, 75.5]}
+
+    def fake_run(recipe_name, seed, run_dir, overrides):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = _record(seeds[seed])
+        record["metrics"].update({"time/wall_s": 1.0})
+        return record
+
+    monkeypatch.setattr(check, "run_seed", fake_run)
+    out = tmp_path / "check"
+    check.main(
+        ["--recipe", "goyal_8k", "--seeds", "2", "--out", str(out), "--runs-file", str(tmp_path / "r.jsonl")]
+    )
+    text = (out / "check.txt").read_text()
+    assert "median_last_5_epochs" in text
+    # medians of the last 5: 76.4 and 76.4 (the last epochs, 75.0 and 75.5, would fail the 76.26 target)
+    assert "mean 76.400 %" in text
+
+
+def test_check_prints_the_epoch_the_source_would_log_at_the_target():
+    rows = [
+        {
+            "seed": 0,
+            "top1": 76.06,
+            "time_to_target_s": 29.1,
+            "wall_s": 30.0,
+            "source_epoch": 88.0,
+            "taken": "",
+        }
+    ]
+    text = check.report(rows, 75.9, "callbacks.time_to_target.target_top1", 0.05, "first_at_target")
+    assert "epoch 88 (source's count)" in text
