@@ -9,10 +9,10 @@ the deviations and the published claim. The plan lines are the ones train.py pri
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe import published as judged
 from lightning_lars.recipe.plan import RecipePlan, plan_recipe
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
@@ -50,6 +50,26 @@ def _format(value) -> str:
     return f"{value:.6g}"
 
 
+def _packed(items: list[str], width: int) -> list[str]:
+    """``items`` joined by ", " into lines of at most ``width`` characters (indent 2), never splitting one."""
+    lines: list[str] = []
+    current: list[str] = []
+    for item in items:
+        if current and len(", ".join([*current, item])) + 3 > width:
+            lines.append("  " + ", ".join(current) + ",")
+            current = []
+        current.append(item)
+    return lines + ["  " + ", ".join(current)] if current else lines
+
+
+def target_line(plan: RecipePlan) -> str:
+    """What `make check` tests this recipe against, and which statistic of a run it compares."""
+    reason = judged.no_target_reason(plan.published)
+    if reason:
+        return f"  target: none ({reason})"
+    return f"  judged by: {judged.STATISTICS[judged.statistic_of(plan.published)]} (published.statistic)"
+
+
 def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     published = plan.published
     lines = [
@@ -60,6 +80,7 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
             f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
             f" on {published.get('hardware', '?')}"
         ),
+        target_line(plan),
         "",
         (
             f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
@@ -69,9 +90,19 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
-    evals = ", ".join(f"{step} ({plan.epoch_at(step):.4g})" for step in plan.eval_steps)
-    lines += ["", "Evaluations after step (epoch):"]
-    lines += textwrap.wrap(evals, width=110, initial_indent="  ", subsequent_indent="  ")
+    count = judged.source_epoch_count(published)
+    evals = [
+        f"{step} ({plan.epoch_at(step):.4g}"
+        + (
+            ""
+            if count is None
+            else f"; source {judged.source_epoch(step, count, plan.num_train_images, plan.global_batch(step)):g}"
+        )
+        + ")"
+        for step in plan.eval_steps
+    ]
+    lines += ["", "Evaluations after step (epoch" + ("; epoch in the source's log" if count else "") + "):"]
+    lines += _packed(evals, width=110)
     rows = [(name, step, plan.epoch_at(step), plan.values(step)) for name, step in named_steps(plan)]
     keys = ["lr", "weight_decay", "momentum", "global_batch"]
     keys += sorted({k for *_, values in rows for k in values} - set(keys))

@@ -13,6 +13,7 @@ from lightning_lars.recipe import catalog as recipe_table
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
+PUBLISHED_OPTIONAL = {"statistic", "no_target", "epoch_count"}  # lightning_lars.recipe.published
 MLPERF = [name for name in RECIPES if "mlperf" in name or name in ("fujitsu_86k", "nado_nesterov_32k")]
 ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
     "goyal_8k",
@@ -74,7 +75,7 @@ def test_recipe_states_claim_source_and_reproduce_command(name):
     assert any("Source:" in line or "Alias of" in line for line in header), name
     assert f"make recipe={name}" in text
     published = yaml.safe_load(text)["published"]
-    assert set(published) == PUBLISHED_KEYS, name
+    assert PUBLISHED_KEYS <= set(published) <= PUBLISHED_KEYS | PUBLISHED_OPTIONAL, name
     assert str(published["global_batch"]).startswith(str(recipe(name).batch.global_size))
 
 
