@@ -17,6 +17,7 @@ import yaml
 
 from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import show
 
 COLUMNS = ("recipe", "top1", "time", "global_batch", "epochs", "hardware", "source")
@@ -120,6 +121,8 @@ def show_main(argv: list[str]) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=30")
     args = parser.parse_args(argv)
     try:
+        if args.name not in recipe_names() and args.name.startswith(reference_points.RECIPE_PREFIX):
+            raise reference_points.unknown_reference(args.name)
         if args.name not in recipe_names():
             raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(recipe_names())}")
         if args.devices < 1 or args.nodes < 1:
