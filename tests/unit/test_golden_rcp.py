@@ -150,3 +150,15 @@ def test_unknown_reference_point_is_one_line_listing_those_that_exist():
         timeout=300,
     )
     assert_one_line_error(done, "resnet_ref_9999", *sorted(RCPS))
+
+
+def test_card_below_and_above_every_entry_says_what_the_checker_does():
+    """Below the smallest batch the checker judges against the smallest entry; above the largest it has none."""
+    smallest = min(RCPS, key=lambda name: RCPS[name]["BS"])
+    largest = max(entry["BS"] for entry in RCPS.values())
+    below = show("demo")  # LARS at batch 128
+    assert f"below every entry: the checker holds a run at this batch to {smallest}" in below
+    mean, _ = stats(RCPS[smallest]["Epochs to converge"])
+    assert f"at batch 128: reference {mean:.4g}" in below
+    above = show("google_mlperf07_64k", overrides=[f"batch.global_size={largest + 4096}"])
+    assert "above every entry: the checker asks a submission at this batch for a new RCP" in above
