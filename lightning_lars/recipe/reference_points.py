@@ -128,6 +128,13 @@ class ReferenceAtBatch:
     neighbours: tuple[ReferencePoint, ...] = ()  # the entries it interpolated between
 
 
+def pruned_entry_at(batch: int) -> str | None:
+    """The entry at ``batch`` that the checker prunes (it converges slower than the line between the entries
+    around it, so the checker interpolates instead), or None."""
+    name = next((n for n, entry in entries().items() if entry["BS"] == batch), None)
+    return name if name is not None and name not in checker().pruned_rcp_data else None
+
+
 def at_batch(batch: int) -> ReferenceAtBatch:
     rcp = checker()
     found = rcp._find_rcp(batch, RCP_PASS)
@@ -139,6 +146,8 @@ def at_batch(batch: int) -> ReferenceAtBatch:
         name, record = rcp._create_interp_rcp(batch, low, high)
         pair = (_point(_name_of(low), low), _point(_name_of(high), high))
         how = f"interpolated between {pair[0].name} and {pair[1].name}, the nearest the checker keeps"
+        if pruned_entry_at(batch):
+            how += f" ({pruned_entry_at(batch)} converges slower than that line: the checker prunes it)"
         return ReferenceAtBatch(batch, how, _point(name, record), pair)
     if high is not None:
         smallest = rcp._find_min_rcp(RCP_PASS)

@@ -162,3 +162,12 @@ def test_card_below_and_above_every_entry_says_what_the_checker_does():
     assert f"at batch 128: reference {mean:.4g}" in below
     above = show("google_mlperf07_64k", overrides=[f"batch.global_size={largest + 4096}"])
     assert "above every entry: the checker asks a submission at this batch for a new RCP" in above
+
+
+def test_card_at_a_pruned_entrys_batch_says_the_checker_prunes_it():
+    kept = RCP_Checker("training", "4.0.0", "resnet", verbose=False).pruned_rcp_data
+    name = next(n for n in sorted(RCPS) if n not in kept)
+    batch = RCPS[name]["BS"]
+    text = show(name)
+    assert f"MLCommons reference at global batch {batch}" in text
+    assert f"({name} converges slower than that line: the checker prunes it)" in text
