@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
+from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import show
 from lightning_lars.recipe.plan import plan_recipe
 from tests.helpers import assert_one_line_error
@@ -171,3 +172,15 @@ def test_card_at_a_pruned_entrys_batch_says_the_checker_prunes_it():
     text = show(name)
     assert f"MLCommons reference at global batch {batch}" in text
     assert f"({name} converges slower than that line: the checker prunes it)" in text
+
+
+def test_card_of_a_lars_recipe_without_mlperf_logging_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(reference_points, "RCP_PACKAGE", "no_mlperf_logging_here")
+    reference_points.entries.cache_clear()
+    try:
+        text = show("google_mlperf07_64k")
+    finally:
+        monkeypatch.undo()
+        reference_points.entries.cache_clear()
+    assert "Plan on 1 device(s)" in text
+    assert "MLCommons reference at this batch: not shown" in text and "pip install mlperf-logging" in text
