@@ -112,7 +112,7 @@ def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
 
 def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    started = time.perf_counter()
+    fit_started = time.perf_counter()  # time/wall_s counts from here; `started` (the command's) is start-up
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
     resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
@@ -124,7 +124,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    metrics["time/wall_s"] = time.perf_counter() - started
+    metrics["time/wall_s"] = time.perf_counter() - fit_started
     if trainer.is_global_zero:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
