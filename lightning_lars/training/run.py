@@ -38,10 +38,14 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
+    # a SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
+    configured = any(
+        type(c) is SignalCheckpoint and c.signums == preemption.preemption_signals() for c in callbacks
+    )
     callbacks += [
         ScheduleCallback(),
         ResumeState(),
-        SignalCheckpoint(),
+        *([] if configured else [SignalCheckpoint()]),
         SignalCheckpoint(signal_names=["SIGINT"]),
         SignalCheckpoint(signal_names=["SIGTERM"]),
         RunHistory(),
