@@ -142,7 +142,9 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
     """Make a built Trainer run ``plan``: accumulation, BN span, total steps, eval steps, epoch length."""
     trainer.accumulate_grad_batches = plan.batch_plan.accumulation
     trainer.callbacks.append(BatchNormGroups(plan.batch_plan))  # BN statistics over the recipe's span
-    trainer.callbacks.append(EvaluationSchedule(plan.eval_steps, plan.epoch_at))
+    trainer.callbacks.append(
+        EvaluationSchedule(plan.eval_steps, plan.epoch_at, plan.planned_steps if plan.stops_early else None)
+    )
     # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
     # than the source's padded epoch, so they do not bound the run.
     trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
