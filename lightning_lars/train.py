@@ -33,6 +33,9 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 )
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+# Lightning hints "prepend srun" wherever srun is on PATH outside a SLURM step: a workstation or login node with
+# SLURM's client tools. Multi-node runs here go through srun already (nodes=..., hydra/launcher=slurm).
+warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def fail(err: UserError) -> None:

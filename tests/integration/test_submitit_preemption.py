@@ -32,7 +32,6 @@ JOB_ID = "4242"
 
 def srun_tasks(tmp_path: Path, folder: Path, attempt: str, port: int) -> list[tuple[subprocess.Popen, Path]]:
     """What ``srun python -u -m submitit.core._submit FOLDER`` starts on a one-node job with 2 tasks."""
-    submitit_site = str(Path(submitit.__file__).resolve().parents[1])
     base = env(
         tmp_path,
         PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -48,7 +47,6 @@ def srun_tasks(tmp_path: Path, folder: Path, attempt: str, port: int) -> list[tu
         SLURM_CPUS_PER_TASK="1",
         MASTER_PORT=str(port),
     )
-    base["PYTHONPATH"] += os.pathsep + submitit_site
     tasks = []
     for rank in (0, 1):
         log = tmp_path / f"{attempt}-rank{rank}.log"
