@@ -7,11 +7,13 @@ Hydra composes the job and `lightning_lars.training.run` assembles and fits it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import warnings
 
 STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
+STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: see preemption.started_here
 
 import hydra
 from hydra.errors import InstantiationException
@@ -31,6 +33,9 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 )
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+# Lightning hints "prepend srun" wherever srun is on PATH outside a SLURM step: a workstation or login node with
+# SLURM's client tools. Multi-node runs here go through srun already (nodes=..., hydra/launcher=slurm).
+warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def fail(err: UserError) -> None:
@@ -45,7 +50,7 @@ def hydra_main(cfg: DictConfig) -> None:
     from lightning_lars.training.run import run
 
     try:
-        run(cfg, STARTED)
+        run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:
         fail(err)
     except InstantiationException as err:

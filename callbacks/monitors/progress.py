@@ -9,7 +9,7 @@ import time
 from collections import deque
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
-from lightning_lars.callbacks.techniques.evaluation import planned_epochs
+from lightning_lars.callbacks.techniques.evaluation import planned_epochs, planned_steps
 
 
 def _batch_size(batch) -> int:
@@ -169,7 +169,7 @@ class LogLineProgress(ProgressBar):
         loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
         epochs = planned_epochs(trainer, step)
         where = (
-            f"epoch {epochs:.2f}/{planned_epochs(trainer, total):.4g}"
+            f"epoch {epochs:.2f}/{planned_epochs(trainer, planned_steps(trainer) or total):.4g}"
             if epochs is not None
             else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
         )
