@@ -19,7 +19,7 @@ MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% pyt
              multirun=% PY=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
-.PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
+.PHONY: help install system-deps slurm-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
@@ -34,6 +34,11 @@ system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root
 	  echo "error: FFCV needs the Debian packages: $$missing; ask an admin to run: sudo apt-get install -y $$missing" >&2; exit 2; fi; \
 	echo "installing $$missing (for FFCV)"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
+
+slurm-deps: ## Debian's slurm-wlm: the one-node SLURM cluster the launcher tests of make test-slow start (as root)
+	@command -v slurmctld >/dev/null && exit 0; \
+	if [ "$$(id -u)" != 0 ]; then echo "skipping slurm-wlm: not root (the SLURM tests say so and skip)"; exit 0; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null
 
 $(STAMP): pyproject.toml $(LOCK)
 	@$(MAKE) --no-print-directory system-deps
