@@ -66,6 +66,18 @@ def _run(model, optimizer, grads_per_step, lrs):
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("clip", [False, True])
 def test_matches_float64_reference(form, nesterov, clip):
+    _check_reference(form, nesterov, clip, "eager")
+
+
+# Compiling costs seconds per case on a CPU: three cases that take every branch of `compiled.lars_update`.
+@pytest.mark.parametrize(
+    "form, nesterov, clip", [("nvidia", True, False), ("mlperf", False, True), ("you2017", True, True)]
+)
+def test_compiled_step_matches_float64_reference(form, nesterov, clip):
+    _check_reference(form, nesterov, clip, "compiled")
+
+
+def _check_reference(form, nesterov, clip, implementation):
     model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
@@ -76,9 +88,12 @@ def test_matches_float64_reference(form, nesterov, clip):
         "nesterov": nesterov,
         "clip": clip,
         "form": form,
+        "implementation": implementation,
     }
     rule = "none" if form == "you2017" else "ndim<=1"
-    ours = _run(model, LARS(param_groups(model, 1e-3, rule), **options), grads, LRS)
+    opt = LARS(param_groups(model, 1e-3, rule), **options)
+    ours = _run(model, opt, grads, LRS)
+    assert opt.implementation == implementation  # a compiled case that fell back would test eager twice
     adapted = [form == "you2017" or p.ndim > 1 for p in start]
     expected = reference(
         start,
@@ -172,9 +187,12 @@ def test_zero_norms_give_trust_ratio_one():
     torch.testing.assert_close(v.detach(), torch.full_like(v, 1.0 - 0.5 * 0.1))  # -lr * (0 + wd * 1)
 
 
-def test_step_never_modifies_grad():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_step_never_modifies_grad(implementation):
     model = small_mlp()
-    opt = LARS(param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True)
+    opt = LARS(
+        param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True, implementation=implementation
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     before = [p.grad.clone() for p in model.parameters()]
@@ -325,3 +343,52 @@ def test_gradient_norms_from_the_ddp_hook_are_used_once():
     state.grad_norms[first] = 100 * first.grad.norm()  # only one of two adapted tensors has a norm
     opt.step()
     assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fallback.parameters()))
+
+
+def test_compiled_step_does_not_recompile_when_scheduled_values_change():
+    """lr, momentum and weight decay change every step (schedules do): the compiled code is reused; a change
+    of structure (Nesterov on) does recompile, which shows the counter sees compilations at all."""
+    from torch._dynamo.utils import counters
+
+    model = small_mlp()
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, form="fujitsu", implementation="compiled")
+    grads = _grads(model, 6)
+    counters.clear()
+    _run(model, opt, grads[:1], LRS[:1])
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled == len(opt.param_groups)  # one graph per group
+    for step, (lr, momentum, decay) in enumerate(
+        zip(LRS[1:], [0.8, 0.85, 0.9, 0.95], [2e-3, 1e-3, 5e-4, 1e-4])
+    ):
+        for group in opt.param_groups:
+            group["momentum"] = momentum
+            group["wd_coefficient"] = 1.0 - 0.1 * step  # as callbacks.weight_decay_schedule sets it
+            group["weight_decay"] = decay if group["trust_adaptation"] else 0.0
+        _run(model, opt, grads[1 + step : 2 + step], [lr])
+    assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
+    assert opt.implementation == "compiled"
+    opt.param_groups[0]["nesterov"] = True
+    _run(model, opt, grads[5:], LRS[:1])
+    assert counters["stats"]["unique_graphs"] == compiled + 1
+
+
+def test_compiled_step_falls_back_to_eager_with_one_warning_where_compiling_fails(monkeypatch):
+    """A backend that cannot build kernels (as Inductor without a C++ compiler): one warning, eager steps."""
+
+    def failing_backend(graph, example_inputs):
+        raise RuntimeError("no C++ compiler found")
+
+    real_compile = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **_: real_compile(fn, backend=failing_backend, fullgraph=True)
+    )
+    model, twin = small_mlp(), small_mlp()
+    grads = _grads(model, 3)
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, implementation="compiled")
+    with pytest.warns(UserWarning, match="runs eagerly from now on") as warned:
+        got = _run(model, opt, grads, LRS[:3])
+    assert len([w for w in warned if "runs eagerly" in str(w.message)]) == 1
+    assert opt.implementation == "eager"
+    want = _run(twin, LARS(param_groups(twin, 1e-3), momentum=0.9, implementation="eager"), grads, LRS[:3])
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
