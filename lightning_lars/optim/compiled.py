@@ -160,7 +160,9 @@ class Compiled:
 
     def __init__(self, fn, mode: str):
         if mode not in MODES:
-            raise ValueError(f"optimizer implementation {mode!r} is unknown; set it to one of {MODES}")
+            raise ValueError(
+                f"implementation={mode!r} is unknown; set optimizer.implementation to eager or compiled"
+            )
         self.fn, self.mode = fn, mode
         self._compiled = None
         if mode == "compiled" and not torch._dynamo.is_dynamo_supported():
