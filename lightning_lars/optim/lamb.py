@@ -47,8 +47,8 @@ class LAMB(LayerwiseOptimizer):
         bias_correction: divide the moments by (1 - b^t) (default True, the paper's Algorithm 2). The authors'
             ResNet-50 code has none (optimization.py lines 111-117): set False to match it.
         shard_group: as for ``LARS`` (FSDP1 flat shards only).
-        implementation: "compiled" (default) or "eager", as for ``LARS``: steps 2-3 and step 5 run as two
-            compiled functions per group.
+        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 and step 5
+            run as two compiled functions per group.
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
     """
@@ -92,7 +92,7 @@ class LAMB(LayerwiseOptimizer):
 
     @property
     def implementation(self) -> str:
-        """ "compiled" or "eager": what steps run now ("eager" after a compile that failed)."""
+        """What steps run now: "compiled", or "eager" (also after a compile that failed)."""
         both = {self._direction_fn.mode, self._apply_fn.mode}
         return "compiled" if both == {"compiled"} else "eager"
 
@@ -122,9 +122,8 @@ class LAMB(LayerwiseOptimizer):
             clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
         compiled = self._direction_fn.mode == "compiled"
         if compiled:
-            updates, local_u = zip(
-                *[self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
-            )
+            pairs = [self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
+            updates, local_u = [u for u, _ in pairs], [n for _, n in pairs]  # work may be empty (FSDP1)
         else:
             updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]

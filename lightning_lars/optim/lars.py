@@ -57,8 +57,9 @@ class LARS(LayerwiseOptimizer):
         clip: LARC clipping (default False).
         shard_group: FSDP1 ``use_orig_params=True`` only: the process group the flat shards are spread over;
             norms of plain tensors are then summed over it. Not needed for DTensors or DDP.
-        implementation: "compiled" (default): steps 1-3 as one ``torch.compile``d function per group
-            (``optim.compiled``), falling back to eager where compiling is unavailable; "eager": foreach ops.
+        implementation: "eager" (default): foreach ops; "compiled": steps 1-3 as one ``torch.compile``d
+            function per group (``optim.compiled``), falling back to eager, with a warning, where compiling
+            fails. ``conf/optimizer/lars.yaml`` selects it with ``implementation``.
 
     Set ``track_stats = True`` and every following step stores ``last_stats``: a dict with ``names`` and fp32
     vectors ``w_norm``, ``g_norm``, ``trust_ratio`` (before LARC clipping) for the adapted tensors.
@@ -115,7 +116,7 @@ class LARS(LayerwiseOptimizer):
 
     @property
     def implementation(self) -> str:
-        """ "compiled" or "eager": what steps run now ("eager" after a compile that failed)."""
+        """What steps run now: "compiled", or "eager" (also after a compile that failed)."""
         return self._update_fn.mode
 
     def _hook_grad_norms(self, params: list[Tensor]) -> Tensor | None:
