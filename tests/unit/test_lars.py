@@ -214,13 +214,15 @@ def test_state_dict_round_trip_continues_identically():
         assert torch.equal(a, b)
 
 
-def test_bf16_params_keep_fp32_master_weights_and_state():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_bf16_params_keep_fp32_master_weights_and_state(implementation):
     model16 = small_mlp(dtype=torch.float32).to(torch.bfloat16)
     model32 = copy.deepcopy(model16).float()  # the same bf16-rounded start, in fp32
     grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
     options = {"momentum": 0.9, "trust_coefficient": 0.02, "weight_decay": 1e-3}
-    opt16 = LARS(model16.parameters(), **options)
+    opt16 = LARS(model16.parameters(), **options, implementation=implementation)
     _run(model16, opt16, grads, LRS[:3])
+    assert opt16.implementation == implementation
     want = _run(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
     for p, w in zip(model16.parameters(), want):
         state = opt16.state[p]
@@ -246,9 +248,10 @@ def test_timm_parity_where_semantics_match():
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_stats_are_whole_tensor_norms_and_trust_ratios():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_stats_are_whole_tensor_norms_and_trust_ratios(implementation):
     model = small_mlp()
-    opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02)
+    opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02, implementation=implementation)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     weights = [p.detach().clone() for p in model.parameters() if p.ndim > 1]
