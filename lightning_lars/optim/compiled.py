@@ -167,7 +167,8 @@ class Compiled:
         self._compiled = None
         if mode == "compiled" and not torch._dynamo.is_dynamo_supported():
             warnings.warn(
-                "torch.compile is unsupported here; the optimizer step runs eagerly (set implementation: eager)",
+                "torch.compile is unsupported here; the optimizer step runs eagerly"
+                " (set optimizer.implementation=eager)",
                 stacklevel=3,
             )
             self.mode = "eager"
@@ -187,9 +188,11 @@ class Compiled:
             failures = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
             if not isinstance(error, failures):
                 raise  # not a compile failure: a real error, and the step may have written already
+            cause = getattr(error, "inner_exception", None) or error  # what the backend itself raised
+            first = (str(cause).splitlines() or [""])[0][:200]
             warnings.warn(
-                f"compiling the optimizer step failed ({type(error).__name__}: {str(error).splitlines()[0]});"
-                " it runs eagerly from now on (set implementation: eager to skip the attempt)",
+                f"compiling the optimizer step failed ({type(cause).__name__}: {first}); it runs eagerly"
+                " from now on (set optimizer.implementation=eager to skip the attempt)",
                 stacklevel=2,
             )
             self.mode = "eager"

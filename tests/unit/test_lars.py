@@ -305,6 +305,7 @@ def test_descends_the_rosenbrock_function():
         {"eps": -1.0},
         {"trust_coefficient": 0.0},
         {"nesterov": True, "momentum": 0.0},
+        {"implementation": "jit"},
     ],
 )
 def test_bad_arguments_raise_value_error_as_torch_optimizers_do(kwargs):
@@ -395,3 +396,11 @@ def test_compiled_step_falls_back_to_eager_with_one_warning_where_compiling_fail
     want = _run(twin, LARS(param_groups(twin, 1e-3), momentum=0.9, implementation="eager"), grads, LRS[:3])
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def test_compiled_where_dynamo_is_unsupported_warns_and_steps_eagerly(monkeypatch):
+    """An interpreter torch.compile does not support (e.g. a too new Python): told at construction, not a crash."""
+    monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
+    with pytest.warns(UserWarning, match="torch.compile is unsupported here"):
+        opt = LARS(small_mlp().parameters(), implementation="compiled")
+    assert opt.implementation == "eager"
