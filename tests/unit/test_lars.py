@@ -351,26 +351,34 @@ def test_gradient_norms_from_the_ddp_hook_are_used_once():
 
 def test_compiled_step_does_not_recompile_when_scheduled_values_change():
     """lr, momentum and weight decay change every step (schedules do): the compiled code is reused; a change
-    of structure (Nesterov on) does recompile, which shows the counter sees compilations at all."""
+    of structure (Nesterov on) does recompile, which shows the counter sees compilations at all. The fujitsu
+    form (decay outside the lr, wd_coefficient) ends where the eager step, checked against the FJSGD kernel's
+    formula elsewhere, ends."""
     from torch._dynamo.utils import counters
 
     model = small_mlp()
+    twin = copy.deepcopy(model)
     opt = LARS(param_groups(model, 1e-3), momentum=0.9, form="fujitsu", implementation="compiled")
+    eager = LARS(param_groups(twin, 1e-3), momentum=0.9, form="fujitsu", implementation="eager")
     grads = _grads(model, 6)
     counters.clear()
     _run(model, opt, grads[:1], LRS[:1])
+    _run(twin, eager, grads[:1], LRS[:1])
     compiled = counters["stats"]["unique_graphs"]
     assert compiled == len(opt.param_groups)  # one graph per group
     for step, (lr, momentum, decay) in enumerate(
         zip(LRS[1:], [0.8, 0.85, 0.9, 0.95], [2e-3, 1e-3, 5e-4, 1e-4])
     ):
-        for group in opt.param_groups:
+        for group in opt.param_groups + eager.param_groups:
             group["momentum"] = momentum
             group["wd_coefficient"] = 1.0 - 0.1 * step  # as callbacks.weight_decay_schedule sets it
             group["weight_decay"] = decay if group["trust_adaptation"] else 0.0
-        _run(model, opt, grads[1 + step : 2 + step], [lr])
+        got = _run(model, opt, grads[1 + step : 2 + step], [lr])
+        want = _run(twin, eager, grads[1 + step : 2 + step], [lr])
     assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
     assert opt.implementation == "compiled"
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     opt.param_groups[0]["nesterov"] = True
     _run(model, opt, grads[5:], LRS[:1])
     assert counters["stats"]["unique_graphs"] == compiled + 1
