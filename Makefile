@@ -151,7 +151,7 @@ test-full: $(STAMP) ## everything
 
 bench: bench-optim bench-data bench-comm bench-bn bench-startup bench-largebatch ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
-bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step, ops/step; sharded vs unsharded update
+bench-optim: $(STAMP) ## our LARS/LAMB (eager, compiled) vs torch's fastest SGD/AdamW: ms/step, compile s, ops/step
 	$(PY) benchmarks/bench_optim.py
 
 bench-data: $(STAMP) ## FFCV vs torchvision images/s, conversion rate, decode ceiling
