@@ -70,10 +70,13 @@ class MLPerfLog(L.Callback):
             )
             return
         ckpt = Path(trainer.ckpt_path) if trainer.ckpt_path else None
-        # a resumed run writes into the folder of the run it resumes (its checkpoints are in <run>/checkpoints)
-        folder = (
-            ckpt.parent.parent if ckpt is not None and ckpt.parent.name == "checkpoints" else self.dirpath
-        )
+        # a resumed run writes into the folder of the run it resumes: <run>/checkpoints/*.ckpt, or Lightning's
+        # SLURM requeue checkpoint <run>/hpc_ckpt_<n>.ckpt; a checkpoint from elsewhere starts a log here
+        folder = self.dirpath
+        if ckpt is not None and ckpt.parent.name == "checkpoints":
+            folder = ckpt.parent.parent
+        elif ckpt is not None and ckpt.name.startswith("hpc_ckpt"):
+            folder = ckpt.parent
         self.path = folder / LOG_FILE
         self._logged_before = _events(self.path)
         self._stopped = ("run_stop", None) in self._logged_before
@@ -158,7 +161,7 @@ class MLPerfLog(L.Callback):
             self._epoch = epoch
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self._steps_seen:  # mid-accumulation: no optimizer step yet
+        if trainer.global_step == self._steps_seen or self._stopped:  # mid-accumulation, or after run_stop
             return
         self._steps_seen = step = trainer.global_step
         done = self._epochs(trainer, step) >= self._epoch - 1e-9 if self._epoch else False

@@ -49,17 +49,24 @@ def lars_keys(optimizer, schedule, round_: str) -> dict[str, float]:
     peak, warmup and decay end in steps, the LR where the decay ends). v0.6 named the base LR and the warmup
     ``opt_*``."""
     group = next((g for g in optimizer.param_groups if g.get("trust_adaptation")), optimizer.param_groups[0])
-    prefix = "opt" if round_.startswith("0.6") else "lars_opt"
     keys = {
+        "lars_opt_momentum": float(group["momentum"]),
+        "lars_opt_weight_decay": float(group["weight_decay"]),
+        "lars_epsilon": float(group["eps"]),
+    }
+    if not all(
+        hasattr(schedule, a) for a in ("peak_lr", "warmup_steps", "decay_end_step", "steps_per_epoch")
+    ):
+        return keys  # a schedule without warmup and decay phases (e.g. batch growth's wrapper): no LR keys
+    prefix = "opt" if round_.startswith("0.6") else "lars_opt"
+    keys |= {
         f"{prefix}_base_learning_rate": float(schedule.peak_lr),
-        f"{prefix}_learning_rate_warmup_epochs": getattr(  # TF's schedule counts its own epochs (N / B)
+        # TF's schedule (Google's recipes) states its warmup in its own epochs of N / B images
+        f"{prefix}_learning_rate_warmup_epochs": getattr(
             schedule, "warmup_epochs", schedule.warmup_steps / schedule.steps_per_epoch
         ),
         "lars_opt_end_learning_rate": float(schedule(schedule.decay_end_step)),
         "lars_opt_learning_rate_decay_steps": int(schedule.decay_end_step - schedule.warmup_steps),
-        "lars_opt_momentum": float(group["momentum"]),
-        "lars_opt_weight_decay": float(group["weight_decay"]),
-        "lars_epsilon": float(group["eps"]),
     }
     if hasattr(schedule, "power"):
         keys["lars_opt_learning_rate_decay_poly_power"] = float(schedule.power)

@@ -1,7 +1,7 @@
 """The MLPerf result log of a short real run of each MLPerf-derived recipe, judged by the unchanged compliance
 checker of ``mlperf-logging`` with the ruleset of the recipe's round: the only rule it fails is the accuracy
-target (a 3-step run on the demo data cannot reach 75.9 %), plus the closed-division rules the recipe's own
-deviations name (its published configuration breaks them). Generated data, CPU, in one process."""
+target (a 3-step run on the demo data cannot reach 75.9 %). None of the five published configurations breaks
+a closed-division rule of its round. Generated data, CPU, in one process."""
 
 from __future__ import annotations
 
@@ -75,21 +75,10 @@ def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:
     return metrics, built["parts"][0]
 
 
-def deviation_rules(name: str) -> list[str]:
-    """The closed-division rules a recipe's deviations say its published configuration breaks: the text after
-    "rule:" in each deviation whose technique names the MLPerf closed division."""
-    cfg = config.compose_job([f"recipe={name}"])
-    return [
-        d.published.split("rule:", 1)[1].strip()
-        for d in cfg.deviations
-        if "closed-division rule" in d.technique and "rule:" in d.published
-    ]
-
-
 @pytest.mark.parametrize("name", sorted(ROUNDS))
 def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO)
-    metrics, trainer = short_run(name, data_dir, tmp_path, monkeypatch)
+    metrics, _ = short_run(name, data_dir, tmp_path, monkeypatch)
     round_ = ROUNDS[name]
     log = tmp_path / LOG_FILE
     events = mlperf.read_events(log)
@@ -110,12 +99,7 @@ def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monk
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "aborted"
 
     messages = mlperf.compliance_messages(log, round_)
-    expected = [ACCURACY_RULE[round_], *deviation_rules(name)]
-    unexplained = [m for m in messages if not any(rule in m for rule in expected)]
-    assert not unexplained, (name, unexplained)
-    assert any(ACCURACY_RULE[round_] in m for m in messages), (name, messages)  # the target really is judged
-    for rule in deviation_rules(name):  # and a deviation names only rules the checker really fails
-        assert any(rule in m for m in messages), (name, rule, messages)
+    assert len(messages) == 1 and ACCURACY_RULE[round_] in messages[0], (name, messages)
 
 
 def test_nvidia_v10_log_carries_the_published_hyperparameters(data_dir, tmp_path, monkeypatch):
