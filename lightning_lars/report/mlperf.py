@@ -194,7 +194,9 @@ def rcp_verdict(logs: list[Path], round_: str, workdir: Path) -> RcpVerdict:
     for record in handler.records:
         if record.msg.strip().startswith("RCP Record"):  # logging keeps a lone dict argument as the args
             verdict.reference = dict(record.args if isinstance(record.args, dict) else record.args[0])
-        if record.msg.strip().startswith("Submission mean epochs"):
+        if (
+            record.msg.strip().startswith("Submission mean epochs:") and record.args
+        ):  # not its "... faster" line
             verdict.submission_mean = float(record.args[0])
     return verdict
 

@@ -11,12 +11,15 @@ import json
 import logging
 import math
 import shutil
+import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
+from lightning_lars.report import mlperf
 from lightning_lars.report.results import RESULTS_FILE
 
 pytestmark = pytest.mark.slow
@@ -66,7 +69,9 @@ def test_check_prints_the_rcp_checkers_verdict_on_the_runs_logs(data_dir, tmp_pa
         shutil.copyfile(out / f"seed_{seed}" / "mlperf.log", judged / f"result_{seed}.txt")
     logging.disable(logging.CRITICAL)
     try:
-        passed, message, _ = rcp_checker.check_directory(str(judged), "training", "1.0.0", False, False)
+        passed, message, _ = rcp_checker.check_directory(
+            str(judged), "training", "1.0.0", False, False, rcp_pass="pruned_rcps"
+        )  # as its command line does (the function's own default, "full_rcp", names no RCP set)
         read = [rcp_checker.read_submission_file(str(p), "1.0.0", False)[1] for p in sorted(judged.iterdir())]
     finally:
         logging.disable(logging.NOTSET)
@@ -75,3 +80,43 @@ def test_check_prints_the_rcp_checkers_verdict_on_the_runs_logs(data_dir, tmp_pa
     verdict = output[output.index("\nCheck: recipe") :]
     assert "test     " in verdict and "rcp      " in verdict  # beside the t-test, in the check's summary
     assert "rcp      " in (out / "check.txt").read_text()
+
+
+def result_log(path, epochs: int, batch: int = 3264) -> None:
+    """The lines the RCP checker reads from a converged run's log."""
+    lines = [
+        ("submission_benchmark", "resnet", {}),
+        ("global_batch_size", batch, {}),
+        ("eval_accuracy", 0.76, {"epoch_num": epochs}),
+        ("run_stop", None, {"status": "success"}),
+    ]
+    path.write_text(
+        "".join(
+            ":::MLLOG " + json.dumps({"time_ms": 1, "key": k, "value": v, "metadata": m}) + "\n"
+            for k, v, m in lines
+        )
+    )
+
+
+@pytest.mark.parametrize("epochs", [[35, 35, 36, 35, 34], [33, 33, 34, 33, 32], [34, 35, 36]])
+def test_verdict_lines_state_the_checkers_numbers(tmp_path, epochs):
+    """At batch 3264 the v1.0 RCP holds 15 NVIDIA runs: its olympic mean is the reference; ours is the olympic
+    mean of the runs; PASSED or FAILED is check_directory's own answer on the same files."""
+    logs = []
+    for index, value in enumerate(epochs):
+        logs.append(tmp_path / f"run{index}.log")
+        result_log(logs[-1], value)
+    lines = mlperf.rcp_verdict(logs, "1.0.0", tmp_path / "judged").lines()
+    package = Path(rcp_checker.__file__).parent / "training_1.0.0" / "rcps_resnet.json"
+    reference = sorted(json.loads(package.read_text())["resnet_ref_3264"]["Epochs to converge"])
+    ours = sorted(epochs)[1:-1]
+    assert f"reference mean {statistics.fmean(reference[1:-1]):.2f} epochs at batch 3264" in lines[1]
+    assert f"ours (olympic mean) {statistics.fmean(ours):.2f}" in lines[1]
+    logging.disable(logging.CRITICAL)
+    try:
+        passed, message, _ = rcp_checker.check_directory(
+            str(tmp_path / "judged"), "training", "1.0.0", False, False, rcp_pass="pruned_rcps"
+        )
+    finally:
+        logging.disable(logging.NOTSET)
+    assert lines[2].strip() == f"{message}: RCP test {'PASSED' if passed else 'FAILED'}"
