@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	# the newest tested set ($(LOCK)) as constraints: a clone reproduces the versions CI ran.
 	# torch and torchvision first, as a pair: they must be the same build (see README, Set-up)
 	$(PY) -m pip install -q -c $(LOCK) torch torchvision
-	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,ffcv]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,ffcv,mlperf]'
 	@touch $@
 
 install: $(STAMP) ## create .venv and install the project at the locked newest versions (once)

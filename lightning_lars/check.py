@@ -25,6 +25,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog as recipes
 from lightning_lars.recipe import published as judged
 from lightning_lars.recipe.catalog import RUNS_FILE
+from lightning_lars.report import mlperf
 from lightning_lars.report.results import RESULTS_FILE
 
 
@@ -260,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     text = report(rows, target, source, args.alpha, statistic)
+    if cfg.mlperf.round is not None:  # MLPerf-derived: the package's RCP checker on each run's mlperf.log
+        run_dirs = [out / f"seed_{row['seed']}" for row in rows]
+        text += "\n" + "\n".join(mlperf.rcp_report(str(cfg.mlperf.round), run_dirs, out / "rcp"))
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
 

@@ -18,7 +18,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
-from lightning_lars.config.schema import COMPILE_MODES
+from lightning_lars.config.schema import COMPILE_MODES, MLPERF_ROUNDS
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -67,6 +67,7 @@ def check(cfg: DictConfig) -> None:
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
     check_deviations(values["deviations"])
+    check_mlperf(values["mlperf"])
 
 
 def check_schema_keys(node: Any, where: str = "") -> None:
@@ -242,3 +243,14 @@ def check_deviations(deviations: list[dict]) -> None:
                     f"deviations[{index}].{name} is empty: every deviation needs technique, published,"
                     " ours and why"
                 )
+
+
+def check_mlperf(spec: dict) -> None:
+    """``mlperf.round``: a training round with a ResNet-50 benchmark, written as MLPerf's rulesets name it."""
+    value = spec["round"]
+    if value is None or str(value).startswith("${") or str(value) in MLPERF_ROUNDS:
+        return
+    raise UserError(
+        f"mlperf.round={_text(value)}: expected one of {', '.join(MLPERF_ROUNDS)} (the MLPerf training rounds"
+        " with ResNet-50, e.g. mlperf.round=1.0.0), or null for no MLPerf log"
+    )

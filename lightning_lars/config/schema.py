@@ -27,6 +27,8 @@ from omegaconf import MISSING
 SCHEMA_NAME = "train_schema"
 # torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+# MLPerf training rounds with a ResNet-50 benchmark (v0.6, June 2019, to v4.0, June 2024; v4.1 dropped it)
+MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
 
 
 class EpochMode(Enum):
@@ -76,6 +78,36 @@ class Deviation:
     why: str = MISSING
 
 
+class MLPerfDivision(Enum):
+    closed = "closed"
+    open = "open"
+
+
+class MLPerfStatus(Enum):
+    """``submission_status``; preview is valid from v0.7 on."""
+
+    research = "research"
+    onprem = "onprem"
+    cloud = "cloud"
+    preview = "preview"
+
+
+@dataclass
+class MLPerfConfig:
+    """The MLPerf result log (``<run dir>/mlperf.log``, `lightning_lars.callbacks.monitors.mlperf_log`): written
+    when ``round`` is set; the ``submission_*`` keys it opens with. The hyperparameters it logs are read from the
+    run, not from here."""
+
+    round: str | None = None  # one of MLPERF_ROUNDS, e.g. "1.0.0": the rules the log follows; null: no log
+    benchmark: str = "resnet"
+    division: MLPerfDivision = MLPerfDivision.closed
+    status: MLPerfStatus = MLPerfStatus.research
+    org: str = "lightning-lars"
+    platform: str | None = None  # null: the run's devices, e.g. "1xCPU"
+    poc_name: str = "lightning-lars"  # v0.6's submission_poc_name
+    entry: str = "lightning-lars"  # v0.6's submission_entry
+
+
 @dataclass
 class TrainConfig:
     recipe_name: str = "${hydra:runtime.choices.recipe}"
@@ -85,6 +117,7 @@ class TrainConfig:
     epoch_length: EpochLengthConfig = field(default_factory=EpochLengthConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     deviations: list[Deviation] = field(default_factory=list)
+    mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)
     published: dict[str, Any] = field(default_factory=dict)
     # the groups: open nodes, filled by conf/<group>/*.yaml and the recipe
     data: Any = None

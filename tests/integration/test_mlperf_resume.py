@@ -1,0 +1,70 @@
+"""A run killed mid-epoch and resumed leaves one continuous mlperf.log: the same events as an unbroken run,
+one run_start, the replayed steps not logged twice, and the compliance checker fails it only on accuracy.
+Real entry point, SIGKILL, run.ckpt_path=last (the runs of resume_runs.py, with the MLPerf log on)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+from resume_runs import ROOT, env, make_demo_data, train_command
+
+from lightning_lars.report import mlperf
+
+pytestmark = pytest.mark.slow
+MLPERF = ["mlperf.round=1.0.0", "evaluation.every_n_epochs=1", "~logger"]
+
+
+def shape(events: list[dict]) -> list[tuple]:
+    """What must match between two runs of the same steps: keys, epoch numbers, status, accuracies."""
+    return [
+        (e["key"], e["metadata"].get("epoch_num"), e["metadata"].get("first_epoch_num"),
+         e["metadata"].get("status"), e["value"] if e["key"] == "eval_accuracy" else None)
+        for e in events
+    ]  # fmt: skip
+
+
+def test_killed_and_resumed_run_writes_one_continuous_log(tmp_path_factory, tmp_path):
+    shared = tmp_path_factory.getbasetemp() / "resume_runs"
+    make_demo_data(shared)
+    reference_dir, run_dir = tmp_path / "reference", tmp_path / "run"
+    unbroken = subprocess.run(
+        train_command(shared, f"hydra.run.dir={reference_dir}", *MLPERF),
+        cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert unbroken.returncode == 0, (unbroken.stdout + unbroken.stderr)[-3000:]
+
+    command = train_command(shared, f"hydra.run.dir={run_dir}", *MLPERF)
+    with open(tmp_path / "killed.log", "w") as out:
+        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=out, stderr=subprocess.STDOUT)
+        checkpoint = run_dir / "checkpoints" / "epoch1-step8.ckpt"  # step 8: inside epoch 2 (steps 7-12)
+        deadline = time.monotonic() + 600
+        while not checkpoint.exists() and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    before = mlperf.read_events(run_dir / "mlperf.log")
+    assert [e["key"] for e in before].count("run_start") == 1
+    assert "run_stop" not in [e["key"] for e in before]  # it died before the end
+    assert 2 in [
+        e["metadata"].get("epoch_num") for e in before if e["key"] == "epoch_start"
+    ]  # killed inside it
+
+    resumed = subprocess.run(
+        [*command, "run.ckpt_path=last"],
+        cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-3000:]
+    assert "MLPerf log continues" in output
+
+    events = mlperf.read_events(run_dir / "mlperf.log")
+    assert events[: len(before)] == before  # appended: nothing of the first attempt lost or rewritten
+    reference = mlperf.read_events(reference_dir / "mlperf.log")
+    assert shape(events) == shape(reference)  # one run_start, no replayed epoch twice, the same accuracies
+    assert [e["time_ms"] for e in events] == sorted(e["time_ms"] for e in events)
+    messages = mlperf.compliance_messages(run_dir / "mlperf.log", "1.0.0")
+    assert len(messages) == 1 and "eval_accuracy : v['value'] >= 0.7590" in messages[0], messages
