@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names
+from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names, user_recipe_dirs
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.card import show
 
@@ -118,10 +118,11 @@ def show_main(argv: list[str]) -> None:
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw LR, weight decay and momentum, evals marked")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=30")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # make puts args="--plot F" before the overrides
     try:
-        if args.name not in recipe_names():
-            raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(recipe_names())}")
+        known = recipe_names(user_recipe_dirs(args.overrides))  # with the user's own, on hydra.searchpath
+        if args.name not in known:
+            raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(known)}")
         if args.devices < 1 or args.nodes < 1:
             raise UserError(f"--devices {args.devices} --nodes {args.nodes}: both must be at least 1")
         print(show(args.name, args.devices, args.nodes, args.overrides, args.plot))
