@@ -65,10 +65,33 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
             ["paths.data_dir=/nonexistent/data"],
             ["/nonexistent/data/demo/train.beton not found", "make demo-data"],
         ),
+        (  # a path of the user's own: the demo's command would never fill it
+            ["data.train_path=/nonexistent/mine/train.beton"],
+            ["make prepare src=<imagefolder> out=/nonexistent/mine"],
+        ),
+        (
+            ["data=demo_imagefolder", "data.root=/nonexistent/mine"],
+            ["expected /nonexistent/mine/train/<class>"],
+        ),
+        (  # 97 is prime: under 64 per device only 97 x 1 image, and BN over 1 image raises mid-run
+            ["batch.global_size=97", "batch.max_per_device=64"],
+            ["BN over 1 image cannot train", "set batch.global_size to 96 or 98"],
+        ),
+        (
+            ["batch.global_size=97", "batch.max_per_device=64", "batch.bn_group=16"],
+            ["bn_group=16", "set batch.global_size to 96 or 112"],
+        ),
+        (["scheduler.base_lr=-0.1"], ["scheduler.base_lr=-0.1", "must be > 0"]),
+        (["scheduler.base_lr=0"], ["scheduler.base_lr=0", "must be > 0"]),
+        (["optimizer.momentum=1.0"], ["optimizer.momentum=1.0", "[0, 1)"]),
+        (["optimizer.momentum=-0.5"], ["optimizer.momentum=-0.5", "[0, 1)"]),
+        (["trainer.devices=0"], ["trainer.devices=0", "number of devices >= 1"]),
     ],
 )
 def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
-    assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+    line = assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+    assert "max_per_device to" not in line  # never the advice to raise a cap that is not what stops the plan
+    assert not (tmp_path / "logs").exists()  # refused before Hydra made a run folder
 
 
 def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared, tmp_path):

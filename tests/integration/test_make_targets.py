@@ -61,3 +61,12 @@ def test_train_takes_a_users_recipe_without_the_package_line(tmp_path):
     done = make("recipe=mine", f"hydra.searchpath=[file://{conf}]", "args=--cfg job", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\nseed: 321\n" in done.stdout and "global_size: 96" in done.stdout, done.stdout
+
+
+def test_make_passes_an_upper_case_variable_as_the_environment_variable(tmp_path):
+    data = tmp_path / "my data"  # no prepared files there: the error names the folder the run looked in
+    done = make("recipe=demo", f"LARS_DATA_DIR={data}", f"paths.log_dir={tmp_path / 'logs'}", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and f"{data}/demo/train.beton not found" in errors[0], done.stderr
+    assert not (tmp_path / "logs").exists()
