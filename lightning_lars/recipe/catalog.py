@@ -62,6 +62,16 @@ def published(name: str) -> dict:
     return recipe_yaml(name).get("published") or {}
 
 
+def alias_of(name: str) -> str | None:
+    """The recipe ``name`` only renames: its defaults are one other recipe (and ``_self_``) and it sets nothing
+    but the ``published`` block `make recipes` shows."""
+    spec = recipe_yaml(name)
+    extends = [d for d in spec.get("defaults") or [] if d != "_self_"]
+    if len(extends) == 1 and extends[0] in recipe_names() and set(spec) <= {"defaults", "published"}:
+        return extends[0]
+    return None
+
+
 def rows() -> list[dict]:
     return [
         {"recipe": name, **{k: published(name).get(k, "?") for k in COLUMNS[1:]}} for name in recipe_names()
@@ -143,12 +153,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.markdown:
         sys.stdout.write(markdown())
         return
-    table = rows()
+    table = [
+        {**r, "recipe": f"{r['recipe']} = {alias_of(r['recipe'])}" if alias_of(r["recipe"]) else r["recipe"]}
+        for r in rows()
+    ]
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS[:-1]}
     print("  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]))
     for r in table:
         print("  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]))
     print(
+        "\nA = B: recipe A is an alias of B (the same run under a second name)."
         "\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
         "\nits card: python -m lightning_lars.recipe.catalog show NAME [--devices G --nodes N] [--plot FILE.png]"
     )
