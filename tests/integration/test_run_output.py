@@ -51,3 +51,8 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
         -3000:
     ]
     assert "Trainable params" in log  # the model summary: in the file, not on the console
+    # the W&B run (offline: its files on disk) carries the report image beside its table
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    images = list((wandb_run / "files" / "media" / "images" / "report").glob("report_png_*.png"))
+    assert [image.read_bytes() for image in images] == [(run_dir / "report.png").read_bytes()], images
+    assert list((wandb_run / "files" / "media" / "table" / "report").glob("summary_*.table.json"))
