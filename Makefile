@@ -117,12 +117,12 @@ test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from a
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
 
 wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 platform=manylinux_2_28_x86_64 without=torch out=DIR]
-	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
+	$(PY) -m lightning_lars.wheelhouse --out $(call quote,$(or $(out),wheelhouse)) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
 # A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
 gpu-kit: $(STAMP) ## wheels a GPU node still needs, <= 64 MiB: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
-	$(PY) -m lightning_lars.gpu_kit --out $(or $(out),gpu-kit) --python $(or $(python),3.12) \
+	$(PY) -m lightning_lars.gpu_kit --out $(call quote,$(or $(out),gpu-kit)) --python $(or $(python),3.12) \
 	    --platform $(or $(platform),manylinux_2_28_x86_64)
 
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh

@@ -70,3 +70,13 @@ def test_make_passes_an_upper_case_variable_as_the_environment_variable(tmp_path
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(errors) == 1 and f"{data}/demo/train.beton not found" in errors[0], done.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_make_demo_data_writes_into_a_folder_with_a_space(tmp_path):
+    out = tmp_path / "my data" / "demo"
+    done = make(
+        "demo-data", f"out={out}", "args=--train-per-class 4 --val-per-class 2 --workers 1", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "train.beton").stat().st_size > 0 and (out / "val.beton").stat().st_size > 0
+    assert not (tmp_path / "my").exists()  # not split at the space
