@@ -99,7 +99,7 @@ def target_of(cfg) -> tuple[float, str]:
 def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
     """One training run through the real entry point; returns its results.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = run_dir / "train.log"
+    log = run_dir / "console.log"  # what the run printed; its train.log is Hydra's, the run's logged records
     command = [
         sys.executable,
         "-m",
