@@ -29,7 +29,7 @@ is_override = $(and $(filter command line,$(origin $(1))),$(filter-out $(MAKE_VA
                     $(strip $(foreach c,$(lower_case) .,$(findstring $(c),$(1)))))
 OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call quote,$(n)=$(value $(n)))))
 
-.PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
+.PHONY: help install system-deps slurm-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
@@ -44,6 +44,11 @@ system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root
 	  echo "error: FFCV needs the Debian packages: $$missing; ask an admin to run: sudo apt-get install -y $$missing" >&2; exit 2; fi; \
 	echo "installing $$missing (for FFCV)"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
+
+slurm-deps: ## Debian's slurm-wlm: the one-node SLURM cluster the launcher tests of make test-slow start (as root)
+	@command -v slurmctld >/dev/null && exit 0; \
+	if [ "$$(id -u)" != 0 ]; then echo "skipping slurm-wlm: not root (the SLURM tests say so and skip)"; exit 0; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null
 
 $(STAMP): pyproject.toml $(LOCK)
 	@$(MAKE) --no-print-directory system-deps
@@ -156,7 +161,7 @@ test-full: $(STAMP) ## everything
 
 bench: bench-optim bench-data bench-comm bench-bn bench-startup bench-largebatch ## all benchmarks (tables with ratios; results go in BENCHMARKS.md)
 
-bench-optim: $(STAMP) ## our LARS vs timm Lars vs torch SGD: ms/step, ops/step; sharded vs unsharded update
+bench-optim: $(STAMP) ## our LARS/LAMB (eager, compiled) vs torch's fastest SGD/AdamW: ms/step, compile s, ops/step
 	$(PY) benchmarks/bench_optim.py
 
 bench-data: $(STAMP) ## FFCV vs torchvision images/s, conversion rate, decode ceiling

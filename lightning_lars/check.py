@@ -24,6 +24,7 @@ from pathlib import Path
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog as recipes
+from lightning_lars.recipe import published as judged
 from lightning_lars.recipe.catalog import RUNS_FILE
 from lightning_lars.report.results import RESULTS_FILE
 
@@ -90,6 +91,12 @@ def target_of(cfg) -> tuple[float, str]:
     published = (cfg.get("published") or {}).get("top1")
     if isinstance(published, (int, float)) and not isinstance(published, bool):
         return float(published), "published.top1"
+    reason = judged.no_target_reason(cfg.get("published"))
+    if reason:
+        raise UserError(
+            f"the recipe has no target (published.no_target): {reason};"
+            " to test a number of your own: callbacks.time_to_target.target_top1=PERCENT"
+        )
     raise UserError(
         "no target to test against: set callbacks.time_to_target.target_top1=PERCENT"
         " or published.top1 in the recipe"
@@ -123,17 +130,21 @@ def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dic
     return json.loads((run_dir / RESULTS_FILE).read_text())
 
 
-def report(rows: list[dict], target: float, source: str, alpha: float) -> str:
+def report(rows: list[dict], target: float, source: str, alpha: float, statistic: str = "final") -> str:
     top1 = [r["top1"] for r in rows]
     test = one_sided_test(top1, target)
     lines = [f"{'seed':>6}  {'top-1 %':>8}  {'time to target':>15}  {'wall s':>8}"]
     for r in rows:
         ttt = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else "not reached"
-        lines.append(f"{r['seed']:>6}  {r['top1']:>8.2f}  {ttt:>15}  {r['wall_s']:>8.1f}")
+        line = f"{r['seed']:>6}  {r['top1']:>8.2f}  {ttt:>15}  {r['wall_s']:>8.1f}"
+        if r.get("source_epoch") is not None:  # the epoch the source's own log would print at that eval
+            line += f"  epoch {r['source_epoch']:g} (source's count)"
+        lines.append(line + (f"  [{r['taken']}]" if r.get("taken") else ""))
     reached = sum(r["time_to_target_s"] is not None for r in rows)
     lines += [
         "",
         f"target   {target:.2f} % ({source})",
+        f"per run  {statistic}: {judged.STATISTICS[statistic]}",
         f"top-1    mean {test['mean']:.3f} %, std {test['std']:.3f} (n={test['n']})",
         f"reached  {reached}/{len(rows)} runs reached the target during training",
     ]
@@ -216,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
         cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
+        statistic = judged.statistic_of(cfg.get("published"))
+        count = judged.source_epoch_count(cfg.get("published"))
         out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime(
             "%Y-%m-%d_%H-%M-%S"
         )
@@ -229,10 +242,18 @@ def main(argv: list[str] | None = None) -> None:
                     f"seed {seed} ended before its first evaluation (no val/top1); train at least"
                     " the recipe's first evaluation (evaluation.*), or set run.validate_at_end=true"
                 )
+            top1, taken = judged.run_value(record, statistic, target)
+            reached_at = next((e["step"] for e in judged.evaluations(record) if e["top1"] >= target), None)
             rows.append(
                 {
                     "seed": seed,
-                    "top1": 100 * metrics["val/top1"],
+                    "top1": top1,
+                    "taken": taken,
+                    "source_epoch": None
+                    if reached_at is None
+                    else judged.source_epoch(
+                        reached_at, count, cfg.epoch_length.num_train_images, cfg.batch.global_size
+                    ),
                     "wall_s": metrics.get("time/wall_s", math.nan),
                     "time_to_target_s": metrics.get("target/time_to_target_s"),
                 }
@@ -241,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
-    text = report(rows, target, source, args.alpha)
+    text = report(rows, target, source, args.alpha, statistic)
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
 

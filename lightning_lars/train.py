@@ -7,11 +7,13 @@ Hydra composes the job and `lightning_lars.training.run` assembles and fits it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import warnings
 
 STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
+STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: see preemption.started_here
 
 import hydra
 from hydra.errors import InstantiationException
@@ -48,7 +50,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
     run_log.log_to_run_file()  # Hydra has set up train.log by now
     try:
-        run(cfg, STARTED)
+        run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:
         fail(err)
     except InstantiationException as err:

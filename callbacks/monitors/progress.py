@@ -9,7 +9,7 @@ import time
 from collections import deque
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
-from lightning_lars.callbacks.techniques.evaluation import planned_epochs
+from lightning_lars.callbacks.techniques.evaluation import planned_epochs, planned_steps
 
 
 def _batch_size(batch) -> int:
@@ -85,6 +85,7 @@ class TerminalProgressBar(TQDMProgressBar):
     def __init__(self, refresh_rate: int = 1, window: int = 50):
         super().__init__(refresh_rate=refresh_rate)
         self.clock = RunClock(window)
+        self._shown: dict | None = None  # the postfix shown since the last log step
 
     def init_train_tqdm(self):
         bar = super().init_train_tqdm()
@@ -111,9 +112,20 @@ class TerminalProgressBar(TQDMProgressBar):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def get_metrics(self, trainer, pl_module):
+        # The loss shown is a device tensor: reading it makes the host wait for the device, so while training
+        # the postfix is refreshed only at log steps (every trainer.log_every_n_steps optimizer steps) and
+        # the bar's counter moves on in between.
+        step = trainer.global_step
+        if trainer.training and self._shown is not None and step % max(1, trainer.log_every_n_steps):
+            return self._shown
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)
-        return {**metrics, **_status(trainer, self.clock)} if trainer.training else metrics
+        if not trainer.training:
+            return metrics
+        loss = trainer.callback_metrics.get("train/loss_step")
+        shown_loss = {"loss": f"{float(loss):.4g}"} if loss is not None else {}
+        self._shown = {**metrics, **shown_loss, **_status(trainer, self.clock)}
+        return self._shown
 
 
 class LogLineProgress(ProgressBar):
@@ -167,7 +179,7 @@ class LogLineProgress(ProgressBar):
         loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
         epochs = planned_epochs(trainer, step)
         where = (
-            f"epoch {epochs:.2f}/{planned_epochs(trainer, total):.4g}"
+            f"epoch {epochs:.2f}/{planned_epochs(trainer, planned_steps(trainer) or total):.4g}"
             if epochs is not None
             else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
         )

@@ -27,6 +27,10 @@ class TrustRatioMonitor(L.Callback):
 
     An optimizer without ``track_stats`` (SGD) gets a one-line notice and nothing is logged.
 
+    No host reads between log steps: a sample stays on the device (three vectors of one float per tensor)
+    until the next step that logs (``trainer.log_every_n_steps``), the end of the epoch or of training, and
+    only then is copied to the host, so an ``every_n_steps`` off the logging interval costs no device wait.
+
     Args:
         every_n_steps: sampling interval in optimizer steps (None: the trainer's ``log_every_n_steps``).
         per_layer: also log one series per tensor (161 tensors x 3 series for ResNet-50).
@@ -43,12 +47,15 @@ class TrustRatioMonitor(L.Callback):
         self.layer_history: list[tuple[int, list[float]]] = []  # per-layer trust ratios over training
         self.last: dict | None = None  # {"step", "names", "w_norm", "g_norm", "trust_ratio"} as Python lists
         self._tracked: list = []
+        self._pending: list[tuple[int, dict]] = []  # (step, stats) still on the device
+        self._trainer = None
 
     def on_fit_start(self, trainer, pl_module):
         if self.every_n_steps is None:
             self.every_n_steps = max(1, trainer.log_every_n_steps)
 
     def on_train_start(self, trainer, pl_module):
+        self._trainer = trainer
         self._tracked = [opt for opt in trainer.optimizers if hasattr(opt, "track_stats")]
         if not self._tracked:
             names = ", ".join(type(opt).__name__ for opt in trainer.optimizers)
@@ -69,7 +76,20 @@ class TrustRatioMonitor(L.Callback):
         for opt in self._tracked:
             stats, opt.last_stats, opt.track_stats = opt.last_stats, None, False
             if stats is not None and trainer.is_global_zero:
-                self._log(trainer, step, stats)
+                self._pending.append((step, stats))
+        if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+            self._flush(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._flush(trainer)
+
+    def on_train_end(self, trainer, pl_module):
+        self._flush(trainer)
+
+    def _flush(self, trainer) -> None:
+        pending, self._pending = self._pending, []
+        for step, stats in pending:
+            self._log(trainer, step, stats)
 
     def _log(self, trainer, step: int, stats: dict) -> None:
         # One device->host copy for all three vectors (no per-tensor .item() syncs).
@@ -110,6 +130,8 @@ class TrustRatioMonitor(L.Callback):
         )
 
     def state_dict(self):
+        if self._pending:  # Lightning asks before on_save_checkpoint: the saved history holds every sample
+            self._flush(self._trainer)
         return {
             "history": list(self.history),
             "layer_history": list(self.layer_history),

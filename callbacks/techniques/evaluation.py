@@ -19,11 +19,14 @@ class EvaluationSchedule(L.Callback):
     Args:
         eval_steps: completed-update counts after which to evaluate (`lightning_lars.recipe.plan`).
         epoch_at: ``step -> epochs`` in the source's count, for the logged ``train/epoch``.
+        planned_steps: the full run's steps when this run stops early (``trainer.max_steps`` as a smoke test):
+            progress reports epochs of the full run, not of the short one. None: the run is the plan.
     """
 
-    def __init__(self, eval_steps: list[int], epoch_at=None):
+    def __init__(self, eval_steps: list[int], epoch_at=None, planned_steps: int | None = None):
         self.eval_steps = frozenset(int(s) for s in eval_steps)
         self.epoch_at = epoch_at
+        self.planned_steps = planned_steps
         self._steps_seen = 0
 
     def setup(self, trainer, pl_module, stage):
@@ -52,6 +55,12 @@ class EvaluationSchedule(L.Callback):
                 on_epoch=False,
                 rank_zero_only=True,
             )
+
+
+def planned_steps(trainer) -> int | None:
+    """The full run's optimizer steps when this run stops early on its plan; else None."""
+    schedule = find_callback(trainer, EvaluationSchedule)
+    return None if schedule is None else schedule.planned_steps
 
 
 def planned_epochs(trainer, step: int) -> float | None:

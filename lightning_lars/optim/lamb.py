@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.compiled import Compiled, Scalars, lamb_apply, lamb_direction
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 
@@ -46,6 +47,8 @@ class LAMB(LayerwiseOptimizer):
         bias_correction: divide the moments by (1 - b^t) (default True, the paper's Algorithm 2). The authors'
             ResNet-50 code has none (optimization.py lines 111-117): set False to match it.
         shard_group: as for ``LARS`` (FSDP1 flat shards only).
+        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 and step 5
+            run as two compiled functions per group.
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
     """
@@ -60,6 +63,7 @@ class LAMB(LayerwiseOptimizer):
         max_grad_norm: float | None = 1.0,
         bias_correction: bool = True,
         shard_group: dist.ProcessGroup | None = None,
+        implementation: str = "eager",
     ):
         for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             if value < 0:
@@ -81,7 +85,16 @@ class LAMB(LayerwiseOptimizer):
         self.shard_group = shard_group
         self.track_stats = False
         self.last_stats: dict | None = None
+        self._direction_fn = Compiled(lamb_direction, implementation)
+        self._apply_fn = Compiled(lamb_apply, implementation)
+        self._scalars = Scalars()
         super().__init__(params, defaults)
+
+    @property
+    def implementation(self) -> str:
+        """What steps run now: "compiled", or "eager" (also after a compile that failed)."""
+        both = {self._direction_fn.mode, self._apply_fn.mode}
+        return "compiled" if both == {"compiled"} else "eager"
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -107,7 +120,12 @@ class LAMB(LayerwiseOptimizer):
         clip = None
         if self.max_grad_norm:
             clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
-        updates = [self._direction(group, tensors, clip) for group, tensors in work]
+        compiled = self._direction_fn.mode == "compiled"
+        if compiled:
+            pairs = [self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
+            updates, local_u = [u for u, _ in pairs], [n for _, n in pairs]  # work may be empty (FSDP1)
+        else:
+            updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
         if adapted or every_adapted:  # Collective 2: ||u|| of every adapted tensor.
             (u_norm,) = global_norms(
@@ -115,10 +133,11 @@ class LAMB(LayerwiseOptimizer):
                 [p for i in adapted for p in work[i][1].params],
                 self.shard_group,
                 every_adapted,
+                local_norms=[torch.cat([local_u[i] for i in adapted])] if compiled and adapted else None,
             )
         if not adapted:
-            for (group, tensors), u in zip(work, updates):
-                self._apply(group, tensors, u, None)
+            for i, ((group, tensors), u) in enumerate(zip(work, updates)):
+                self._apply(i, group, tensors, u, None)
             return loss
         counts = [len(work[i][1].params) for i in adapted]
         # group i's entries in w_norm and g_norm: starts[i] to starts[i + 1]
@@ -127,12 +146,34 @@ class LAMB(LayerwiseOptimizer):
         ratio = torch.where(torch.minimum(adapted_w, u_norm) > 0, adapted_w / u_norm, 1.0)
         by_index = dict(zip(adapted, ratio.split(counts)))
         for i, ((group, tensors), u) in enumerate(zip(work, updates)):
-            self._apply(group, tensors, u, by_index.get(i))
+            self._apply(i, group, tensors, u, by_index.get(i))
         if self.track_stats:
             adapted_g = torch.cat([g_norm[starts[i] : starts[i + 1]] for i in adapted])
             names = [n for i in adapted for n in work[i][1].names]
             self.last_stats = mt.stats(names, adapted_w, adapted_g, ratio)
         return loss
+
+    def _hyper(self, index: int, group: dict, tensors: mt.GroupTensors) -> list[Tensor]:
+        """The group's scalars as 0-d tensors (see ``compiled.lamb_direction``); counts the step."""
+        b1, b2 = group["betas"]
+        group["step"] += 1
+        t = group["step"]
+        bc1, bc2 = (1.0 - b1**t, 1.0 - b2**t) if group["bias_correction"] else (1.0, 1.0)
+        values = [b1, b2, group["eps"], group["weight_decay"], 1.0 / bc1, 1.0 / math.sqrt(bc2), group["lr"]]
+        return self._scalars(index, values, tensors.weights[0])
+
+    def _compiled_direction(self, index, group, tensors, clip) -> tuple[list[Tensor], Tensor]:
+        hyper = self._hyper(index, group, tensors)
+        clip = clip.to(hyper[0].dtype) if clip is not None else None
+        return self._direction_fn(
+            tensors.weights,
+            tensors.grads,
+            tensors.state["exp_avg"],
+            tensors.state["exp_avg_sq"],
+            clip,
+            hyper,
+            bool(group["weight_decay"]),
+        )
 
     @staticmethod
     def _direction(group: dict, tensors: mt.GroupTensors, clip: Tensor | None) -> list[Tensor]:
@@ -157,8 +198,14 @@ class LAMB(LayerwiseOptimizer):
             torch._foreach_mul_(update, 1.0 / bc1)
         return update
 
-    @staticmethod
-    def _apply(group: dict, tensors: mt.GroupTensors, update: list[Tensor], ratio: Tensor | None) -> None:
+    def _apply(self, index, group, tensors: mt.GroupTensors, update: list[Tensor], ratio: Tensor | None):
         """w -= lr * r * u (step 5)."""
+        if self._apply_fn.mode == "compiled":
+            hyper = self._scalars.last(index)
+            self._apply_fn(
+                tensors.weights, update, ratio.to(hyper[0].dtype) if ratio is not None else None, hyper
+            )
+            mt.write_back(tensors)
+            return
         mt.add_scaled_(tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update)
         mt.write_back(tensors)

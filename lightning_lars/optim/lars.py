@@ -7,6 +7,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim.compiled import Compiled, Scalars, lars_update
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 
@@ -56,6 +57,9 @@ class LARS(LayerwiseOptimizer):
         clip: LARC clipping (default False).
         shard_group: FSDP1 ``use_orig_params=True`` only: the process group the flat shards are spread over;
             norms of plain tensors are then summed over it. Not needed for DTensors or DDP.
+        implementation: "eager" (default): foreach ops; "compiled": steps 1-3 as one ``torch.compile``d
+            function per group (``optim.compiled``), falling back to eager, with a warning, where compiling
+            fails. ``conf/optimizer/lars.yaml`` selects it with ``implementation``.
 
     Set ``track_stats = True`` and every following step stores ``last_stats``: a dict with ``names`` and fp32
     vectors ``w_norm``, ``g_norm``, ``trust_ratio`` (before LARC clipping) for the adapted tensors.
@@ -73,6 +77,7 @@ class LARS(LayerwiseOptimizer):
         form: str = "nvidia",
         clip: bool = False,
         shard_group: dist.ProcessGroup | None = None,
+        implementation: str = "eager",
     ):
         if form not in FORMS:
             raise ValueError(
@@ -105,7 +110,14 @@ class LARS(LayerwiseOptimizer):
             None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
         )
         self.last_stats: dict | None = None
+        self._update_fn = Compiled(lars_update, implementation)
+        self._scalars = Scalars()
         super().__init__(params, defaults)
+
+    @property
+    def implementation(self) -> str:
+        """What steps run now: "compiled", or "eager" (also after a compile that failed)."""
+        return self._update_fn.mode
 
     def _hook_grad_norms(self, params: list[Tensor]) -> Tensor | None:
         """Per-parameter ``||g||`` from the DDP comm hook (``ddp_comm_state.compute_grad_norms``), or None.
@@ -141,14 +153,43 @@ class LARS(LayerwiseOptimizer):
         counts = [len(t.params) for _, t in adapted]
         one = len(counts) == 1  # the usual case: skip the split
         w_parts, g_parts = ([w_norm], [g_norm]) if one else (w_norm.split(counts), g_norm.split(counts))
-        ratios = [trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)]
-        by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
-        for group, tensors in work:
-            self._update(group, tensors, by_group.get(id(tensors)))
+        if self._update_fn.mode == "eager":
+            ratios = [trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)]
+            by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
+            for group, tensors in work:
+                self._update(group, tensors, by_group.get(id(tensors)))
+        else:
+            norms = {id(t): (w, g) for (_, t), w, g in zip(adapted, w_parts, g_parts)}
+            ratios = []
+            for index, (group, tensors) in enumerate(work):
+                ratio = self._compiled_update(index, group, tensors, *norms.get(id(tensors), (None, None)))
+                ratios += [ratio] if ratio is not None else []
         if self.track_stats and adapted:
             names = [n for _, t in adapted for n in t.names]
             self.last_stats = mt.stats(names, w_norm, g_norm, ratios[0] if one else torch.cat(ratios))
         return loss
+
+    def _compiled_update(self, index, group, tensors, w_norm, g_norm) -> Tensor | None:
+        values = [group[k] for k in ("lr", "momentum", "weight_decay", "trust_coefficient", "eps")]
+        hyper = self._scalars(index, [*values, group.get("wd_coefficient", 1.0)], tensors.weights[0])
+        if w_norm is not None:  # norms in the weights' dtype, as the eager path's trust ratio
+            w_norm, g_norm = w_norm.to(hyper[0].dtype), g_norm.to(hyper[0].dtype)
+        ratio = self._update_fn(
+            tensors.weights,
+            tensors.grads,
+            tensors.state.get("momentum_buffer", []),
+            w_norm,
+            g_norm,
+            hyper,
+            group["form"],
+            group["nesterov"],
+            group["clip"],
+            bool(group["weight_decay"]),
+            bool(group["momentum"]),
+            bool(group["eps"]),
+        )
+        mt.write_back(tensors)
+        return ratio
 
     @staticmethod
     def _update(group: dict, tensors: mt.GroupTensors, ratio: Tensor | None) -> None:

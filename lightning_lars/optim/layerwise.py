@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
+from lightning_lars.core.errors import UserError
 from lightning_lars.optim import multi_tensor as mt
-from lightning_lars.optim.param_groups import split_unresolved
+from lightning_lars.optim.param_groups import UNSHARDED_SHAPE, split_unresolved
 
 
 class LayerwiseOptimizer(Optimizer):
@@ -30,6 +31,11 @@ class LayerwiseOptimizer(Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group; one without ``trust_adaptation`` is first resolved by the exclusion rule."""
+        params = param_group["params"]
+        if not isinstance(params, torch.Tensor):  # torch itself wraps a single tensor
+            param_group = {**param_group, "params": list(params)}  # a generator is read once, here
+            check = [p[1] if isinstance(p, tuple) else p for p in param_group["params"]]
+            _refuse_untagged_fsdp1(type(self).__name__, check)
         for part in split_unresolved(param_group, adapt_all=self.adapts_all(param_group)):
             super().add_param_group(part)
 
@@ -44,3 +50,18 @@ class LayerwiseOptimizer(Optimizer):
             return None
         with torch.enable_grad():
             return closure()
+
+
+def _refuse_untagged_fsdp1(name: str, params: list[torch.Tensor]) -> None:
+    """FSDP1 hands out 1-D flat shards (its ``_flat_param``, or 1-D slices with ``use_orig_params=True``): by
+    their shape the exclusion rule excludes every one (a silent momentum SGD) and ``form="you2017"`` would take
+    per-shard norms. `param_groups.param_groups` tags each with its true shape; an untagged one is refused."""
+    untagged = [i for i, p in enumerate(params) if getattr(p, "_fsdp_flattened", False)]
+    untagged = [i for i in untagged if not hasattr(params[i], UNSHARDED_SHAPE)]
+    if untagged:
+        raise UserError(
+            f"{name} got {len(untagged)} FSDP1-flattened parameters (first: index {untagged[0]}) whose true"
+            " shapes it cannot see, so it would train them as momentum SGD with per-shard norms: pass"
+            " lightning_lars.optim.param_groups.param_groups(fsdp_model, weight_decay) (FSDP1 with"
+            " use_orig_params=True), or use strategy=fsdp1"
+        )

@@ -53,6 +53,7 @@ def global_norms(
     shard_group: dist.ProcessGroup | None = None,
     order: list[Tensor] | None = None,
     totals: bool = False,
+    local_norms: list[Tensor] | None = None,
 ) -> list[Tensor]:
     """L2 norms of whole tensors, one 1-D vector per input list.
 
@@ -68,6 +69,8 @@ def global_norms(
             holds nothing, so every rank reduces the same vector.
         totals: also return, last, a vector of each list's norm over ALL tensors (of ``order`` when given:
             LAMB's ||G|| needs the gradients this rank holds none of too).
+        local_norms: the local norms already taken (e.g. inside a compiled update), one vector per list in
+            ``math_dtype``; the lists are then not read again.
 
     Returns:
         For each list, a vector of ``len(params)`` norms in ``math_dtype``, identical on every rank.
@@ -79,6 +82,8 @@ def global_norms(
     dtype = math_dtype([t for tensors in lists for t in tensors] or order)
     if n == 0:  # this rank holds no shard with a gradient, but must still join the all-reduce
         per_list = [torch.zeros(0, dtype=dtype, device=order[0].device) for _ in lists]
+    elif local_norms is not None:
+        per_list = [v.to(dtype) for v in local_norms]
     else:
         per_list = [torch.stack(torch._foreach_norm(tensors, 2, dtype=dtype)) for tensors in lists]
     if slotted:

@@ -1,5 +1,6 @@
 """A recipe's run planned without data or a GPU: steps per epoch, evaluation steps, the LR schedule, the
-recipe card and the catalogue of recipes with their published results.
+recipe card and the catalogue of recipes with their published results, and MLCommons' reference convergence
+points (read from the optional mlperf-logging package) that the card sets beside a LARS recipe.
 
 Imports ``core``, ``config`` and ``schedules``.
 """

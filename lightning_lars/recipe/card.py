@@ -5,15 +5,27 @@
 Steps per epoch and how the source counted them, warmup/decay/total steps, LR, weight decay and momentum
 at named steps (the values the run's callbacks apply), eval steps, the batch plan on G devices x N nodes,
 the deviations and the published claim. The plan lines are the ones train.py prints for the same config.
+
+A LARS recipe's card ends with MLCommons' reference convergence point at its global batch (interpolated
+between two entries as the RCP checker does) beside the recipe's own hyperparameters and epochs; a
+``resnet_ref_*`` recipe's card also shows its entry's epochs to converge and its decay steps read both ways.
 """
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
+from omegaconf import DictConfig
+
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe.plan import RecipePlan, plan_recipe
+from lightning_lars.recipe import published as judged
+from lightning_lars.recipe import reference_points as rcp
+from lightning_lars.recipe.plan import (
+    RecipePlan,
+    compose_recipe,
+    make_plan,
+    planned_train_images,
+)
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 
@@ -50,6 +62,26 @@ def _format(value) -> str:
     return f"{value:.6g}"
 
 
+def _packed(items: list[str], width: int) -> list[str]:
+    """``items`` joined by ", " into lines of at most ``width`` characters (indent 2), never splitting one."""
+    lines: list[str] = []
+    current: list[str] = []
+    for item in items:
+        if current and len(", ".join([*current, item])) + 3 > width:
+            lines.append("  " + ", ".join(current) + ",")
+            current = []
+        current.append(item)
+    return lines + ["  " + ", ".join(current)] if current else lines
+
+
+def target_line(plan: RecipePlan) -> str:
+    """What `make check` tests this recipe against, and which statistic of a run it compares."""
+    reason = judged.no_target_reason(plan.published)
+    if reason:
+        return f"  target: none ({reason})"
+    return f"  judged by: {judged.STATISTICS[judged.statistic_of(plan.published)]} (published.statistic)"
+
+
 def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     published = plan.published
     lines = [
@@ -60,6 +92,7 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
             f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
             f" on {published.get('hardware', '?')}"
         ),
+        target_line(plan),
         "",
         (
             f"Plan on {devices} device(s) x {nodes} node(s), {plan.num_train_images:,} train images"
@@ -69,9 +102,19 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
-    evals = ", ".join(f"{step} ({plan.epoch_at(step):.4g})" for step in plan.eval_steps)
-    lines += ["", "Evaluations after step (epoch):"]
-    lines += textwrap.wrap(evals, width=110, initial_indent="  ", subsequent_indent="  ")
+    count = judged.source_epoch_count(published)
+    evals = [
+        f"{step} ({plan.epoch_at(step):.4g}"
+        + (
+            ""
+            if count is None
+            else f"; source {judged.source_epoch(step, count, plan.num_train_images, plan.global_batch(step)):g}"
+        )
+        + ")"
+        for step in plan.eval_steps
+    ]
+    lines += ["", "Evaluations after step (epoch" + ("; epoch in the source's log" if count else "") + "):"]
+    lines += _packed(evals, width=110)
     rows = [(name, step, plan.epoch_at(step), plan.values(step)) for name, step in named_steps(plan)]
     keys = ["lr", "weight_decay", "momentum", "global_batch"]
     keys += sorted({k for *_, values in rows for k in values} - set(keys))
@@ -149,9 +192,80 @@ def plot(plan: RecipePlan, path: Path) -> Path:
     return path
 
 
+def _entry_lines(plan: RecipePlan) -> list[str]:
+    """A ``resnet_ref_*`` recipe: its entry's epochs to converge and its decay steps as written and as epochs."""
+    point, decay = rcp.reference_point(plan.recipe), rcp.decay_readings(plan.recipe)
+    epochs = point.epochs_to_converge
+    earlier = (
+        f"; training_1.0.0 wrote this entry's value as {decay.earlier} (epochs)"
+        if decay.earlier is not None
+        else ""
+    )
+    return [
+        "",
+        f"MLCommons reference point {point.name} (mlperf_logging {rcp.RCP_FILE}):",
+        f"  epochs to {rcp.TARGET_TOP1} % top-1 over {len(epochs)} runs: mean {point.mean_epochs:.4g}"
+        f" (the RCP checker's: without the fastest and the slowest run), stdev {point.stdev_epochs:.3g},"
+        f" range {min(epochs)}-{max(epochs)}",
+        f"  opt_learning_rate_decay_steps as written: {decay.as_written} steps"
+        f" = {decay.epochs_of_n_over_b:.3f} epochs of N/B = {decay.epochs_of_whole_steps:.3f} epochs of"
+        f" N // B = {rcp.NUM_TRAIN_IMAGES // point.batch} steps{earlier}",
+        f"  this recipe: warmup {plan.warmup_steps} steps, decay {plan.decay_end_step - plan.warmup_steps} steps"
+        f" (to step {plan.decay_end_step}), run {plan.total_steps} steps = {plan.total_epochs:.4g} epochs",
+    ]
+
+
+def _bn_span(plan: RecipePlan) -> str:
+    span = plan.batch_plan.bn_group
+    return str(span) if span is not None else f"{plan.batch_plan.per_device} (per device)"
+
+
+def _comparison_lines(plan: RecipePlan) -> list[str]:
+    """MLCommons' reference at the recipe's global batch beside the recipe's hyperparameters and epochs."""
+    batch = plan.global_batch(0)
+    reference = rcp.at_batch(batch)
+    lines = ["", f"MLCommons reference at global batch {batch} ({rcp.RCP_FILE}): {reference.how}"]
+    if reference.point is None:
+        return lines
+    point = reference.point
+    shown = reference.neighbours or (point,)
+    header = ["", "this recipe", *(f"{p.name} (B {p.batch})" for p in shown)]
+    rows = [
+        ("peak LR", f"{plan.peak_lr:.6g}", "opt_base_learning_rate"),
+        ("warmup epochs", f"{plan.epoch_at(plan.warmup_steps):.4g}", "opt_learning_rate_warmup_epochs"),
+        ("momentum", _format(plan.base_momentum), "opt_momentum"),
+        ("weight decay", _format(plan.base_weight_decay), "opt_weight_decay"),
+        ("BN span", _bn_span(plan), "model_bn_span"),
+    ]
+    table = [[name, ours, *(_format(p.hyperparams.get(key)) for p in shown)] for name, ours, key in rows]
+    run = f"{plan.total_epochs:.4g} (run)"
+    table.append(["epochs", run, *(f"{p.mean_epochs:.4g} +- {p.stdev_epochs:.2g}" for p in shown)])
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *table]]
+    published = plan.published.get("epochs", "?")
+    lines.append(
+        f"  epochs to {rcp.TARGET_TOP1} % at batch {batch}: reference {point.mean_epochs:.4g}"
+        f" +- {point.stdev_epochs:.2g}; the checker accepts a 5-run mean down to {point.min_epochs:.4g};"
+        f" this recipe's source: {published} epochs"
+    )
+    return lines
+
+
+def is_lars(cfg: DictConfig) -> bool:
+    return str(cfg.optimizer.get("_target_", "")).rsplit(".", 1)[-1] == "LARS"
+
+
 def show(name: str, devices: int = 1, nodes: int = 1, overrides=(), plot_path: str | None = None) -> str:
-    plan = plan_recipe(name, devices=devices, nodes=nodes, overrides=list(overrides))
+    cfg = compose_recipe(name, list(overrides))
+    plan = make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)
     text = card(plan, devices, nodes)
+    if name.startswith(rcp.RECIPE_PREFIX):  # its card needs the RCP file: an error names the install
+        text += "\n" + "\n".join(_entry_lines(plan))
+    if is_lars(cfg):
+        try:
+            text += "\n" + "\n".join(_comparison_lines(plan))
+        except UserError as missing:  # mlperf-logging is optional: the rest of the card stands without it
+            text += f"\n\nMLCommons reference at this batch: not shown ({missing})"
     if plot_path:
         text += f"\n\nplot: {plot(plan, Path(plot_path))}"
     return text

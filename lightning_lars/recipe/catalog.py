@@ -17,6 +17,7 @@ import yaml
 
 from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names, user_recipe_dirs
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import show
 
 COLUMNS = ("recipe", "top1", "time", "global_batch", "epochs", "hardware", "source")
@@ -37,6 +38,23 @@ recipes' `published:` and `deviations:` blocks and from `recipes/runs.jsonl`.
 
 What the papers and MLPerf submissions reported, not runs of ours.
 
+"""
+REFERENCE_POINTS = """
+## MLCommons reference points (`resnet_ref_*`)
+
+One recipe per entry of MLCommons' ResNet-50 reference convergence points (RCPs), the newest ruleset that has
+them: `mlperf_logging/rcp_checker/training_4.0.0/rcps_resnet.json` in the mlperf-logging package (batch 1,632 to
+67,840). Each recipe's batch, BN span, LR, warmup, momentum and weight decay are the entry's; what an entry does
+not say (LARS form, epoch count, schedule shape, input pipeline, label smoothing) comes from MLCommons' reference
+implementation (mlcommons/training `image_classification/tensorflow2`) or is marked as our choice. The published
+result is the entry's epochs to 75.9 % top-1 as the RCP checker counts them (mean without the fastest and the
+slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this file, but five entries
+(1632, 3264, 4096, 13056, 32768) are epoch counts converted with N/B (training_1.0.0 wrote them in epochs) and
+two (49152, 58880) are whole epochs of N // B steps, which we read as the run's length: each recipe says how it
+reads its entry, and its card shows the value both ways. The card of every LARS recipe
+ends with the reference point at its batch, interpolated between two entries as the RCP checker does, beside
+the recipe's own hyperparameters (`make recipe-card recipe=google_mlperf07_64k`). A golden test
+(`tests/unit/test_golden_rcp.py`) compares every recipe and card with the installed file.
 """
 DEVIATIONS_HEADER = """
 ## Deviations
@@ -103,7 +121,7 @@ def _table(columns, records) -> list[str]:
 
 
 def markdown(runs_path: Path = RUNS_FILE) -> str:
-    text = HEADER + "\n".join(_table(COLUMNS, rows())) + "\n"
+    text = HEADER + "\n".join(_table(COLUMNS, rows())) + "\n" + REFERENCE_POINTS
     deviations = deviation_rows()
     text += (
         DEVIATIONS_HEADER
@@ -131,6 +149,8 @@ def show_main(argv: list[str]) -> None:
     args = parser.parse_intermixed_args(argv)  # make puts args="--plot F" before the overrides
     try:
         known = recipe_names(user_recipe_dirs(args.overrides))  # with the user's own, on hydra.searchpath
+        if args.name not in known and args.name.startswith(reference_points.RECIPE_PREFIX):
+            raise reference_points.unknown_reference(args.name)
         if args.name not in known:
             raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(known)}")
         if args.devices < 1 or args.nodes < 1:

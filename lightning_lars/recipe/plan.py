@@ -7,6 +7,12 @@ train.py runs exactly that plan and the recipe card (``python -m lightning_lars.
 golden tests print and check it. Step convention: ``step`` is the number of optimizer updates done before
 this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
 completed updates after which an evaluation runs, and the last one is always the final step.
+
+A short run (``trainer.max_steps=N`` ending the run at least one whole epoch before ``trainer.max_epochs``: a
+smoke test of a real recipe) runs the first N steps of the full plan: LR, weight decay and evaluations follow
+the ``max_epochs`` schedule, an evaluation comes at step N, and the plan says once that it stops early. A
+``max_steps`` inside the last epoch, or one the schedule's length interpolates (``${trainer.max_steps}``), is
+how a recipe itself ends a run counted in steps (the TF/MLPerf ones).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class RecipePlan:
     epoch_mode_text: str  # how the epoch is counted, with the numbers
     steps_per_epoch: int
     epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
-    total_steps: int
+    total_steps: int  # where this run stops (a short run: trainer.max_steps)
     warmup_steps: int
     decay_end_step: (
         int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
@@ -52,6 +58,14 @@ class RecipePlan:
     value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
     base_weight_decay: float = 0.0
     base_momentum: float | None = None
+    planned_steps: int = 0  # the full run the schedule spans (0: total_steps; more: a short run of it)
+
+    def __post_init__(self) -> None:
+        self.planned_steps = max(self.planned_steps, self.total_steps)
+
+    @property
+    def stops_early(self) -> bool:
+        return self.total_steps < self.planned_steps
 
     @property
     def total_epochs(self) -> float:
@@ -101,6 +115,7 @@ class RecipePlan:
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
             "total_epochs": self.total_epochs,
+            "planned_steps": self.planned_steps,
             "warmup_steps": self.warmup_steps,
             "decay_end_step": self.decay_end_step,
             "eval_steps": list(self.eval_steps),
@@ -110,10 +125,10 @@ class RecipePlan:
         }
 
     def _decay_note(self) -> str:
-        if self.decay_end_step > self.total_steps:
+        if self.decay_end_step > self.planned_steps:
             return " (past the last step: the LR never reaches its end value)"
-        if self.decay_end_step < self.total_steps:
-            return f" (then flat to step {self.total_steps})"
+        if self.decay_end_step < self.planned_steps:
+            return f" (then flat to step {self.planned_steps})"
         return ""
 
     def describe(self) -> list[str]:
@@ -124,12 +139,18 @@ class RecipePlan:
         lines = [
             f"plan: {self.batch_plan.describe()}",
             (
-                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.total_steps} steps"
-                f" = {self.total_epochs:.4g} epochs; warmup {self.warmup_steps} steps; LR decays until step"
-                f" {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"
+                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.planned_steps} steps"
+                f" = {self.epoch_at(self.planned_steps):.4g} epochs; warmup {self.warmup_steps} steps; LR decays"
+                f" until step {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"
             ),
             f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
         ]
+        if self.stops_early:
+            lines.append(
+                f"plan: stops early after step {self.total_steps} of {self.planned_steps} (trainer.max_steps,"
+                f" {self.total_epochs:.4g} epochs): LR and evaluations follow the full schedule, the last"
+                f" evaluation at step {self.total_steps}"
+            )
         lines += [
             f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
             for d in self.deviations
@@ -213,11 +234,19 @@ def make_plan(
     total = _total_steps(cfg, epoch_ends)
     if total < 1:
         raise recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
+    # a short run (module docstring): plan the max_epochs run, stop after `stop` of its steps. Not where the
+    # schedule's length is ${trainer.max_steps} itself (tf_lars_poly): the run is then counted in steps.
+    counted_in_steps = "total_steps" in cfg.scheduler and OmegaConf.is_interpolation(
+        cfg.scheduler, "total_steps"
+    )
+    short = not counted_in_steps and len(epoch_ends) > 1 and total <= epoch_ends[-2]
+    stop, total = total, (epoch_ends[-1] if short else total)
     if total > epoch_ends[-1]:  # max_steps beyond max_epochs: extend with whole epochs of the last length
         last = epoch_ends[-1] - (epoch_ends[-2] if len(epoch_ends) > 1 else 0)
         while epoch_ends[-1] < total:
             epoch_ends.append(epoch_ends[-1] + last)
     evals = eval_steps(recipe, cfg, epoch_ends, total)
+    evals = [s for s in evals if s < stop] + [stop]  # a short run also evaluates where it stops
 
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
     if "total_steps" in scheduler and scheduler["total_steps"] is None:
@@ -246,7 +275,8 @@ def make_plan(
         epoch_mode_text=text,
         steps_per_epoch=per_epoch,
         epoch_end_steps=epoch_ends,
-        total_steps=total,
+        total_steps=stop,
+        planned_steps=total,
         warmup_steps=schedule.warmup_steps,
         decay_end_step=schedule.decay_end_step,
         eval_steps=evals,

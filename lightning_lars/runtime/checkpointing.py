@@ -25,6 +25,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -365,8 +366,11 @@ class SignalCheckpoint(L.Callback):
     signal. Then, at the end of a batch that stepped the optimizer:
 
     - one process: checked at every step (a Python flag, no synchronisation);
-    - distributed: every ``check_every_n_steps`` optimizer steps all ranks agree (one boolean all-reduce, the
-      only host-device sync this callback makes), so a rank that got no signal stops at the same step.
+    - distributed: about every ``check_every_s`` seconds all ranks agree, at a step boundary, in one all-reduce
+      (the only host-device sync this callback makes) of (signal seen, steps until the next agreement): a rank
+      that got no signal stops at the same step, and every rank picks the same next step, the fewest steps any
+      rank measured to fill ``check_every_s``. Time, not a step count: with heavy accumulation 10 steps can
+      outlast the warning.
 
     What follows the agreed stop, on every rank:
 
@@ -378,16 +382,19 @@ class SignalCheckpoint(L.Callback):
     - otherwise: save ``signal-step<n>.ckpt``; resume with ``run.ckpt_path=last``.
 
     Args:
-        check_every_n_steps: optimizer steps between agreements when distributed (None: the trainer's
-            ``log_every_n_steps``). The save starts within this many steps of the signal: keep N x step time
-            well inside the warning (90 s).
+        check_every_s: seconds of training between agreements when distributed (0: at every step). The save
+            starts within about this long, or one step if a step takes longer, after the signal: keep it well
+            inside the warning (90 s), with the save's own time.
         signal_names: the signals to catch (None: SIGUSR1 and submitit's).
     """
 
-    def __init__(self, check_every_n_steps: int | None = None, signal_names: list[str] | None = None):
-        if check_every_n_steps is not None and check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps={check_every_n_steps} must be >= 1")
-        self.check_every_n_steps = check_every_n_steps
+    def __init__(self, check_every_s: float = 10.0, signal_names: list[str] | None = None):
+        if not check_every_s >= 0:
+            raise ValueError(f"check_every_s={check_every_s} must be >= 0 seconds")
+        self.check_every_s = check_every_s
+        self.num_agreements = 0  # all-reduces made (distributed only)
+        self._next_check = 0  # the optimizer step at which all ranks agree next
+        self._checked = (0, 0.0)  # (step, time.monotonic()) of the last agreement
         self.signums = preemption_signals(signal_names)
         self.received: int | None = None
         self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
@@ -397,8 +404,8 @@ class SignalCheckpoint(L.Callback):
         # Lightning registers its handlers right before training starts (submitit before the job runs), so
         # they are in place here.
         self._step_seen = trainer.global_step
-        if self.check_every_n_steps is None:
-            self.check_every_n_steps = max(1, trainer.log_every_n_steps)
+        self._next_check = trainer.global_step + 1  # the first agreement measures the first step's time
+        self._checked = (trainer.global_step, time.monotonic())
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in self.signums:
@@ -417,11 +424,25 @@ class SignalCheckpoint(L.Callback):
         self._step_seen = trainer.global_step
         received = self.received is not None
         if _distributed(trainer):
-            if trainer.global_step % self.check_every_n_steps:
+            if trainer.global_step < self._next_check:
                 return
-            received = trainer.strategy.reduce_boolean_decision(received, all=False)
+            received = self._agree(trainer, received)
         if received:
             self._stop(trainer)
+
+    def _agree(self, trainer: L.Trainer, received: bool) -> bool:
+        """One all-reduce (max) of (signal seen, -steps to the next agreement): any rank's signal, and the
+        fewest steps any rank measured to fill ``check_every_s``, so every rank agrees next at the same step."""
+        step, now = trainer.global_step, time.monotonic()
+        step_s = (now - self._checked[1]) / max(1, step - self._checked[0])
+        steps = max(1, int(self.check_every_s / step_s)) if step_s > 0 else 1
+        decision = torch.tensor([float(received), -float(steps)], device=trainer.strategy.root_device)
+        torch.distributed.all_reduce(decision, op=torch.distributed.ReduceOp.MAX)
+        seen, fewest = decision.tolist()  # one device-to-host copy
+        self.num_agreements += 1
+        self._next_check = step + int(-fewest)
+        self._checked = (step, now)
+        return seen > 0
 
     def _stop(self, trainer: L.Trainer) -> None:
         submitit_signum, submitit = next(

@@ -11,7 +11,9 @@ How a preempted SLURM run comes back (submit with ``#SBATCH --signal=SIGUSR1@90`
    handler requeues once fit has unwound (`Preempted.then`).
 2. SLURM starts the same batch script again with the same job id. `run_dir_overrides` gives both attempts
    the same run folder (``.../runs/slurm-<job id>``), so `lightning_lars.runtime.resume` finds the checkpoint there
-   and the run continues exactly where it stopped, in the same W&B run.
+   and the run continues exactly where it stopped, in the same W&B run. Under Hydra's submitit launchers (local
+   or SLURM) the job's folder is its sweep folder, the same for every attempt: the requeued job (same job id,
+   `scheduled_job_id`) resumes from the newest checkpoint there.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Callable
 
+import psutil  # wandb's dependency: this process's start time
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
 from lightning_lars.core.errors import UserError
@@ -74,6 +78,26 @@ def requeue_job_id() -> str | None:
     if array_job is not None and "SLURM_ARRAY_TASK_ID" in os.environ:
         return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     return os.environ.get("SLURM_JOB_ID")
+
+
+def scheduled_job_id() -> str | None:
+    """The id a requeued job keeps: SLURM's (`requeue_job_id`), or submitit's local executor's (the pid of the
+    controller that restarts the task after a requeue, ``SUBMITIT_LOCAL_JOB_ID``); None outside a scheduler."""
+    job_id = requeue_job_id()
+    if job_id is None and os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        job_id = os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+    return job_id
+
+
+def started_here(pid: int, started: float) -> float:
+    """``started`` (a ``time.perf_counter()``) where ``pid`` is this process, else this process's own start.
+
+    A submitit job unpickles the entry point in a fresh process (each attempt of a requeued job, on whichever
+    node): its start-up counts from that process's start, not from the submitting command's clock reading.
+    """
+    if pid == os.getpid():
+        return started
+    return time.perf_counter() - (time.time() - psutil.Process().create_time())
 
 
 def cluster_plugins() -> list:

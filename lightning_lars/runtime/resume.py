@@ -1,7 +1,8 @@
 """Which checkpoint a run resumes from, and the W&B run it continues.
 
 ``run.ckpt_path``:
-- ``null``: start fresh; except in a requeued SLURM job, which resumes from its own run folder (as ``last``).
+- ``null``: start fresh; except in a requeued job (SLURM's, or submitit's local executor's), which resumes from
+  the newest checkpoint in its own run folder (the same folder for every attempt of a job).
 - ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
   of the same recipe that has one (``<log_dir>/<recipe>/runs/*``) and whose config (``.hydra/config.yaml``)
   matches this one but for `IGNORED_KEYS`, resolved values included (`RESOLVED_FILE`: ``$LARS_DATA_DIR`` is
@@ -39,7 +40,7 @@ from torchmetrics import Metric
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
 from lightning_lars.runtime import run_folder
-from lightning_lars.runtime.preemption import requeue_job_id
+from lightning_lars.runtime.preemption import scheduled_job_id
 
 log = logging.getLogger(__name__)
 
@@ -244,11 +245,12 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     wanted = cfg.run.ckpt_path
     run_dir = Path(cfg.paths.output_dir)
     if wanted is None:
-        if requeue_job_id() is None:
+        job_id = scheduled_job_id()
+        if job_id is None:
             return None
-        found = newest_good([run_dir])  # a requeued SLURM job: its run folder is pinned to the job id
+        found = newest_good([run_dir])  # a requeued job: its run folder is the job's (job id, sweep folder)
         if found:
-            log.info(f"resuming SLURM job from {found}")
+            log.info(f"resuming requeued job {job_id} from {found}")
         return str(found) if found else None
     if str(wanted) == "last":
         found = _newest_of_this_config(cfg, run_dir)

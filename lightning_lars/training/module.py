@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -107,9 +108,12 @@ class ImageClassifier(L.LightningModule):
         self.optimizer_factory = optimizer
         self.lr_schedule = lr_schedule
         top5 = min(5, num_classes)
-        self.train_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro")
-        self.val_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro")
-        self.val_top5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
+        # validate_args=False: torchmetrics' argument checks run torch.unique on the labels at every update,
+        # which on a GPU makes the host wait for the device (the labels come from our own data modules).
+        accuracy = functools.partial(MulticlassAccuracy, num_classes, average="micro", validate_args=False)
+        self.train_top1 = accuracy(top_k=1)
+        self.val_top1 = accuracy(top_k=1)
+        self.val_top5 = accuracy(top_k=top5)
 
     def setup(self, stage: str) -> None:
         check_compile_device(self.hparams.compile, self.trainer.strategy.root_device.type)
@@ -128,7 +132,9 @@ class ImageClassifier(L.LightningModule):
         if self.hparams.l2_in_loss:
             loss = loss + self.hparams.l2_in_loss * self.l2_term()
         self.train_top1(logits, labels)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=False)
+        # Not prog_bar: Lightning converts every progress-bar metric to a Python number after each batch, a
+        # host read that waits for the device; the bar reads the loss itself, only at log steps.
+        self.log("train/loss", loss, on_step=True, on_epoch=True, sync_dist=False)
         self.log("train/top1", self.train_top1, on_step=False, on_epoch=True)
         return loss
 

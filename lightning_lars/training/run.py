@@ -38,10 +38,14 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
+    # a SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
+    configured = any(
+        type(c) is SignalCheckpoint and c.signums == preemption.preemption_signals() for c in callbacks
+    )
     callbacks += [
         ScheduleCallback(),
         ResumeState(),
-        SignalCheckpoint(),
+        *([] if configured else [SignalCheckpoint()]),
         SignalCheckpoint(signal_names=["SIGINT"]),
         SignalCheckpoint(signal_names=["SIGTERM"]),
         RunHistory(),
@@ -112,7 +116,7 @@ def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
 
 def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    started = time.perf_counter()
+    fit_started = time.perf_counter()  # time/wall_s counts from here; `started` (the command's) is start-up
     ckpt_path = resume.resolve_ckpt_path(cfg)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
     resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
@@ -124,7 +128,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    metrics["time/wall_s"] = time.perf_counter() - started
+    metrics["time/wall_s"] = time.perf_counter() - fit_started
     if trainer.is_global_zero:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
@@ -138,7 +142,9 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
     """Make a built Trainer run ``plan``: accumulation, BN span, total steps, eval steps, epoch length."""
     trainer.accumulate_grad_batches = plan.batch_plan.accumulation
     trainer.callbacks.append(BatchNormGroups(plan.batch_plan))  # BN statistics over the recipe's span
-    trainer.callbacks.append(EvaluationSchedule(plan.eval_steps, plan.epoch_at))
+    trainer.callbacks.append(
+        EvaluationSchedule(plan.eval_steps, plan.epoch_at, plan.planned_steps if plan.stops_early else None)
+    )
     # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
     # than the source's padded epoch, so they do not bound the run.
     trainer.fit_loop.epoch_loop.max_steps = plan.total_steps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -209,3 +210,45 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     assert batches["gpu"][0].is_cuda and batches["gpu"][0].is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(batches["gpu"][0], batches["cpu"][0], rtol=1e-4, atol=1e-4)
     assert torch.equal(batches["gpu"][1], batches["cpu"][1])
+
+
+def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
+    """The recipe through the entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no
+    read and no synchronising CUDA call comes from our code on a step that logs nothing; Lightning's are
+    printed (on one GPU it broadcasts no SIGTERM flag)."""
+    out = tmp_path / "syncs.json"
+    command = [
+        sys.executable,
+        "-m",
+        "lightning_lars.train",
+        "recipe=goyal_8k",
+        "debug=toy",
+        "data=synthetic",
+        "data.num_classes=1000",
+        "data.resolution=64",
+        "data.num_train_images=1024",
+        "data.num_val_images=64",
+        "batch.global_size=64",
+        "trainer.accelerator=gpu",
+        "trainer.precision=bf16-mixed",
+        "trainer.log_every_n_steps=4",
+        "+callbacks.sync_probe._target_=gpu_probe.HostSyncProbe",
+        f"paths.log_dir={tmp_path}",
+    ]
+    tests = [str(Path(__file__).parent), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "SYNC_PROBE_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join(tests),
+    }
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    reads = json.loads(out.read_text())
+    ours = [f"{r['kind']} at {r['where']}" for r in reads if r["quiet"] and r["ours"]]
+    theirs = sorted({f"{r['kind']} at {r['where']}" for r in reads if r["quiet"] and not r["ours"]})
+    print("Lightning's and torch's syncs between log steps:", theirs)
+    assert any(r["ours"] and not r["quiet"] for r in reads), "the probe saw none of our reads at log steps"
+    assert not ours, ours

@@ -1,13 +1,14 @@
-"""Counts host-device synchronisations per optimizer step: ``python sync_runs.py DATA OUT``.
+"""Records every device-to-host read during training: ``python sync_runs.py DATA OUT``.
 
 ``ours``: the demo recipe built by ``lightning_lars.training.run.build`` (every callback train.py adds plus
-conf/callbacks/default.yaml's, the BN groups, the plugins), on 2 gloo ranks. ``bare``: the same module and data
-under a plain ``L.Trainer`` (no callbacks, no progress bar, no checkpoints). Both run the same steps with the
-same logging interval, one after the other in the same two processes (bare first); `SyncCounter` (added last)
-writes ``OUT/<mode>-rank<r>.json``: for each optimizer step,
-how many ``aten::_local_scalar_dense`` ran (the op behind ``.item()``, ``float(t)``, ``bool(t)``: on a GPU each
-one waits for the device) since the previous step ended. Lightning's ``ddp`` launcher starts rank 1 by running
-this script again.
+conf/callbacks/default.yaml's, the BN groups, the plugins), on 2 gloo ranks, once with the plain log lines
+(what a SLURM log gets) and once with the tqdm bar (what a terminal gets). ``bare``: the same module and data
+under a plain ``L.Trainer`` (no callbacks, no progress bar, no checkpoints): Lightning's own reads. All run the
+same steps with the same logging interval, one after the other in the same two processes (bare first).
+``helpers.HostReadRecorder`` (first in the callbacks) writes ``OUT/<mode>-rank<r>.json``: each read, its
+optimizer step, whether it fell between log steps, and whether our code made it. The trust-ratio monitor
+samples every 3 steps, off the logging interval of 4, so its statistics are taken on steps that log nothing.
+Lightning's ``ddp`` launcher starts rank 1 by running this script again.
 """
 
 from __future__ import annotations
@@ -17,48 +18,26 @@ import sys
 from pathlib import Path
 
 import lightning as L
-from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
-from lightning_lars.config import compose as config
-from lightning_lars.training import run as train
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # helpers.py, for rank 1 too (started with this script's sys.path)
 
-LOG_EVERY, MAX_STEPS = 4, 12
+from helpers import HostReadRecorder  # noqa: E402
 
+from lightning_lars.config import compose as config  # noqa: E402
+from lightning_lars.training import run as train  # noqa: E402
 
-class SyncCounter(L.Callback):
-    """One profiler window per optimizer step; counts ``aten::_local_scalar_dense`` in each."""
-
-    def __init__(self, out: Path):
-        self.out, self.counts, self._profiler, self._step_seen = out, [], None, 0
-
-    def on_train_start(self, trainer, pl_module):
-        self._profiler = profile(
-            activities=[ProfilerActivity.CPU],
-            on_trace_ready=self._count,
-            schedule=lambda step: ProfilerAction.RECORD_AND_SAVE,
-        )
-        self._profiler.start()
-
-    def _count(self, prof) -> None:
-        self.counts.append(sum(event.name == "aten::_local_scalar_dense" for event in prof.events()))
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step != self._step_seen:  # an optimizer step ended: close its window
-            self._step_seen = trainer.global_step
-            self._profiler.step()
-
-    def on_train_end(self, trainer, pl_module):
-        self._profiler.stop()
-        self.out.write_text(json.dumps({"counts": self.counts[:MAX_STEPS], "log_every": LOG_EVERY}))
+LOG_EVERY, MAX_STEPS, TRUST_EVERY = 4, 12, 3
+OUR_CODE = (ROOT / "lightning_lars", ROOT / "callbacks")
 
 
-def demo_config(data_dir: str, out_dir: str):
+def demo_config(data_dir: str, out_dir: str, progress: str):
     overrides = [
         "recipe=demo",
         "model.arch=test_resnet",
         f"paths.data_dir={data_dir}",
         f"paths.log_dir={out_dir}",
-        f"paths.output_dir={out_dir}/run",
+        f"paths.output_dir={out_dir}/run-{progress}",
         "batch.global_size=32",
         "batch.max_per_device=8",
         "trainer.devices=2",
@@ -67,7 +46,8 @@ def demo_config(data_dir: str, out_dir: str):
         f"trainer.log_every_n_steps={LOG_EVERY}",
         "+trainer.limit_val_batches=0",
         "data.num_workers=1",
-        "+callbacks.progress.force=lines",
+        f"+callbacks.progress.force={progress}",
+        f"callbacks.trust_ratio.every_n_steps={TRUST_EVERY}",
         "callbacks.checkpoint.every_n_epochs=null",
         "~logger",
     ]  # checkpoint saves may sync: not steady state
@@ -75,9 +55,11 @@ def demo_config(data_dir: str, out_dir: str):
 
 
 def main(data_dir: str, out_dir: str) -> None:
-    for mode in ("bare", "ours"):
+    for mode in ("bare", "lines", "bar"):
         L.seed_everything(0, verbose=False)
-        trainer, module, datamodule, plan = train.build(demo_config(data_dir, out_dir))
+        trainer, module, datamodule, plan = train.build(
+            demo_config(data_dir, out_dir, "lines" if mode == "bare" else mode)
+        )
         if mode == "bare":
             trainer = L.Trainer(
                 accelerator="cpu",
@@ -92,8 +74,11 @@ def main(data_dir: str, out_dir: str) -> None:
                 enable_checkpointing=False,
                 enable_model_summary=False,
             )
-        trainer.callbacks.append(SyncCounter(Path(out_dir) / f"{mode}-rank{trainer.global_rank}.json"))
+        recorder = HostReadRecorder(OUR_CODE, LOG_EVERY)
+        trainer.callbacks.insert(0, recorder)
         trainer.fit(module, datamodule=datamodule)
+        out = Path(out_dir) / f"{mode}-rank{trainer.global_rank}.json"
+        out.write_text(json.dumps(recorder.reads))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ records its arguments. Lightning's ``SLURMEnvironment(auto_requeue=True)`` does 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -91,38 +92,55 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(share
     assert calls.read_text().split() == ["requeue", "4242"]  # no second requeue
 
 
+class SlowSteps(BoringModel):
+    """Each micro-batch takes at least 50 ms: time, not a step count, sets the agreements."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+
 class SignalOneRank(L.Callback):
     """Only rank 1 gets SIGUSR1, in the middle of step 2: both ranks must still checkpoint at the same step, the
-    next agreement step (every 4 optimizer steps: the all-reduce is a host sync, not made at every step)."""
+    next agreement (all-reduces about every ``check_every_s`` seconds, not at every step: a host sync)."""
 
     def on_before_backward(self, trainer, pl_module, loss):
         if trainer.global_rank == 1 and trainer.global_step == 2:
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def test_ranks_agree_on_the_signal_step_and_save_every_ranks_rng(tmp_path, monkeypatch):
+def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_path, monkeypatch):
+    """log_every_n_steps=50 and 4 micro-batches per step (heavy accumulation): the agreement still comes within
+    about ``check_every_s`` of the signal, at a step every rank chose."""
     for name in list(os.environ):
         if name.startswith("SLURM_"):
             monkeypatch.delenv(name)
     trainer = L.Trainer(
         default_root_dir=tmp_path,
-        max_steps=20,
+        max_steps=40,
         accelerator="cpu",
         devices=2,
         strategy="ddp_spawn",
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        log_every_n_steps=50,
+        accumulate_grad_batches=4,
         plugins=[AtomicCheckpointIO()],
         callbacks=[
             SignalOneRank(),
             ResumeState(),
-            SignalCheckpoint(check_every_n_steps=4),
+            SignalCheckpoint(check_every_s=1.0),  # >= 1 s / (4 x 50 ms) = 5 steps between agreements
             Checkpoint(dirpath=tmp_path / "ckpt"),
         ],
     )
-    with pytest.raises(Exception, match="Preempted: signal SIGUSR1 at step 4"):
-        trainer.fit(BoringModel())
-    saved = resume.load_meta(tmp_path / "ckpt" / "signal-step4.ckpt")
-    assert saved["global_step"] == 4 and len(saved[resume.PER_RANK_KEY]) == 2
-    assert all("torch" in rank["rng"] for rank in saved[resume.PER_RANK_KEY])
+    with pytest.raises(Exception, match=r"Preempted: signal SIGUSR1 at step (\d+)") as stopped:
+        trainer.fit(SlowSteps())
+    step = int(re.search(r"at step (\d+)", str(stopped.value)).group(1))
+    (saved,) = (tmp_path / "ckpt").glob("signal-step*.ckpt")
+    assert saved.name == f"signal-step{step}.ckpt"  # one file: both ranks stopped at this step
+    # agreements after step 1 (the first step's time), then every <= 5 steps: the first one after the signal
+    assert 3 <= step <= 8, step
+    meta = resume.load_meta(saved)
+    assert meta["global_step"] == step and len(meta[resume.PER_RANK_KEY]) == 2
+    assert all("torch" in rank["rng"] for rank in meta[resume.PER_RANK_KEY])

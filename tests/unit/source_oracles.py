@@ -86,3 +86,15 @@ class FujitsuExplorerLoop:
     def run(self, updates):
         """(lr, best_wd_coeff) for updates 0 .. updates-1."""
         return [self.update() for _ in range(updates)]
+
+
+def nus_polynomial_warmup(step, *, base_lr, warmup_steps, decay_steps, end_lr=0.0, power=2.0):
+    """NUS-HPC-AI-Lab/LARS-ImageNet-PyTorch utils.py ``PolynomialWarmup`` as pytorch_imagenet_resnet.py drives it:
+    built with last_epoch=-1 (its constructor's step makes last_epoch 0), ``lr_schedules.step()`` after every
+    update, so update ``step`` runs at last_epoch ``step``. ``WarmupScheduler.get_lr``: last_epoch / warmup x lr
+    below warmup; from warmup on, ``PolynomialDecay`` over ``decay_steps - warmup_steps`` whose own last_epoch is 0
+    at the warmup's end: (lr - end) (1 - min(k, total) / total) ^ power + end."""
+    if step < warmup_steps:
+        return step / warmup_steps * base_lr
+    total = decay_steps - warmup_steps
+    return (base_lr - end_lr) * (1 - min(step - warmup_steps, total) / total) ** power + end_lr

@@ -55,7 +55,7 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     order = [line.split()[0] + " " + line.split()[1] for line in calls]
     # apt-get first, alone; the oldest set starts before the install, the offline image once .venv exists
-    assert order[:2] == ["start system-deps", "end system-deps"]
+    assert order[:4] == ["start system-deps", "end system-deps", "start slurm-deps", "end slurm-deps"]
     assert order.index("start oldest-venv") < order.index("end install")
     assert order.index("end install") < order.index("start offline-image")  # it reads .venv
     assert order.index("start test-slow") < order.index("end oldest-venv")  # downloads while the tests run
@@ -71,6 +71,7 @@ def test_background_installs_overlap_the_tests_and_every_part_runs(tmp_path):
     parts = [name for name, _ in timed if name != "total"]
     assert parts == [
         "system-deps",
+        "slurm-deps",
         "install",
         "lint",
         "test",

@@ -8,8 +8,8 @@ run crossed its target.
 
 Sources: mlcommons/training_results_v0.6 (NVIDIA dgx2h_n96, Google tpu-v3-2048, Fujitsu abci_2048xV100),
 training_results_v0.7 (Google tpu-v3-8192-TF), training_results_v1.0 (NVIDIA dgxa100), tensorflow/tpu at
-b13e6b6 (2018-12-03) with configs/cloud/v3-1024.yaml. "log K" is the ``:::MLL``/``:::MLLOG`` key K of
-``result_0.txt`` (the same in all 5 logs of a submission).
+b13e6b6 (2018-12-03) with configs/cloud/v3-2048.yaml (the paper's 1024 chips = 2048 cores). "log K" is the
+``:::MLL``/``:::MLLOG`` key K of ``result_0.txt`` (the same in all 5 logs of a submission).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def golden(name: str) -> Golden:
         )  # + log lars_opt_learning_rate_decay_steps 1133
     if name == "ying_tpu_32k":
         # tensorflow/tpu b13e6b6 lars_util.py: batch 32768 -> plr 34.0, w_epochs 12; polynomial_decay default end
-        # 0.0001; configs/cloud/v3-1024.yaml train_steps 3558; resnet_main.py train_and_eval: eval every
+        # 0.0001; configs/cloud/v3-2048.yaml train_steps 3558; resnet_main.py train_and_eval: eval every
         # --steps_per_eval (default 1251) and at train_steps
         lrs = [
             tf_poly_rate_schedule(s, plr=34.0, w_epochs=12, train_steps=3558, batch_size=32768)
@@ -175,7 +175,7 @@ def golden(name: str) -> Golden:
                 weight_decay=1e-4,  # resnet_main.py --weight_decay default 1e-4
                 momentum=0.9,  # resnet_main.py --momentum default 0.9
                 global_batch=32768,
-            ),  # v3-1024.yaml train_batch_size
+            ),  # v3-2048.yaml train_batch_size
             warmup_steps=12 * N // 32768,  # lars_util.py w_steps = 469
             decay_end_step=3558 + 1,
         )  # lars_util.py: polynomial_decay over train_steps - w_steps + 1 steps after w_steps
@@ -292,3 +292,11 @@ def test_golden_tables_are_not_our_schedules_in_disguise():
     assert fujitsu.rows[1349]["weight_decay"] == pytest.approx(
         6.5e-4 * 0.0025 * 539 / 540
     )  # ramp stops at 539/540
+
+
+def test_ying_normalises_per_core_of_the_papers_machine():
+    """1811.06992 ran 1024 TPU v3 chips = 2048 cores: configs/cloud/v3-2048.yaml num_cores 2048, train_batch_size
+    32768; resnet_model.py (b13e6b6) normalises per core, so each BN statistic spans 32768 / 2048 images."""
+    from tests.unit.recipe_helpers import recipe
+
+    assert recipe("ying_tpu_32k").batch.bn_group == 32768 // 2048

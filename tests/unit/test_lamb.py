@@ -57,6 +57,16 @@ def _run(model, optimizer, grads_per_step, lrs):
 @pytest.mark.parametrize("max_grad_norm", [None, 0.5, 100.0])  # off, clipping every step, never clipping
 @pytest.mark.parametrize("bias_correction", [True, False])
 def test_matches_float64_reference(max_grad_norm, bias_correction):
+    _check_reference(max_grad_norm, bias_correction, "eager")
+
+
+# Compiling costs seconds per case on a CPU: two cases that take every branch of the compiled functions.
+@pytest.mark.parametrize("max_grad_norm, bias_correction", [(0.5, True), (None, False)])
+def test_compiled_step_matches_float64_reference(max_grad_norm, bias_correction):
+    _check_reference(max_grad_norm, bias_correction, "compiled")
+
+
+def _check_reference(max_grad_norm, bias_correction, implementation):
     model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
@@ -66,8 +76,10 @@ def test_matches_float64_reference(max_grad_norm, bias_correction):
         eps=1e-6,
         max_grad_norm=max_grad_norm,
         bias_correction=bias_correction,
+        implementation=implementation,
     )
     ours = _run(model, opt, grads, LRS)
+    assert opt.implementation == implementation  # a compiled case that fell back would test eager twice
     adapted = [p.ndim > 1 for p in start]
     expected = reference(
         start,
@@ -233,3 +245,22 @@ def test_matches_the_authors_resnet50_code_over_24_steps():
     for got, want, before in zip(ours, expected, start):
         assert (want - before).abs().max() > 1e-3
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_compiled_step_keeps_grad_and_does_not_recompile_when_lr_and_step_change():
+    """The lr (a schedule) and the bias corrections (the step count) change every step: no recompilation."""
+    from torch._dynamo.utils import counters
+
+    model = small_mlp()
+    opt = LAMB(param_groups(model, 0.1), implementation="compiled")
+    grads = _grads(model, len(LRS))
+    counters.clear()
+    _run(model, opt, grads[:1], LRS[:1])
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled == 2 * len(opt.param_groups)  # direction and apply, per group
+    kept = [g.clone() for g in grads[-1]]  # p.grad of the last step
+    _run(model, opt, grads[1:], LRS[1:])
+    assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
+    assert opt.implementation == "compiled"
+    for p, g in zip(model.parameters(), kept):
+        assert torch.equal(p.grad.double(), g)

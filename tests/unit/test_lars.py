@@ -66,6 +66,18 @@ def _run(model, optimizer, grads_per_step, lrs):
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("clip", [False, True])
 def test_matches_float64_reference(form, nesterov, clip):
+    _check_reference(form, nesterov, clip, "eager")
+
+
+# Compiling costs seconds per case on a CPU: three cases that take every branch of `compiled.lars_update`.
+@pytest.mark.parametrize(
+    "form, nesterov, clip", [("nvidia", True, False), ("mlperf", False, True), ("you2017", True, True)]
+)
+def test_compiled_step_matches_float64_reference(form, nesterov, clip):
+    _check_reference(form, nesterov, clip, "compiled")
+
+
+def _check_reference(form, nesterov, clip, implementation):
     model = small_mlp()
     start = [p.detach().clone() for p in model.parameters()]
     grads = _grads(model, len(LRS))
@@ -76,9 +88,12 @@ def test_matches_float64_reference(form, nesterov, clip):
         "nesterov": nesterov,
         "clip": clip,
         "form": form,
+        "implementation": implementation,
     }
     rule = "none" if form == "you2017" else "ndim<=1"
-    ours = _run(model, LARS(param_groups(model, 1e-3, rule), **options), grads, LRS)
+    opt = LARS(param_groups(model, 1e-3, rule), **options)
+    ours = _run(model, opt, grads, LRS)
+    assert opt.implementation == implementation  # a compiled case that fell back would test eager twice
     adapted = [form == "you2017" or p.ndim > 1 for p in start]
     expected = reference(
         start,
@@ -172,9 +187,12 @@ def test_zero_norms_give_trust_ratio_one():
     torch.testing.assert_close(v.detach(), torch.full_like(v, 1.0 - 0.5 * 0.1))  # -lr * (0 + wd * 1)
 
 
-def test_step_never_modifies_grad():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_step_never_modifies_grad(implementation):
     model = small_mlp()
-    opt = LARS(param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True)
+    opt = LARS(
+        param_groups(model, 1e-3), momentum=0.9, nesterov=True, clip=True, implementation=implementation
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     before = [p.grad.clone() for p in model.parameters()]
@@ -196,13 +214,15 @@ def test_state_dict_round_trip_continues_identically():
         assert torch.equal(a, b)
 
 
-def test_bf16_params_keep_fp32_master_weights_and_state():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_bf16_params_keep_fp32_master_weights_and_state(implementation):
     model16 = small_mlp(dtype=torch.float32).to(torch.bfloat16)
     model32 = copy.deepcopy(model16).float()  # the same bf16-rounded start, in fp32
     grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
     options = {"momentum": 0.9, "trust_coefficient": 0.02, "weight_decay": 1e-3}
-    opt16 = LARS(model16.parameters(), **options)
+    opt16 = LARS(model16.parameters(), **options, implementation=implementation)
     _run(model16, opt16, grads, LRS[:3])
+    assert opt16.implementation == implementation
     want = _run(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
     for p, w in zip(model16.parameters(), want):
         state = opt16.state[p]
@@ -228,9 +248,10 @@ def test_timm_parity_where_semantics_match():
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_stats_are_whole_tensor_norms_and_trust_ratios():
+@pytest.mark.parametrize("implementation", ["eager", "compiled"])
+def test_stats_are_whole_tensor_norms_and_trust_ratios(implementation):
     model = small_mlp()
-    opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02)
+    opt = LARS(param_groups(model, 1e-3), trust_coefficient=0.02, implementation=implementation)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     weights = [p.detach().clone() for p in model.parameters() if p.ndim > 1]
@@ -284,6 +305,7 @@ def test_descends_the_rosenbrock_function():
         {"eps": -1.0},
         {"trust_coefficient": 0.0},
         {"nesterov": True, "momentum": 0.0},
+        {"implementation": "jit"},
     ],
 )
 def test_bad_arguments_raise_value_error_as_torch_optimizers_do(kwargs):
@@ -325,3 +347,68 @@ def test_gradient_norms_from_the_ddp_hook_are_used_once():
     state.grad_norms[first] = 100 * first.grad.norm()  # only one of two adapted tensors has a norm
     opt.step()
     assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fallback.parameters()))
+
+
+def test_compiled_step_does_not_recompile_when_scheduled_values_change():
+    """lr, momentum and weight decay change every step (schedules do): the compiled code is reused; a change
+    of structure (Nesterov on) does recompile, which shows the counter sees compilations at all. The fujitsu
+    form (decay outside the lr, wd_coefficient) ends where the eager step, checked against the FJSGD kernel's
+    formula elsewhere, ends."""
+    from torch._dynamo.utils import counters
+
+    model = small_mlp()
+    twin = copy.deepcopy(model)
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, form="fujitsu", implementation="compiled")
+    eager = LARS(param_groups(twin, 1e-3), momentum=0.9, form="fujitsu", implementation="eager")
+    grads = _grads(model, 6)
+    counters.clear()
+    _run(model, opt, grads[:1], LRS[:1])
+    _run(twin, eager, grads[:1], LRS[:1])
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled == len(opt.param_groups)  # one graph per group
+    for step, (lr, momentum, decay) in enumerate(
+        zip(LRS[1:], [0.8, 0.85, 0.9, 0.95], [2e-3, 1e-3, 5e-4, 1e-4])
+    ):
+        for group in opt.param_groups + eager.param_groups:
+            group["momentum"] = momentum
+            group["wd_coefficient"] = 1.0 - 0.1 * step  # as callbacks.weight_decay_schedule sets it
+            group["weight_decay"] = decay if group["trust_adaptation"] else 0.0
+        got = _run(model, opt, grads[1 + step : 2 + step], [lr])
+        want = _run(twin, eager, grads[1 + step : 2 + step], [lr])
+    assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
+    assert opt.implementation == "compiled"
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    opt.param_groups[0]["nesterov"] = True
+    _run(model, opt, grads[5:], LRS[:1])
+    assert counters["stats"]["unique_graphs"] == compiled + 1
+
+
+def test_compiled_step_falls_back_to_eager_with_one_warning_where_compiling_fails(monkeypatch):
+    """A backend that cannot build kernels (as Inductor without a C++ compiler): one warning, eager steps."""
+
+    def failing_backend(graph, example_inputs):
+        raise RuntimeError("no C++ compiler found")
+
+    real_compile = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **_: real_compile(fn, backend=failing_backend, fullgraph=True)
+    )
+    model, twin = small_mlp(), small_mlp()
+    grads = _grads(model, 3)
+    opt = LARS(param_groups(model, 1e-3), momentum=0.9, implementation="compiled")
+    with pytest.warns(UserWarning, match="runs eagerly from now on") as warned:
+        got = _run(model, opt, grads, LRS[:3])
+    assert len([w for w in warned if "runs eagerly" in str(w.message)]) == 1
+    assert opt.implementation == "eager"
+    want = _run(twin, LARS(param_groups(twin, 1e-3), momentum=0.9, implementation="eager"), grads, LRS[:3])
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_compiled_where_dynamo_is_unsupported_warns_and_steps_eagerly(monkeypatch):
+    """An interpreter torch.compile does not support (e.g. a too new Python): told at construction, not a crash."""
+    monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
+    with pytest.warns(UserWarning, match="torch.compile is unsupported here"):
+        opt = LARS(small_mlp().parameters(), implementation="compiled")
+    assert opt.implementation == "eager"

@@ -13,7 +13,12 @@ from lightning_lars.recipe import catalog as recipe_table
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
-MLPERF = [name for name in RECIPES if "mlperf" in name or name in ("fujitsu_86k", "nado_nesterov_32k")]
+PUBLISHED_OPTIONAL = {"statistic", "no_target", "epoch_count"}  # lightning_lars.recipe.published
+MLPERF = [
+    name
+    for name in RECIPES
+    if "mlperf" in name or name.startswith("resnet_ref_") or name in ("fujitsu_86k", "nado_nesterov_32k")
+]
 ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
     "goyal_8k",
     "you_alexnet_bn_8k",
@@ -74,7 +79,7 @@ def test_recipe_states_claim_source_and_reproduce_command(name):
     assert any("Source:" in line or "Alias of" in line for line in header), name
     assert f"make recipe={name}" in text
     published = yaml.safe_load(text)["published"]
-    assert set(published) == PUBLISHED_KEYS, name
+    assert PUBLISHED_KEYS <= set(published) <= PUBLISHED_KEYS | PUBLISHED_OPTIONAL, name
     assert str(published["global_batch"]).startswith(str(recipe(name).batch.global_size))
 
 
@@ -132,9 +137,10 @@ def test_mlperf_runs_are_judged_like_mlperf(name):
     assert cfg.callbacks.time_to_target.target_top1 == 75.9
     assert cfg.callbacks.time_to_target.stop_at_target is True
     spec = cfg.evaluation
-    assert (
-        spec["every_n_epochs"] == 4 or spec["every_n_steps"]
-    )  # MLPerf: every 4 epochs; the TPU code counts steps
+    # MLPerf: every 4 epochs; the TPU code counts steps; MLCommons' reference points (resnet_ref_*) count
+    # epochs to converge at every integer, so those recipes evaluate after every epoch
+    every = 1 if name.startswith("resnet_ref_") else 4
+    assert spec["every_n_epochs"] == every or spec["every_n_steps"]
     crop = cfg.data.pipeline.train[0].random_resized_crop
     scale, ratio = TRAIN_CROPS.get(name, ([0.05, 1.0], [0.75, 1.33]))
     assert list(crop.scale) == scale and list(crop.ratio) == ratio

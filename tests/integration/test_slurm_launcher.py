@@ -1,0 +1,168 @@
+"""``-m hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml) as a user runs it, on a real one-node SLURM
+cluster (tests/integration/slurm_cluster.py): Hydra's submitit launcher writes the sbatch script and submits
+the sweep as an array job, srun starts each task, and a job preempted the way SLURM warns it (``scancel
+--signal=USR2``: submitit's ``--signal=USR2@90``, to the job step's tasks) checkpoints, is requeued by
+submitit's handler with a real ``scontrol requeue`` and resumes from that checkpoint in the same W&B run.
+
+Without slurm-wlm or root the cluster test is skipped with the reason and the command that installs it (tests
+download nothing); the sbatch text test needs neither.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.plugins import Plugins
+from resume_runs import ROOT, env, make_demo_data
+from slurm_cluster import slurm_cluster, why_not
+from submitit.slurm.slurm import _make_sbatch_string
+
+from lightning_lars.config import compose as config
+
+pytestmark = pytest.mark.slow
+STEPS = 12
+
+
+def launcher(tmp_path, name: str, *overrides: str):
+    """The launcher Hydra builds for ``-m hydra/launcher=NAME``: ``instantiate_launcher`` resolves a list's items,
+    re-wraps them, and the launcher's ``__init__`` resolves every value again."""
+    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[f"hydra/launcher={name}", "recipe=demo", f"paths.log_dir={tmp_path}", *overrides],
+            return_hydra_config=True,
+        )
+        return Plugins.instance().instantiate_launcher(hydra_context=None, task_function=None, config=cfg)
+
+
+def test_slurm_setup_hands_the_jobs_own_cpus_per_task_to_srun(tmp_path):
+    slurm = launcher(tmp_path, "slurm", "trainer.devices=8", "trainer.num_nodes=4")
+    assert slurm.params["nodes"] == 4 and slurm.params["tasks_per_node"] == 8
+    script = _make_sbatch_string(
+        command="python -u -m submitit.core._submit folder",
+        folder=tmp_path,
+        setup=slurm.params["setup"],
+        cpus_per_task=slurm.params["cpus_per_task"],
+    )
+    assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in script.splitlines()
+    assert "#SBATCH --cpus-per-task=8" in script.splitlines()
+    # the shell, not OmegaConf, expands it: what sbatch sets in the job is what srun then reads
+    setup = "\n".join(slurm.params["setup"]) + "\necho $SRUN_CPUS_PER_TASK"
+    done = subprocess.run(
+        ["bash", "-c", setup],
+        env={**os.environ, "SLURM_CPUS_PER_TASK": "6"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "6"
+
+
+def wait_for(what, process: subprocess.Popen, timeout_s: float = 900, message: str = ""):
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None and time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{message} (sweep exit status {process.poll()})")
+
+
+def test_a_slurm_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp_path):
+    reason = why_not()
+    if reason is not None:  # tests download nothing: the cluster comes from the machine's own packages
+        pytest.skip(f"no one-node SLURM cluster here: {reason}")
+    make_demo_data(tmp_path)
+    logs = tmp_path / "logs"
+    command = [
+        sys.executable,
+        "-m",
+        "lightning_lars.train",
+        "-m",
+        "hydra/launcher=slurm",
+        "recipe=demo",
+        "debug=toy",
+        "seed=0,1",
+        f"trainer.max_steps={STEPS}",
+        "callbacks.checkpoint.every_n_train_steps=2",
+        f"paths.log_dir={logs}",
+        "hydra.launcher.cpus_per_task=1",  # this node's 2 cores hold both jobs
+        "hydra.launcher.gpus_per_node=null",  # a CPU node: no --gpus-per-node
+    ]
+    with slurm_cluster(tmp_path / "slurm") as cluster:
+        job_env = {**env(tmp_path), "SLURM_CONF": cluster["SLURM_CONF"]}
+        with open(tmp_path / "sweep.log", "w") as out:
+            sweep = subprocess.Popen(command, cwd=ROOT, env=job_env, stdout=out, stderr=subprocess.STDOUT)
+            sweep_dir = wait_for(
+                lambda: next(
+                    (p for p in (logs / "demo" / "multiruns").glob("*") if (p / "0").is_dir()), None
+                ),
+                sweep,
+                message="no job folder",
+            )
+            job = sweep_dir / "0"
+            wait_for((job / "checkpoints" / "epoch0-step2.ckpt").exists, sweep, message="no checkpoint")
+            queued = subprocess.run(["squeue", "-h", "-o", "%i"], env=job_env, capture_output=True, text=True)
+            (task0,) = [
+                i for i in queued.stdout.split() if i.endswith("_0")
+            ]  # array task 0: the sweep's job 0
+            subprocess.run(["scancel", "--signal=USR2", task0], env=job_env, check=True)
+            # SLURM holds a requeued job (reason BeginTime) before it may start again: release it now
+            wait_for(
+                lambda: (
+                    "BeginTime"
+                    in subprocess.run(
+                        ["squeue", "-h", "-j", task0, "-o", "%r"], env=job_env, capture_output=True, text=True
+                    ).stdout
+                ),
+                sweep,
+                message="the job was not requeued",
+            )
+            subprocess.run(["scontrol", "update", f"JobId={task0}", "StartTime=now"], env=job_env, check=True)
+            sweep.wait(timeout=900)
+    output = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 0, output[-3000:]
+
+    array = task0.split("_")[0]  # one sbatch script for the sweep's array job
+    submitted = sweep_dir / ".submitit" / array / f"{array}_submission.sh"
+    assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in submitted.read_text().splitlines()
+    (saved,) = (job / "checkpoints").glob("signal-step*.ckpt")
+    step = int(saved.stem.removeprefix("signal-step"))
+    assert 2 <= step < STEPS
+    # the tasks' stdout and stderr (submitit's, SLURM's lines) and Hydra's job log (ours, with times)
+    job_logs = "".join(
+        p.read_text() for p in [*(sweep_dir / ".submitit" / task0).glob("*_log.*"), job / "train.log"]
+    )
+    assert f"preempted: signal SIGUSR2 at step {step}: checkpoint {saved}" in job_logs
+    # SLURM's own line: scontrol requeue (submitit's handler, rank 0) ended the first attempt
+    assert "CANCELLED AT" in job_logs and "DUE TO JOB REQUEUE" in job_logs
+    assert f"resuming requeued job {task0} from {saved}" in job_logs
+    assert f"Restoring states from the checkpoint path at {saved}" in job_logs
+    for run in (job, sweep_dir / "1"):  # both jobs ran to the end and wrote their results
+        assert (run / "results.json").is_file(), run
+        assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == STEPS
+    run_id = torch.load(saved, weights_only=False)["wandb_run_id"]
+    attempts = sorted(p.name for p in (job / "wandb").glob("offline-run-*"))
+    assert len(attempts) == 2 and all(re.fullmatch(rf"offline-run-.*-{run_id}", a) for a in attempts), (
+        attempts
+    )
+
+    # the requeued attempt counts its start-up from its own start, after SLURM ended the first one
+    log = (job / "train.log").read_text()
+    stamp = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]"
+    (caught,) = re.findall(stamp + r".*Caught signal SIGUSR2", log, re.M)
+    first, again = re.findall(stamp + r".*first optimizer step done ([0-9.]+) s", log, re.M)
+    since_signal = (when(again[0]) - when(caught)).total_seconds()
+    assert 0 < float(again[1]) <= since_signal, (again, caught)
+
+
+def when(stamp: str) -> datetime:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
