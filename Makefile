@@ -14,10 +14,20 @@ OFFLINE_WHEELS := .wheelhouse-ci
 APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 
 recipe ?= demo
-# Every command-line `key=value` that is not one of make's own variables is a Hydra override.
-MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% \
-             multirun=% PY=%
-OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
+# Every command-line `key=value` that is not one of make's own variables is a Hydra override, except an upper-case
+# name (LARS_DATA_DIR=/data): make exports that to the program's environment, as `export LARS_DATA_DIR=` would.
+MAKE_VARS := recipe src out nodes devices seeds workers args python platform without sweep multirun PY
+# Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
+# MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
+# from it (make lists them last first); each value comes whole from its variable, unexpanded (a Hydra ${...}
+# stays as typed).
+quote = '$(subst ','\'',$(1))'
+lower_case := a b c d e f g h i j k l m n o p q r s t u v w x y z
+reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword $(1)))
+override_names = $(foreach w,$(call reverse,$(MAKEOVERRIDES)),$(if $(findstring =,$(w)),$(firstword $(subst =, ,$(w)))))
+is_override = $(and $(filter command line,$(origin $(1))),$(filter-out $(MAKE_VARS),$(1)),\
+                    $(strip $(foreach c,$(lower_case) .,$(findstring $(c),$(1)))))
+OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call quote,$(n)=$(value $(n)))))
 
 .PHONY: help install system-deps slurm-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
         oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit test-gpu bench-gpu \
@@ -61,31 +71,31 @@ $(OLDEST_VENV)/.installed: lightning_lars/requirements/oldest.txt pyproject.toml
 	@touch $@
 
 # make cannot pass -m (it would read it as its own flag): multirun=1 is Hydra's --multirun, a sweep of seed=0,1 ...
-train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [multirun=1 seed=0,1] [key=value ...]
+train: $(STAMP) ## run a recipe: make recipe=NAME [nodes=N devices=G] [multirun=1 seed=0,1] [args="--cfg job"] [key=value ...]
 ifneq ($(nodes)$(devices),)
-	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) $(args) recipe=$(recipe) $(OVERRIDES)
+	$(PY) -m lightning_lars.parallel.launch --nodes $(or $(nodes),1) --devices $(or $(devices),1) $(args) $(call quote,recipe=$(recipe)) $(OVERRIDES)
 else
-	$(PY) -m lightning_lars.train $(if $(multirun),--multirun) recipe=$(recipe) $(OVERRIDES)
+	$(PY) -m lightning_lars.train $(if $(multirun),--multirun) $(args) $(call quote,recipe=$(recipe)) $(OVERRIDES)
 endif
 
 demo-data: $(STAMP) ## generate the demo dataset and convert it to FFCV: data/demo/ [out=DIR] [args=--force]
-	$(PY) -m lightning_lars.data.demo --out "$(or $(out),data/demo)" $(args)
+	$(PY) -m lightning_lars.data.demo --out $(call quote,$(or $(out),data/demo)) $(args)
 
 demo: demo-data ## the embedded default, end to end on CPU in minutes
 	$(PY) -m lightning_lars.train recipe=demo $(OVERRIDES)
 
 prepare: $(STAMP) ## ImageFolder -> FFCV: make prepare src=/path/to/imagenet out=data/imagenet [args="--max-resolution 512"]
 	@test -n "$(src)" -a -n "$(out)" || { echo "usage: make prepare src=DIR out=DIR (DIR with train/<class>/*.JPEG, val/<class>/*.JPEG)" >&2; exit 2; }
-	$(PY) -m lightning_lars.data.prepare --src "$(src)" --out "$(out)" $(args)
+	$(PY) -m lightning_lars.data.prepare --src $(call quote,$(src)) --out $(call quote,$(out)) $(args)
 
 recipes: $(STAMP) ## list the recipes with their published results
 	@$(PY) -m lightning_lars.recipe.catalog
 
-recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"]
-	@$(PY) -m lightning_lars.recipe.catalog show $(recipe) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
+recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"] [key=value ...]
+	@$(PY) -m lightning_lars.recipe.catalog show $(call quote,$(recipe)) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
 
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
-	$(PY) -m lightning_lars.check --recipe $(recipe) --seeds $(or $(seeds),3) $(OVERRIDES)
+	$(PY) -m lightning_lars.check --recipe $(call quote,$(recipe)) --seeds $(or $(seeds),3) $(OVERRIDES)
 
 # Tiers: `make test` is the fast tier plus the demo end to end (about 10 minutes on 2 cores with the install);
 # `make test-slow` the remaining integration tests (multi-process gloo, every recipe, resume after SIGKILL,
@@ -112,12 +122,12 @@ test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from a
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
 
 wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 platform=manylinux_2_28_x86_64 without=torch out=DIR]
-	$(PY) -m lightning_lars.wheelhouse --out $(or $(out),wheelhouse) $(if $(python),--python $(python)) \
+	$(PY) -m lightning_lars.wheelhouse --out $(call quote,$(or $(out),wheelhouse)) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
 # A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
 gpu-kit: $(STAMP) ## wheels a GPU node still needs, <= 64 MiB: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
-	$(PY) -m lightning_lars.gpu_kit --out $(or $(out),gpu-kit) --python $(or $(python),3.12) \
+	$(PY) -m lightning_lars.gpu_kit --out $(call quote,$(or $(out),gpu-kit)) --python $(or $(python),3.12) \
 	    --platform $(or $(platform),manylinux_2_28_x86_64)
 
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh

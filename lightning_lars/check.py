@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import statistics
 import subprocess
@@ -106,7 +107,7 @@ def target_of(cfg) -> tuple[float, str]:
 def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
     """One training run through the real entry point; returns its results.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = run_dir / "train.log"
+    log = run_dir / "console.log"  # what the run printed; its train.log is Hydra's, the run's logged records
     command = [
         sys.executable,
         "-m",
@@ -197,7 +198,9 @@ def record_run(row: dict, runs_file: Path) -> None:
         out.write(json.dumps(row) + "\n")
     if runs_file.resolve() == recipes.RUNS_FILE.resolve() and config.is_checkout():
         (config.PROJECT_ROOT / "recipes" / "README.md").write_text(recipes.markdown())
-    print(f'[check] row added to {runs_file} (the table "Runs of ours" in recipes/README.md)', flush=True)
+    listed = runs_file.resolve() == recipes.RUNS_FILE.resolve()
+    where = ' (the table "Runs of ours" in recipes/README.md)' if listed else ""
+    print(f"[check] row added to {runs_file}{where}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,7 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     (out / "check.txt").write_text(text + "\n")
     print(f"\nCheck: recipe {args.recipe}, {len(rows)} seeds\n{text}", flush=True)
 
-    record_run(runs_row(args.recipe, args.overrides, records, rows, out), args.runs_file or RUNS_FILE)
+    # a debug run (debug=toy) is no run of the recipe: its row stays in its own folder, out of the tracked table
+    debug = any(re.fullmatch(r"\+?debug=(?!null$).+", o) for o in args.overrides)
+    runs_file = args.runs_file or (out / "runs.jsonl" if debug else RUNS_FILE)
+    record_run(runs_row(args.recipe, args.overrides, records, rows, out), runs_file)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks as preflight
 from lightning_lars.recipe.plan import check_command_line
+from lightning_lars.runtime import run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
 # val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
@@ -33,9 +34,7 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 )
 # Lightning 2.6 calls a torch pytree API that torch 2.14 deprecates, once per run: not the user's to fix.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-# Lightning hints "prepend srun" wherever srun is on PATH outside a SLURM step: a workstation or login node with
-# SLURM's client tools. Multi-node runs here go through srun already (nodes=..., hydra/launcher=slurm).
-warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+run_log.quiet_noise()  # before Lightning's SLURM check, which runs when the run folder is chosen
 
 
 def fail(err: UserError) -> None:
@@ -49,6 +48,7 @@ def hydra_main(cfg: DictConfig) -> None:
     from lightning_lars.runtime import preemption, run_folder
     from lightning_lars.training.run import run
 
+    run_log.log_to_run_file()  # Hydra has set up train.log by now
     try:
         run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:

@@ -69,6 +69,16 @@ def _status(trainer, clock: RunClock) -> dict[str, str]:
     }
 
 
+def _of_epochs(trainer) -> str:
+    """``/90``: the planned epochs (the run sets Lightning's max_epochs to -1 and stops at its planned step),
+    else Lightning's max_epochs where it is a limit, else nothing."""
+    total = trainer.estimated_stepping_batches
+    planned = planned_epochs(trainer, total) if math.isfinite(total) else None
+    if planned is not None:
+        return f"/{planned:.4g}"
+    return f"/{trainer.max_epochs}" if trainer.max_epochs is not None and trainer.max_epochs > 0 else ""
+
+
 class TerminalProgressBar(TQDMProgressBar):
     """Lightning's tqdm bar plus ``lr``, ``img/s`` (all devices) and ``eta`` (whole run, training only)."""
 
@@ -87,7 +97,7 @@ class TerminalProgressBar(TQDMProgressBar):
             # numbered as the plain lines are ("epoch 1/8"), not Lightning's 0-based "Epoch 0"
             epoch = re.fullmatch(r"Epoch (\d+)", desc or "")
             if epoch and self._trainer is not None:
-                desc = f"Epoch {int(epoch.group(1)) + 1}/{self._trainer.max_epochs}"
+                desc = f"Epoch {int(epoch.group(1)) + 1}{_of_epochs(self._trainer)}"
             lightning_set_description(desc, refresh)
 
         bar.set_description = set_description

@@ -22,7 +22,11 @@ from hydra.errors import (
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lightning_lars.config import rules, schema  # schema: stores train_schema in the ConfigStore
+from lightning_lars.config import (
+    recipe_source,
+    rules,
+    schema,
+)  # schema: stores train_schema in the ConfigStore
 from lightning_lars.config.paths import (  # noqa: F401
     CONF_DIR,
     PACKAGE_DIR,
@@ -45,6 +49,7 @@ def register_recipes() -> None:
 
 
 register_recipes()
+recipe_source.install()  # a user's recipe file needs no `# @package _global_` line
 
 
 def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -162,7 +167,10 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     owner = re.search(r"not in '(\w+)'", first)
     if owner and dataclasses.is_dataclass(getattr(schema, owner.group(1), None)):  # a key the schema lacks
         if key == "recipe" and in_file:
-            return f"{where}the recipe's keys land under 'recipe': start the file with the line # @package _global_"
+            return (
+                f"{where}the recipe's keys land under 'recipe': start the file with the line"
+                " # @package _global_, or leave its package line out"
+            )
         fields = ", ".join(
             [f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
             + [f"+{name}" for name in schema.also_takes(owner.group(1))]

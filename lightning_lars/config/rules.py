@@ -63,6 +63,7 @@ def check(cfg: DictConfig) -> None:
     check_trainer(values)
     check_sizes(values)
     check_kinds(values)
+    check_training_values(values)
     check_compile(values.get("model"))
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
@@ -154,6 +155,40 @@ def check_sizes(values: dict) -> None:
     seed = values["seed"]
     if not _is_left_to_the_run(seed) and not 0 <= seed < SEED_RANGE:
         raise UserError(f"seed={seed}: expected an integer in 0..{SEED_RANGE - 1}")
+
+
+# LR keys that may be 0: a warmup that starts from 0, a decay that ends at 0. Every other LR must be > 0.
+ZERO_LR_OK = ("start_lr", "end_lr")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_training_values(values: dict) -> None:
+    """Values Lightning and torch would take and then train badly with, or fail on mid-start: a learning rate
+    <= 0 (the run "trains" and diverges or stands still), momentum outside [0, 1) (SGD's and LARS's buffer
+    grows without bound at 1), and ``trainer.devices=0`` (Lightning refuses it after the run has started)."""
+    for group in ("scheduler", "optimizer"):
+        for key, value in (values.get(group) or {}).items():
+            if not (key == "lr" or key.endswith("_lr")) or not _number(value):
+                continue
+            zero_ok = key in ZERO_LR_OK
+            if value < 0 or (value == 0 and not zero_ok):
+                wanted = ">= 0" if zero_ok else "> 0"
+                raise UserError(f"{group}.{key}={value}: a learning rate must be {wanted}; set {group}.{key}")
+    momentum = _raw(values, "optimizer.momentum")
+    if _number(momentum) and not 0 <= momentum < 1:
+        raise UserError(
+            f"optimizer.momentum={momentum}: expected a value in [0, 1) (0.9 is the usual; 1 never forgets a"
+            " gradient); set optimizer.momentum"
+        )
+    devices = _raw(values, "trainer.devices")
+    if _number(devices) and (devices == 0 or devices < -1):
+        raise UserError(
+            f"trainer.devices={devices}: expected a number of devices >= 1, -1 (all of this node's), auto, or a"
+            " list of device ids such as [0,1]"
+        )
 
 
 def _kind(value: Any) -> str:

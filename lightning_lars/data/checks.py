@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -51,7 +52,8 @@ def check_dataset(cfg: DictConfig) -> None:
     if not needs_ffcv(data.get("_target_")) and _plain_value(data, "root"):
         if _plain_value(data, "no_aug_from_epoch") is not None:
             raise UserError(no_aug_message(data.no_aug_from_epoch))
-        check_image_folder(Path(data.root), data.get("num_classes"), _plain_value(data, "prepare_command"))
+        command = command_for(Path(data.root), _plain_value(data, "prepare_command"))
+        check_image_folder(Path(data.root), data.get("num_classes"), command)
         return
     ffcv_data = needs_ffcv(data.get("_target_"))
     if ffcv_data and not _installed("ffcv"):  # not installed: said first, as `make prepare` needs FFCV too
@@ -64,13 +66,27 @@ def check_dataset(cfg: DictConfig) -> None:
         paths, num_classes = [], None
     betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
     for path in betons:
-        read_num_samples(path, command)
+        read_num_samples(
+            path, command_for(Path(path).parent, command) or PREPARE.format(out=Path(path).parent)
+        )
     if betons and isinstance(num_classes, int):
         check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
     # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with
     # numba: after the file checks, which need no FFCV.
     if ffcv_data:
         require_ffcv(*FFCV_DATA)
+
+
+PREPARE = "make prepare src=<imagefolder> out={out}"
+
+
+def command_for(folder: Path, command: str | None) -> str | None:
+    """The data config's ``prepare_command`` where it writes ``folder`` (its ``out=``, or a folder inside it);
+    None for a path of the user's own elsewhere, which that command (`make demo-data`, say) would never fill."""
+    out = re.search(r"\bout=(\S+)", command or "")
+    if out and Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(out.group(1))):
+        return command
+    return None
 
 
 def _plain_value(data, key: str):

@@ -13,10 +13,13 @@ folder with a manifest is always complete. An exception or Ctrl-C removes the te
 """
 
 import argparse
+import errno
 import json
+import math
 import multiprocessing
 import os
 import queue
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -121,6 +124,8 @@ def _make_writer_class():
                     while len(allocation_list) < len(processes):
                         bar.update(done_number.value - bar.n)
                         failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                        if NO_SPACE_EXIT in failed:
+                            raise DiskFull(done_number.value)
                         if failed:
                             raise RuntimeError(
                                 f"an FFCV writer process exited with code {failed[0]} "
@@ -148,9 +153,45 @@ def _make_writer_class():
     return GuardedDatasetWriter
 
 
+# A full disk (or quota) in a writer process: it exits with this code and no traceback; prepare says it in one line.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_EXIT = 28
+
+
+class DiskFull(Exception):
+    """A writer process found no space left: ``done`` samples of the split were written by then."""
+
+    def __init__(self, done: int = 0):
+        super().__init__(f"no space left after {done} samples")
+        self.done = done
+
+
 def _worker_dying_with_parent(work_fn, *args):
     die_with_parent()  # FFCV's writer processes would outlive a `kill -9` of prepare, ~0.5 GB each
-    work_fn(*args)
+    try:
+        work_fn(*args)
+    except OSError as error:
+        if error.errno not in NO_SPACE:
+            raise
+        os._exit(NO_SPACE_EXIT)  # the parent names the space needed; a traceback per process would bury it
+
+
+def _no_space_message(out, written, images_done, images_total, buffered, padding):
+    """One line for a full disk at ``out``: how much the FFCV files need, and how much is free there (the partial
+    files are gone by now). Extrapolated from ``images_done`` images, which took at most the ``written`` bytes
+    plus the ``buffered`` bytes of the pages the writers still held, and the ``padding`` bytes of every writer's
+    last page, with 10 % to spare: an upper bound, as "free that much" must be enough."""
+    free = shutil.disk_usage(out).free
+    if images_done:
+        per_image = (written + buffered) / images_done
+        need = f"about {math.ceil(1.1 * (per_image * images_total + padding) / 2**20):,} MiB"
+    else:
+        need = f"more than {math.ceil(written / 2**20):,} MiB"
+    return (
+        f"no space left on the disk of --out {out}: the FFCV files of {images_total} images need {need}, and"
+        f" {free / 2**20:,.0f} MiB are free there (the partial files were removed and nothing in {out} was"
+        " changed); free that much space, or give --out a folder on a disk with room"
+    )
 
 
 def _default_page_size(num_images, largest_hw, max_resolution):
@@ -357,7 +398,7 @@ def convert(
         "seed": seed,
         "min_page_size": page_size,
     }
-    temporaries, started = {}, time.perf_counter()
+    temporaries, started, images_done, page = {}, time.perf_counter(), 0, page_size or MIN_PAGE_SIZE
     try:
         for listing in listings:
             largest = check_split(listing, num_workers, strict, progress)
@@ -376,21 +417,33 @@ def convert(
                 "label": IntField(),
             }
             minimum = page_size or _default_page_size(len(listing.samples), largest, max_resolution)
+            page = _page_size_for(largest, max_resolution, minimum)
             writer = writer_class(
                 str(tmp),
                 fields,
-                page_size=_page_size_for(largest, max_resolution, minimum),
+                page_size=page,
                 num_workers=num_workers,
                 description=f"write {listing.name}",
                 progress=progress,
             )
             writer.from_indexed_dataset(_LabelledImages(listing.samples, max_resolution, seed), chunksize=100)
             verify_beton(tmp, [label for _, label in listing.samples])
+            images_done += len(listing.samples)
         (out / MANIFEST_NAME).unlink(
             missing_ok=True
         )  # from here until the manifest exists, out is incomplete
         for name, tmp in temporaries.items():
             os.replace(tmp, out / f"{name}.beton")
+    except (DiskFull, OSError) as error:
+        if isinstance(error, OSError) and error.errno not in NO_SPACE:
+            raise
+        written = sum(tmp.stat().st_size for tmp in temporaries.values() if tmp.exists())
+        for tmp in temporaries.values():
+            tmp.unlink(missing_ok=True)
+        done = images_done + (error.done if isinstance(error, DiskFull) else 0)
+        total = sum(len(listing.samples) for listing in listings)
+        pages = num_workers * page  # one page in each writer's memory; each pads its last page, per split
+        raise UserError(_no_space_message(out, written, done, total, pages, len(listings) * pages)) from None
     finally:
         for tmp in temporaries.values():
             tmp.unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names
+from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names, user_recipe_dirs
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import show
@@ -80,6 +80,16 @@ def published(name: str) -> dict:
     return recipe_yaml(name).get("published") or {}
 
 
+def alias_of(name: str) -> str | None:
+    """The recipe ``name`` only renames: its defaults are one other recipe (and ``_self_``) and it sets nothing
+    but the ``published`` block `make recipes` shows."""
+    spec = recipe_yaml(name)
+    extends = [d for d in spec.get("defaults") or [] if d != "_self_"]
+    if len(extends) == 1 and extends[0] in recipe_names() and set(spec) <= {"defaults", "published"}:
+        return extends[0]
+    return None
+
+
 def rows() -> list[dict]:
     return [
         {"recipe": name, **{k: published(name).get(k, "?") for k in COLUMNS[1:]}} for name in recipe_names()
@@ -136,12 +146,13 @@ def show_main(argv: list[str]) -> None:
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw LR, weight decay and momentum, evals marked")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=30")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # make puts args="--plot F" before the overrides
     try:
-        if args.name not in recipe_names() and args.name.startswith(reference_points.RECIPE_PREFIX):
+        known = recipe_names(user_recipe_dirs(args.overrides))  # with the user's own, on hydra.searchpath
+        if args.name not in known and args.name.startswith(reference_points.RECIPE_PREFIX):
             raise reference_points.unknown_reference(args.name)
-        if args.name not in recipe_names():
-            raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(recipe_names())}")
+        if args.name not in known:
+            raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(known)}")
         if args.devices < 1 or args.nodes < 1:
             raise UserError(f"--devices {args.devices} --nodes {args.nodes}: both must be at least 1")
         print(show(args.name, args.devices, args.nodes, args.overrides, args.plot))
@@ -162,12 +173,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.markdown:
         sys.stdout.write(markdown())
         return
-    table = rows()
+    table = [
+        {**r, "recipe": f"{r['recipe']} = {alias_of(r['recipe'])}" if alias_of(r["recipe"]) else r["recipe"]}
+        for r in rows()
+    ]
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS[:-1]}
     print("  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]))
     for r in table:
         print("  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]))
     print(
+        "\nA = B: recipe A is an alias of B (the same run under a second name)."
         "\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
         "\nits card: python -m lightning_lars.recipe.catalog show NAME [--devices G --nodes N] [--plot FILE.png]"
     )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config import compose as config
 from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
@@ -194,6 +194,15 @@ def _epoch_ends(steps_per_epoch: int, epochs: int, growth: BatchGrowth | None) -
     return ends
 
 
+def configured_world(trainer: DictConfig) -> int | None:
+    """Devices x nodes where the config fixes them (``devices: 8`` or ``[0, 1]``), else None (``auto``, ``-1``)."""
+    devices, nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
+    count = len(devices) if isinstance(devices, ListConfig) else devices
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1 or not isinstance(nodes, int):
+        return None
+    return count * nodes
+
+
 def make_plan(
     cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int
 ) -> RecipePlan:
@@ -202,7 +211,12 @@ def make_plan(
     module, so Lightning, before the data files are checked; the run and the card read them."""
     deviations = OmegaConf.to_container(cfg.deviations, resolve=True)  # four strings each: config.schema
     batch = cfg.batch
-    if devices is None:  # composition checks: the hardware is not known yet, only the global batch matters
+    world = configured_world(cfg.trainer) if devices is None else None
+    if (
+        world is not None
+    ):  # composition checks, devices set in the config: the batch plan is known before the run
+        plan = plan_batch(batch.global_size, world, 1, batch.max_per_device, batch.bn_group)
+    elif devices is None:  # composition checks, "auto" devices: only the global batch is known yet
         plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
     else:
         plan = plan_batch(batch.global_size, devices, nodes, batch.max_per_device, batch.bn_group)

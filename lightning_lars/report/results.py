@@ -134,8 +134,11 @@ def lr_series(record: RunRecord) -> list[tuple[int, float, str]]:
     return rows
 
 
-def log_to_wandb(cfg, metrics: dict[str, float], record: RunRecord, loggers: list[Logger]) -> bool:
-    """Summary table + plots into the run's W&B run; False when there is no W&B logger."""
+def log_to_wandb(
+    cfg, metrics: dict[str, float], record: RunRecord, loggers: list[Logger], png: Path | None = None
+) -> bool:
+    """Summary table + plots (and ``png``, the run's report.png) into the run's W&B run; False when there is no
+    W&B logger."""
     logger = wandb_logger_of(loggers)
     if logger is None:
         return False
@@ -150,6 +153,8 @@ def log_to_wandb(cfg, metrics: dict[str, float], record: RunRecord, loggers: lis
             data=[[d[k] for k in ("technique", "published", "ours", "why")] for d in deviations(cfg)],
         ),
     }
+    if png is not None:  # the same figure as the run folder's, beside the table
+        report["report/report_png"] = wandb.Image(str(png))
     lr = lr_series(record)
     if lr:
         table = wandb.Table(columns=["step", "lr", "kind"], data=lr)
@@ -192,8 +197,8 @@ def finish(cfg, metrics: dict[str, float], record: RunRecord, loggers: list[Logg
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS_FILE).write_text(json.dumps(written, indent=2, default=str) + "\n")
-    log_to_wandb(cfg, metrics, record, loggers)
     png = report_plot.write_report_png(cfg, record, out_dir)  # the curves, viewable without W&B
+    log_to_wandb(cfg, metrics, record, loggers, png)
     print(results_table(cfg, metrics, record, loggers), flush=True)
     print(f"Report: {png if png else 'no report.png'}; numbers: {out_dir / RESULTS_FILE}", flush=True)
     return written

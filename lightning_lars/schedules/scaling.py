@@ -65,6 +65,37 @@ def _bn_ranks(per_device: int, bn_group: int | None, world: int) -> int | None:
     return None
 
 
+# Fewer samples per BN statistic cannot train: over one sample the variance is 0 and, where the feature map is
+# 1x1 (ResNet's last stage at 32 px), torch's BatchNorm raises "Expected more than 1 value per channel".
+MIN_BN_SPAN = 2
+
+
+def _first_plan(global_size: int, world: int, cap: int | None, bn_group: int | None) -> BatchPlan | None:
+    """The plan with the fewest accumulation steps that keeps ``global_size`` and the BN span exact, or None."""
+    per_rank = global_size // world
+    for accumulation in range(1, per_rank + 1):
+        per_device = per_rank // accumulation
+        if per_rank % accumulation or per_device > (cap or per_rank):
+            continue
+        ranks = _bn_ranks(per_device, bn_group, world)
+        if ranks is not None and (bn_group or per_device) >= MIN_BN_SPAN:
+            return BatchPlan(global_size, world, per_device, accumulation, bn_group, ranks)
+    return None
+
+
+def nearest_global_sizes(global_size: int, world: int, cap: int | None, bn_group: int | None) -> list[int]:
+    """The nearest global batch below ``global_size`` and the nearest above that plan on these devices."""
+    found = []
+    for step in (-world, world):  # multiples of the device count, the nearest first
+        size = ((global_size - 1) // world if step < 0 else global_size // world + 1) * world
+        while 0 < size <= 2 * global_size + world:
+            if _first_plan(size, world, cap, bn_group) is not None:
+                found.append(size)
+                break
+            size += step
+    return found
+
+
 def plan_batch(
     global_size: int,
     devices: int,
@@ -75,9 +106,10 @@ def plan_batch(
     """Split ``global_size`` over ``devices * nodes`` ranks, accumulating when a rank's share is too big.
 
     The smallest accumulation count wins whose per-device batch fits ``max_per_device``, divides the rank's
-    share exactly, and can form BN statistics of exactly ``bn_group`` samples: a multiple of it (ghost BN,
-    or plain BN when equal), or a divisor of it spread over ``bn_group / per_device`` ranks that tile the
-    world (SyncBatchNorm groups). The global batch and the BN span are kept exact or the run is refused.
+    share exactly, and can form BN statistics of exactly ``bn_group`` samples (at least `MIN_BN_SPAN`): a
+    multiple of it (ghost BN, or plain BN when equal), or a divisor of it spread over ``bn_group / per_device``
+    ranks that tile the world (SyncBatchNorm groups). The global batch and the BN span are kept exact or the
+    run is refused, naming the nearest global batches that plan.
     """
     world = devices * nodes
     if global_size <= 0 or world <= 0:
@@ -87,22 +119,27 @@ def plan_batch(
             f"global batch {global_size} does not divide across {world} devices ({devices} x {nodes} nodes);"
             f" use a device count that divides it, or set batch.global_size to a multiple of {world}"
         )
-    if bn_group is not None and not 0 < bn_group <= global_size:
+    if bn_group is not None and not MIN_BN_SPAN <= bn_group <= global_size:
         raise UserError(
-            f"batch.bn_group={bn_group} must lie in [1, global batch {global_size}]; or null for plain BN"
+            f"batch.bn_group={bn_group} must lie in [{MIN_BN_SPAN}, global batch {global_size}];"
+            " or null for BN over each device's batch"
         )
-    per_rank = global_size // world
-    cap = max_per_device or per_rank
-    for accumulation in range(1, per_rank + 1):
-        per_device = per_rank // accumulation
-        if per_rank % accumulation or per_device > cap:
-            continue
-        ranks = _bn_ranks(per_device, bn_group, world)
-        if ranks is not None:
-            return BatchPlan(global_size, world, per_device, accumulation, bn_group, ranks)
+    plan = _first_plan(global_size, world, max_per_device, bn_group)
+    if plan is not None:
+        return plan
+    cap = max_per_device or global_size // world
+    if bn_group is not None and cap < bn_group and _first_plan(global_size, world, bn_group, bn_group):
+        fix = f"raise batch.max_per_device to {bn_group}, use more devices, or set batch.bn_group"
+    else:
+        sizes = nearest_global_sizes(global_size, world, max_per_device, bn_group)
+        fix = f"set batch.global_size to {' or '.join(map(str, sizes))}" if sizes else "set batch.bn_group"
+    if bn_group is None:
+        why = f"splits only into device batches of fewer than {MIN_BN_SPAN} images (BN over 1 image cannot train)"
+    else:
+        why = (
+            f"cannot form BN statistics over batch.bn_group={bn_group} samples: a device batch must be a"
+            f" multiple of {bn_group}, or divide it with {bn_group}/per-device ranks per group"
+        )
     raise UserError(
-        f"BN statistics over batch.bn_group={bn_group} samples cannot be formed from {world} device(s) with at"
-        f" most {cap} images each (global batch {global_size}): a device batch must be a multiple of"
-        f" {bn_group}, or divide it with {bn_group}/per-device ranks per group; raise"
-        f" batch.max_per_device to {bn_group}, use more devices, or set batch.bn_group"
+        f"global batch {global_size} on {world} device(s) with at most {cap} images each {why}; {fix}"
     )

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
@@ -65,10 +66,33 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> s
             ["paths.data_dir=/nonexistent/data"],
             ["/nonexistent/data/demo/train.beton not found", "make demo-data"],
         ),
+        (  # a path of the user's own: the demo's command would never fill it
+            ["data.train_path=/nonexistent/mine/train.beton"],
+            ["make prepare src=<imagefolder> out=/nonexistent/mine"],
+        ),
+        (
+            ["data=demo_imagefolder", "data.root=/nonexistent/mine"],
+            ["expected /nonexistent/mine/train/<class>"],
+        ),
+        (  # 97 is prime: under 64 per device only 97 x 1 image, and BN over 1 image raises mid-run
+            ["batch.global_size=97", "batch.max_per_device=64"],
+            ["BN over 1 image cannot train", "set batch.global_size to 96 or 98"],
+        ),
+        (
+            ["batch.global_size=97", "batch.max_per_device=64", "batch.bn_group=16"],
+            ["bn_group=16", "set batch.global_size to 96 or 112"],
+        ),
+        (["scheduler.base_lr=-0.1"], ["scheduler.base_lr=-0.1", "must be > 0"]),
+        (["scheduler.base_lr=0"], ["scheduler.base_lr=0", "must be > 0"]),
+        (["optimizer.momentum=1.0"], ["optimizer.momentum=1.0", "[0, 1)"]),
+        (["optimizer.momentum=-0.5"], ["optimizer.momentum=-0.5", "[0, 1)"]),
+        (["trainer.devices=0"], ["trainer.devices=0", "number of devices >= 1"]),
     ],
 )
 def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
-    assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+    line = assert_one_line_error(entry_point(*args, tmp=tmp_path), *phrases)
+    assert "max_per_device to" not in line  # never the advice to raise a cap that is not what stops the plan
+    assert not (tmp_path / "logs").exists()  # refused before Hydra made a run folder
 
 
 def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared, tmp_path):
@@ -138,6 +162,55 @@ def test_prepare_counts_bad_files_and_fails_one_line_on_a_wrong_path(tmp_path):
         check=False,
     )
     assert_one_line_error(wrong, str(tmp_path / "imagnet"))
+
+
+def test_make_prepare_on_a_full_disk_is_one_line_naming_the_space_needed(tmp_path):
+    """A real full disk: a 3 MiB tmpfs mounted in a mount namespace of its own (``unshare``; as root or in an
+    unprivileged user namespace), gone when the command ends. The conversion to a roomy folder is the oracle for
+    the space the files need."""
+    if subprocess.run(["unshare", "--mount", "--map-root-user", "true"], check=False).returncode:
+        pytest.skip("needs a mount namespace (unshare --mount --map-root-user) for a small tmpfs")
+    src = tmp_path / "my images"  # spaces in both paths: make passes them whole
+    noise = np.random.default_rng(0)
+    for split, count in (("train", 150), ("val", 30)):
+        for name in ("cat", "dog"):
+            (src / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = noise.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(src / split / name / f"{i}.JPEG")
+    make = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", f"PY={sys.executable}"]
+    args = "args=--workers 1 --no-progress"
+    roomy = tmp_path / "roomy out"
+    made = subprocess.run(
+        [*make, "prepare", f"src={src}", f"out={roomy}", args],
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    needed = sum(path.stat().st_size for path in roomy.iterdir())
+    small = tmp_path / "small disk"
+    small.mkdir()
+    out = small / "imagenet ffcv"
+    script = (
+        'mount -t tmpfs -o size=3m tmpfs "$1" && mkdir "$1/imagenet ffcv" && printf old > "$2/train.beton" &&'
+        ' shift 2 && "$@"; echo "exit $?"; ls -A "$0/imagenet ffcv"; cat "$0/imagenet ffcv/train.beton"'
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--map-root-user", "sh", "-c", script, str(small), str(small), str(out)]
+        + [*make, "prepare", f"src={src}", f"out={out}", args],
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no space left on the disk of --out" in errors[0], done.stderr[-3000:]
+    mib = int(errors[0].partition("need about ")[2].split()[0].replace(",", ""))
+    assert needed <= mib * 2**20 <= 3 * needed, (needed, errors[0])  # enough, and not wildly more
+    assert "exit 2" in done.stdout and done.stdout.split("exit 2")[1].split() == ["train.beton", "old"]
 
 
 class FullDiskAfter:

@@ -73,3 +73,27 @@ def test_describe_names_devices_batch_accumulation_and_bn():
     ):
         assert part in text
     assert "synchronised over 128 images (4 devices x 32)" in plan_batch(32768, 1024, 1, None, 128).describe()
+
+
+@pytest.mark.parametrize(
+    "global_size, devices, cap, bn_group, nearest",
+    [
+        (97, 1, 64, None, "set batch.global_size to 96 or 98"),  # a prime: only 97 x 1 image fits under 64
+        (97, 1, 64, 16, "set batch.global_size to 96 or 112"),  # the cap is not what stops it
+        (202, 2, 64, None, "set batch.global_size to 200 or 204"),  # 101 per device, a prime again
+    ],
+)
+def test_a_plan_that_leaves_bn_a_single_image_names_the_nearest_global_batches(
+    global_size, devices, cap, bn_group, nearest
+):
+    with pytest.raises(UserError) as refused:
+        plan_batch(global_size, devices, 1, cap, bn_group)
+    message = str(refused.value)
+    assert nearest in message and "max_per_device to" not in message and "\n" not in message, message
+    for size in map(int, nearest.rpartition(" to ")[2].split(" or ")):  # each named size does plan
+        plan = plan_batch(size, devices, 1, cap, bn_group)
+        assert (bn_group or plan.per_device) >= 2
+        assert_exact(plan, size, devices, bn_group, cap)
+    for size in range(int(nearest.split()[-3]) + 1, global_size):  # and none nearer below does
+        with pytest.raises(UserError):
+            plan_batch(size, devices, 1, cap, bn_group)

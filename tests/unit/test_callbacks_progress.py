@@ -10,6 +10,7 @@ from lightning_lars.callbacks.monitors.progress import (
     format_duration,
     progress_bar,
 )
+from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 
 
@@ -68,3 +69,21 @@ def test_terminal_bar_shows_lr_throughput_and_eta(tmp_path, capsys):
     final = shown.split("\r")[-1]
     assert "Epoch 1/1" in final and "Epoch 0" not in shown  # numbered as the plain lines: "epoch 1/1"
     assert "<" not in final  # one ETA (the run's): no tqdm "elapsed<remaining" beside it
+
+
+def test_terminal_bar_counts_the_planned_epochs_when_lightning_has_no_epoch_limit(tmp_path, capsys):
+    """The run sets Lightning's max_epochs to -1 and stops at its planned step: the bar reads the plan."""
+    bar = progress_bar(force="bar")
+    schedule = EvaluationSchedule([4], epoch_at=lambda step: step / 2)  # 2 updates per source epoch: 2 epochs
+    fit = trainer(
+        [bar, schedule, ScheduleCallback()],
+        tmp_path,
+        max_steps=4,
+        enable_progress_bar=True,
+        check_val_every_n_epoch=None,
+        val_check_interval=1,
+    )
+    fit.fit_loop.max_epochs = -1
+    fit.fit(classifier("sgd", lr_schedule=lambda step: 0.125), loader(images(32)), loader(images(8)))
+    shown = capsys.readouterr().out
+    assert "Epoch 1/2" in shown and "/-1" not in shown, shown[-500:]

@@ -8,6 +8,7 @@ config) are in tests/integration/test_first_hour.py.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -193,7 +194,7 @@ def test_make_passes_multirun_and_the_sweep(tmp_path):
         check=False,
     )
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
-    command = done.stdout.split()  # make echoes the command it runs
+    command = shlex.split(done.stdout)  # make echoes the command it runs, each override shell-quoted
     assert "--multirun" in command and "seed=x,0" in command, done.stdout
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "the sweep's job seed=x" in errors[0], done.stderr

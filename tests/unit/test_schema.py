@@ -269,9 +269,16 @@ def test_a_mistake_in_a_users_recipe_file_names_the_file(body, start, tmp_path):
     assert str(raised.value).startswith(start) and "\n" not in str(raised.value), raised.value
 
 
-def test_a_users_recipe_without_the_package_line_is_told_to_add_it(tmp_path):
+def test_a_users_recipe_needs_no_package_line(tmp_path):
     (tmp_path / "recipe").mkdir()
     (tmp_path / "recipe" / "mine.yaml").write_text("defaults:\n  - demo\n  - _self_\nseed: 3\n")
+    cfg, _ = check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
+    assert cfg.seed == 3 and cfg.model.arch == "resnet10t" and "recipe" not in cfg  # its keys at the top
+
+
+def test_a_users_recipe_that_names_another_package_is_told_the_line(tmp_path):
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "mine.yaml").write_text("# @package recipe\nseed: 3\n")
     with pytest.raises(UserError, match="start the file with the line # @package _global_"):
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
 

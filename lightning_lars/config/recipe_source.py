@@ -1,0 +1,45 @@
+"""A user's own recipe file needs no ``# @package _global_`` line.
+
+Our recipes sit in Hydra's ConfigStore with package ``_global_`` (`lightning_lars.config.compose`). A user's
+recipe is a file in the ``recipe/`` folder of their ``hydra.searchpath``, and Hydra puts a file's keys under its
+group (``recipe.optimizer...``) unless the file's first line says otherwise: a header that a delta over our
+recipes must always carry. Hydra reads files through the config source registered for the path's scheme
+(``file://``, ``pkg://``); these subclasses give a ``recipe/`` file without a package line the package
+``_global_``, and leave every other file, and any package a file names itself, as Hydra reads them.
+"""
+
+from __future__ import annotations
+
+from hydra._internal.core_plugins.file_config_source import FileConfigSource
+from hydra._internal.core_plugins.importlib_resources_config_source import (
+    ImportlibResourcesConfigSource,
+)
+from hydra._internal.sources_registry import SourcesRegistry
+from hydra.core.plugins import Plugins
+from hydra.plugins.config_source import ConfigResult
+
+GROUP = "recipe/"
+
+
+def _global_when_unset(config_path: str, result: ConfigResult) -> ConfigResult:
+    if config_path.lstrip("/").startswith(GROUP) and result.header.get("package") is None:
+        result.header["package"] = "_global_"
+    return result
+
+
+class RecipeFileSource(FileConfigSource):
+    def load_config(self, config_path: str) -> ConfigResult:
+        return _global_when_unset(config_path, super().load_config(config_path))
+
+
+class RecipePackageSource(ImportlibResourcesConfigSource):
+    def load_config(self, config_path: str) -> ConfigResult:
+        return _global_when_unset(config_path, super().load_config(config_path))
+
+
+def install() -> None:
+    """Make Hydra read ``file://`` and ``pkg://`` folders through the sources above, in this process."""
+    Plugins.instance()  # Hydra registers its own sources when its plugins are first scanned: ours replace them
+    registry = SourcesRegistry.instance()
+    for source in (RecipeFileSource, RecipePackageSource):
+        registry.types[source.scheme()] = source

@@ -1,0 +1,47 @@
+"""The run's ``train.log``, and what the console leaves out.
+
+Hydra's job logging writes the root logger's records to ``<run folder>/train.log``. Lightning, imported before
+Hydra sets up logging, gives its ``lightning.pytorch`` and ``lightning.fabric`` loggers a console handler of their
+own and stops them propagating, so every line a run prints through them (the plan, the recipe's claim, Lightning's
+own) missed the file, which stayed empty. `log_to_run_file` adds Hydra's file handlers to those loggers.
+
+The console leaves out what is noise at every start: the model summary (a table of parameter counts; it still goes
+to train.log), the hint to prepend ``srun`` on any machine where SLURM is installed (our launchers start the
+ranks), and "Checkpoint directory ... exists and is not empty" (a resumed run writes into its own folder).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+FILE_ONLY_LOGGERS = ("lightning.pytorch.callbacks.model_summary",)
+NOISE_WARNINGS = (
+    r"The `srun` command is available on your system but is not used",
+    r"Checkpoint directory .* exists and is not empty",
+)
+
+
+def _not_file_only(record: logging.LogRecord) -> bool:
+    return record.name not in FILE_ONLY_LOGGERS
+
+
+def log_to_run_file() -> None:
+    """Lightning's records into Hydra's file handlers (train.log); its console handler drops the model summary."""
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for name in LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.propagate:  # reaches the root's handlers, train.log among them, already
+            continue
+        for handler in logger.handlers:
+            if not isinstance(handler, logging.FileHandler):
+                handler.addFilter(_not_file_only)
+        for handler in files:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
+
+
+def quiet_noise() -> None:
+    for message in NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{message}")

@@ -1,0 +1,82 @@
+"""The make targets as a user types them: a recipe of the user's own (no package line) in a folder whose path
+holds a space, overrides and ``args=...`` reaching the program whole, environment variables given as make
+variables."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKE = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", f"PY={sys.executable}"]
+
+
+def make(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*MAKE, *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_recipe_card_of_a_users_recipe_with_overrides_and_a_plot_in_a_folder_with_a_space(tmp_path):
+    conf = tmp_path / "my conf"
+    (conf / "recipe").mkdir(parents=True)
+    # a delta over ours, as the README describes it: no `# @package _global_` line
+    (conf / "recipe" / "my_run.yaml").write_text("defaults: [goyal_8k]\noptimizer: {momentum: 0.8}\n")
+    plot = tmp_path / "my plots" / "card.png"
+    plot.parent.mkdir()
+    done = make(
+        "recipe-card",
+        "recipe=my_run",
+        f"hydra.searchpath=[file://{conf}]",
+        "optimizer.momentum=0.85",  # the command line wins over the user's recipe
+        f"args=--plot {shlex.quote(str(plot))}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    header = next(line for line in done.stdout.splitlines() if line.strip().startswith("step"))
+    first = next(line for line in done.stdout.splitlines() if line.strip().startswith("first update"))
+    momentum = first.split()[2:][header.split().index("momentum")]  # after the label "first update"
+    assert momentum == "0.85", done.stdout
+    assert "global batch 8192" in done.stdout  # goyal_8k's, through the user's defaults
+    assert f"plot: {plot}" in done.stdout and plot.stat().st_size > 10_000
+
+
+def test_train_takes_a_users_recipe_without_the_package_line(tmp_path):
+    conf = tmp_path / "my conf"
+    (conf / "recipe").mkdir(parents=True)
+    (conf / "recipe" / "mine.yaml").write_text("defaults: [demo]\nseed: 321\nbatch: {global_size: 96}\n")
+    done = make("recipe=mine", f"hydra.searchpath=[file://{conf}]", "args=--cfg job", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "\nseed: 321\n" in done.stdout and "global_size: 96" in done.stdout, done.stdout
+
+
+def test_make_passes_an_upper_case_variable_as_the_environment_variable(tmp_path):
+    data = tmp_path / "my data"  # no prepared files there: the error names the folder the run looked in
+    done = make("recipe=demo", f"LARS_DATA_DIR={data}", f"paths.log_dir={tmp_path / 'logs'}", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and f"{data}/demo/train.beton not found" in errors[0], done.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_make_demo_data_writes_into_a_folder_with_a_space(tmp_path):
+    out = tmp_path / "my data" / "demo"
+    done = make(
+        "demo-data", f"out={out}", "args=--train-per-class 4 --val-per-class 2 --workers 1", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "train.beton").stat().st_size > 0 and (out / "val.beton").stat().st_size > 0
+    assert not (tmp_path / "my").exists()  # not split at the space

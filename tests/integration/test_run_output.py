@@ -1,0 +1,58 @@
+"""What a user sees of every run: the run's log in ``train.log``, and no noise lines on the console."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from resume_runs import OVERRIDES, ROOT, env, make_demo_data
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
+    make_demo_data(tmp_path)
+    extra = {}
+    if (
+        shutil.which("srun") is None
+    ):  # Lightning hints at srun wherever SLURM's srun is on PATH: put one there
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / "srun").chmod(0o755)
+        extra["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_lars.train",
+            *OVERRIDES,
+            "trainer.max_steps=2",
+            f"paths.log_dir={logs}",
+        ],
+        cwd=ROOT,
+        env=env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-3000:]
+    for noise in ("srun", "Checkpoint directory", "Trainable params", "| Name"):
+        assert noise not in console, console
+    (run_dir,) = (logs / "demo" / "runs").iterdir()
+    log = (run_dir / "train.log").read_text()
+    assert "[lightning-lars] plan: global batch 32" in log and "[lightning-lars] recipe demo" in log, log[
+        -3000:
+    ]
+    assert "Trainable params" in log  # the model summary: in the file, not on the console
+    # the W&B run (offline: its files on disk) carries the report image beside its table
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    images = list((wandb_run / "files" / "media" / "images" / "report").glob("report_png_*.png"))
+    assert [image.read_bytes() for image in images] == [(run_dir / "report.png").read_bytes()], images
+    assert list((wandb_run / "files" / "media" / "table" / "report").glob("summary_*.table.json"))
