@@ -1,7 +1,13 @@
 """Our batch norm under torch.compile: ghost BN, synced BN groups, channels_last and bf16 autocast each compile
 to whole graphs (no graph break, one graph per train/eval mode, no recompilation on the next steps) and
 compute what eager computes. Oracles: dynamo's own counters (``torch._dynamo.utils.counters``) and the same
-module run eagerly. Slow tier: each case compiles twice (forward+backward, eval), ~15 s on 2 idle cores."""
+module run eagerly. Slow tier: each case compiles twice (training, eval); the 5 cases took 819 s on 2 cores at
+load average ~20 (2026-11-26).
+
+The synced case is our fix: ``torch.distributed.nn.functional.all_reduce`` raises under torch.compile (torch
+PR 177342, pytorch/pytorch#177342) and broke the graph at every synced layer; ``AllReduceSum`` uses torch's
+functional collectives, which dynamo traces. torch's own ``nn.SyncBatchNorm`` still breaks the graph
+(pytorch/pytorch#161302, open) and refuses CPU tensors, so it is not tested here; no recipe uses it.
 
 from __future__ import annotations
 
