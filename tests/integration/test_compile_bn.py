@@ -4,10 +4,10 @@ compute what eager computes. Oracles: dynamo's own counters (``torch._dynamo.uti
 module run eagerly. Slow tier: each case compiles twice (training, eval); the 5 cases took 819 s on 2 cores at
 load average ~20 (2026-11-26).
 
-The synced case is our fix: ``torch.distributed.nn.functional.all_reduce`` raises under torch.compile (torch
-PR 177342, pytorch/pytorch#177342) and broke the graph at every synced layer; ``AllReduceSum`` uses torch's
+The synced case is our fix: ``torch.distributed.nn.functional.all_reduce`` raises under torch.compile (it says
+so: "not supported under torch.compile") and broke the graph at every synced layer; ``AllReduceSum`` uses torch's
 functional collectives, which dynamo traces. torch's own ``nn.SyncBatchNorm`` still breaks the graph
-(pytorch/pytorch#161302, open) and refuses CPU tensors, so it is not tested here; no recipe uses it.
+(pytorch/pytorch#161302, open) and refuses CPU tensors, so it is not tested here; no recipe uses it."""
 
 from __future__ import annotations
 
