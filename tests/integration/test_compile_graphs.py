@@ -34,7 +34,8 @@ CASES = {
         "data=synthetic",
         "data.resolution=32",  # the smallest ResNet-50 input with a 1x1 last feature map
         "trainer.precision=bf16-mixed",  # autocast on the CPU, as the recipe's 16-mixed is on GPUs
-        "trainer.limit_train_batches=4",  # 2 optimizer steps per epoch of generated data
+        "data.num_train_images=128",  # 2 optimizer steps of 64 per epoch
+        "data.num_val_images=64",
     ],
 }
 
