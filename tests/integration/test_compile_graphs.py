@@ -5,6 +5,8 @@ dynamo's own bookkeeping (``torch._dynamo.utils.counters``, read by ``compile_ru
 
 Cases: the demo recipe at toy size (resnet10t, ghost BN over 16 of each 32-image micro-batch, accumulation
 of 2) and NVIDIA's MLPerf v1.0 ResNet-50 recipe (channels_last) on generated 32 px data in bf16 autocast.
+Slow: compiling dominates; the demo case took 1785 s on 2 cores shared at load average 15-20 (2026-11-26),
+ResNet-50's first compiled step 316 s at a similar load.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ CASES = {
     "resnet50": [
         "recipe=nvidia_mlperf10_3264",
         "data=synthetic",
-        "data.resolution=32",  # the smallest ResNet-50 input with a 1x1 last feature map
+        "data.resolution=32",  # ResNet-50 downsamples 32x: a 1x1 last feature map
         "trainer.precision=bf16-mixed",  # autocast on the CPU, as the recipe's 16-mixed is on GPUs
         "data.num_train_images=128",  # 2 optimizer steps of 64 per epoch
         "data.num_val_images=64",
