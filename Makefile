@@ -177,6 +177,11 @@ bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activatio
 bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
 	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
+# Slow on 2 cores: every compiled cell compiles from an empty inductor cache, as a user's first run does.
+.PHONY: bench-speed
+bench-speed: $(STAMP) ## model.compile: our module vs a bare loop (demo, eager/compiled), ResNet-50 224 px fp32/bf16 [args=...]
+	$(PY) benchmarks/bench_speed.py $(args)
+
 bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
 	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
 

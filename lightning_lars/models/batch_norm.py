@@ -17,12 +17,28 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_lars.core.errors import UserError
+
+
+class AllReduceSum(torch.autograd.Function):
+    """Sum over ``group``'s ranks, differentiable: the gradient of a sum all-reduce is the all-reduce of the
+    gradients. Built on torch's functional collectives, which torch.compile traces into the graph;
+    ``torch.distributed.nn.functional.all_reduce`` (the eager form) raises under torch.compile and breaks the
+    graph at every synced BN layer."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, group: dist.ProcessGroup) -> Tensor:
+        ctx.group = group
+        return funcol.wait_tensor(funcol.all_reduce(tensor, "sum", group))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return funcol.wait_tensor(funcol.all_reduce(grad.contiguous(), "sum", ctx.group)), None
 
 
 class GroupBatchNorm(_BatchNorm):
@@ -153,7 +169,7 @@ class GroupBatchNorm(_BatchNorm):
         # all-reduce are all-reduced back, which is exactly the backward of BN over the concatenated batch).
         count = grouped[0].numel() // x.shape[1] * dist.get_world_size(self.process_group)
         sums = torch.cat([grouped.sum(dims, keepdim=True), grouped.square().sum(dims, keepdim=True)])
-        sums = differentiable_all_reduce(sums, group=self.process_group)
+        sums = AllReduceSum.apply(sums, self.process_group)
         mean, mean_sq = sums[:1] / count, sums[1:] / count
         return grouped, mean, (mean_sq - mean.square()).clamp_min(0.0), count
 

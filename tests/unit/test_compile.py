@@ -5,6 +5,7 @@ modes torch's inductor lists, and torch's own version string."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -17,6 +18,7 @@ from lightning_lars.training import module as module_file
 from lightning_lars.training import target_checks
 from lightning_lars.training.module import ImageClassifier
 
+ROOT = Path(__file__).resolve().parents[2]
 ARCH = "test_resnet"  # timm's smallest ResNet: compiles in seconds on a CPU
 
 
@@ -129,3 +131,16 @@ def test_a_torch_too_old_names_the_version_needed(monkeypatch):
         " model.compile=false"
     )
     classifier(False)  # eager runs on any torch
+
+
+def test_the_published_recipes_compile_and_the_cpu_runs_stay_eager():
+    """Every published run was a GPU/TPU run: compiled by default. The demo (its bench-speed numbers on a
+    CPU) and any ``debug=toy`` run (seconds, on a CPU) stay eager."""
+    recipes = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
+    assert "demo" in recipes and len(recipes) > 10
+    for recipe in recipes:
+        cfg, _ = check_command_line([f"recipe={recipe}"])
+        assert cfg.model.compile == (False if recipe == "demo" else "default"), recipe
+    for recipe in ("goyal_8k", "you_alexnet_bn_8k"):  # a ResNet and the AlexNet-BN model config
+        cfg, _ = check_command_line([f"recipe={recipe}", "debug=toy"])
+        assert cfg.model.compile is False, recipe
