@@ -24,7 +24,8 @@ from lightning_lars.report import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-DECLARED = [Requirement(r) for r in [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["ffcv"]]]
+EXTRAS = [*PROJECT["optional-dependencies"]["ffcv"], *PROJECT["optional-dependencies"]["mlperf"]]
+DECLARED = [Requirement(r) for r in [*PROJECT["dependencies"], *EXTRAS]]
 OLDEST = provenance.read_pins(ROOT / "lightning_lars" / "requirements" / "oldest.txt")
 NEWEST = provenance.read_pins(ROOT / "lightning_lars" / "requirements" / "lock-newest.txt")
 
