@@ -121,6 +121,8 @@ class MLPerfLog(L.Callback):
             self._log("event", key, value)
 
     def on_train_start(self, trainer, pl_module):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         self._steps_seen = trainer.global_step
         for key, value in self.hyperparameters(trainer, pl_module).items():
             self._log("event", key, value)
@@ -149,6 +151,8 @@ class MLPerfLog(L.Callback):
         return values
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         if self._stopped:
             return
         epoch = math.floor(self._epochs(trainer, trainer.global_step) + 1e-9) + 1  # the epoch this step is in
@@ -161,6 +165,8 @@ class MLPerfLog(L.Callback):
             self._epoch = epoch
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         if trainer.global_step == self._steps_seen or self._stopped:  # mid-accumulation, or after run_stop
             return
         self._steps_seen = step = trainer.global_step
@@ -173,10 +179,14 @@ class MLPerfLog(L.Callback):
         return not (trainer.sanity_checking or trainer.state.fn != "fit" or self._stopped)
 
     def on_validation_start(self, trainer, pl_module):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         if self._evaluating(trainer):
             self._log("start", "eval_start", epoch_num=self._eval_epoch(trainer))
 
     def on_validation_end(self, trainer, pl_module):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         if not self._evaluating(trainer) or "val/top1" not in trainer.callback_metrics:
             return
         epoch, top1 = self._eval_epoch(trainer), float(trainer.callback_metrics["val/top1"])
@@ -190,6 +200,8 @@ class MLPerfLog(L.Callback):
             self._stop("success")
 
     def on_train_end(self, trainer, pl_module):
+        if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
+            return
         self._stop("aborted")  # ended below the target (a signal raises instead: no train end, no run_stop)
 
     def _stop(self, status: str) -> None:
