@@ -16,7 +16,7 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override.
 MAKE_VARS := recipe=% src=% out=% nodes=% devices=% seeds=% workers=% args=% python=% platform=% without=% sweep=% \
-             multirun=% PY=%
+             multirun=% PY=% data=% ratio=% only=% epochs=% px=%
 OVERRIDES := $(filter-out $(MAKE_VARS),$(MAKEOVERRIDES))
 
 .PHONY: help install system-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
@@ -162,8 +162,8 @@ bench-bn: $(STAMP) ## ghost BN vs torch BN vs the old Python ghost BN: activatio
 bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end of a debug=toy run, vs importing torch+Lightning
 	PYTHONPATH=. $(PY) benchmarks/bench_startup.py
 
-bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
-	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
+bench-largebatch: $(STAMP) $(if $(data),,demo-data) ## recipes at a small vs a large batch (ratio x N): make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb" epochs=8 px=32]
+	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --data $(or $(data),data/demo) --ratio $(or $(ratio),0.1) --seeds $(or $(seeds),2) $(if $(epochs),--epochs $(epochs)) $(if $(px),--resolution $(px)) $(if $(only),--only $(only))
 
 format: $(STAMP) ## ruff format + fix (the rules: pyproject.toml [tool.ruff])
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
