@@ -6,11 +6,11 @@ ratio of epochs, on a prepared data set (``make prepare``; the demo when none is
 at a small resolution. The large batch is a share of the data set (``--ratio 0.1``: 10 % of the training
 images per step). Every run goes through the project's stack (Hydra compose of ``recipe=NAME`` + overrides,
 ``lightning_lars.training.run.build``, an in-process ``Trainer.fit``) and is appended to ``--runs`` (default
-recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it stopped. At the end: a table
-(mean and spread per arm), one verdict line per large-batch arm (its gap to small-batch SGD, 95 % Welch CI
-over seeds), the README's "Runs of ours" section and its plot (lightning_lars/report/runs_table.py).
+recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it stopped. At the end: a table,
+one verdict per large-batch arm (gap to small-batch SGD, 95 % Welch CI over seeds), the README's "Runs of
+ours" and its plot (lightning_lars/report/runs_table.py).
 
-    make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=10]
+    make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
 """
 
@@ -29,8 +29,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import runs_table
+from lightning_lars.report.provenance import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,9 +129,8 @@ def run_overrides(
         "epoch_length.mode=drop_last",
         "epoch_length.workers=null",
         f"epoch_length.num_train_images={manifest_images(data)['train']}",
-        "evaluation.every_n_epochs=1",  # the top-1 curve: one point per epoch
-        "evaluation.every_n_steps=null",
-        "evaluation.offset_epochs=0",
+        # the top-1 curve: one point per epoch
+        *"evaluation.every_n_epochs=1 evaluation.every_n_steps=null evaluation.offset_epochs=0".split(),
         "evaluation.offset_steps=0",
         f"data.train_path={data / 'train.beton'}",
         f"data.val_path={data / 'val.beton'}",
@@ -140,18 +141,15 @@ def run_overrides(
         "model.arch=resnet10t",
         f"+model.model_kwargs={MODEL_KWARGS}",
         "model.channels_last=false",
-        "strategy=auto",
-        "trainer.accelerator=cpu",
-        "trainer.devices=1",
-        "trainer.precision=32-true",
+        *"strategy=auto trainer.accelerator=cpu trainer.devices=1 trainer.precision=32-true".split(),
         f"paths.log_dir={out}",
         f"paths.output_dir={out}/run",
         "~logger",
-        *(f"~callbacks.{c}" for c in ("checkpoint", "progress", "trust_ratio", "hparams", "throughput")),
-        "~callbacks.time_to_target",
-        "+trainer.enable_progress_bar=false",
-        "+trainer.enable_model_summary=false",
-        "+trainer.enable_checkpointing=false",
+        *(
+            f"~callbacks.{c}"
+            for c in "checkpoint progress trust_ratio hparams throughput time_to_target".split()
+        ),
+        *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
 
 
@@ -165,7 +163,6 @@ def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
-    from lightning_lars.config import compose as config
     from lightning_lars.training import run as train
 
     class Curve(L.Callback):
@@ -191,19 +188,9 @@ def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
 
 
 def machine() -> str:
-    model = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if "model name" in line
-            ),
-            platform.processor() or platform.machine(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.machine()
-    )
-    return f"{os.cpu_count()}-core CPU ({model})"
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    return f"{os.cpu_count()}-core CPU ({names[0] if names else platform.machine()})"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -239,13 +226,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     quiet()
-    from lightning_lars.config import compose as config
-    from lightning_lars.report.provenance import git_state
-
     git = git_state()
     commit = (git["git_sha"] or "?")[:10] + ("-dirty" if git["git_dirty"] else "")
     kept = runs_table.read_runs(args.runs)
     dataset = {"path": str(args.data), "name": args.data.name, **sizes}
+    trained = False
     for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
         recipe = config.compose_job([f"recipe={arm.recipe}"])
         if recipe.data.num_classes != sizes["classes"]:
@@ -257,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         b = batch if arm.large else SMALL_BATCH
         for seed in range(args.seeds):
             key = runs_table.RunKey(arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed)
-            if any(runs_table.key_of(r) == key for r in kept):
+            if any(runs_table.same_run(r, key) for r in kept):
                 print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
                 continue
             out = ROOT / "logs" / "bench_largebatch" / f"{arm.name}_seed{seed}"
@@ -265,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
                 arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution
             )
             top1, wall = train_once(overrides, seed)
+            trained = True
             row = runs_table.bench_row(
                 arm=arm.name,
                 recipe=arm.recipe,
@@ -287,12 +273,15 @@ def main(argv: list[str] | None = None) -> None:
                 f" ({wall:.0f} s)",
                 flush=True,
             )
-    group = [
+    same = (args.data.name, args.epochs, args.resolution)
+    group = [  # this ratio's arms and small-batch SGD, on this data set at these sizes
         r
         for r in kept
-        if runs_table.key_of(r) and runs_table.key_of(r)[1:4] == (args.data.name, args.ratio, args.epochs)
+        if (k := runs_table.key_of(r))
+        and (k.dataset, k.epochs, k.resolution) == same
+        and (k.ratio == args.ratio or k.arm == runs_table.BASELINE_ARM)
     ]
-    print("\n" + runs_table.verdicts(group), flush=True)
+    print("\n" + runs_table.markdown(group) + "\n\n" + runs_table.verdicts(group), flush=True)
     if not args.no_readme:
         try:
             runs_table.update_readme(args.readme, kept, args.plot)
@@ -301,7 +290,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         print(f"[bench] {args.readme} 'Runs of ours' and {args.plot} rewritten from {args.runs}", flush=True)
     sys.stdout.flush()
-    os._exit(0)  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
+    if trained:  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
+        os._exit(0)
 
 
 def quiet() -> None:

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.report.runs_plot import plot_groups
+from lightning_lars.report.seed_stats import welch_gap
 
 BENCH_KIND = "bench-largebatch"
 BASELINE_ARM = "sgd_small"
@@ -110,44 +112,29 @@ def final_top1(row: dict) -> float:
     return math.nan if last is None else float(last)
 
 
-def t_quantile(p: float, df: float) -> float:
-    """Student-t quantile by bisection on the CDF (Simpson's rule on the density, 2,000 panels)."""
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(t: float) -> float:  # 0.5 + integral from 0 to t; the density is even
-        n, h = 2000, t / 2000
-        f = [math.exp(log_c - (df + 1) / 2 * math.log1p((i * h) ** 2 / df)) for i in range(n + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
-    lo, hi = 0.0, 1000.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
-def welch_gap(arm: list[float], base: list[float], level: float = 0.95):
-    """(mean difference, low, high) of arm - base, Welch's interval; None below 2 values on either side."""
-    if len(arm) < 2 or len(base) < 2:
-        return None
-    va, vb = statistics.variance(arm) / len(arm), statistics.variance(base) / len(base)
-    gap = statistics.fmean(arm) - statistics.fmean(base)
-    if va + vb == 0:
-        return gap, gap, gap
-    df = (va + vb) ** 2 / (va**2 / (len(arm) - 1) + vb**2 / (len(base) - 1))
-    half = t_quantile(0.5 + level / 2, df) * math.sqrt(va + vb)
-    return gap, gap - half, gap + half
+def same_run(row: dict, key: RunKey) -> bool:
+    """Whether ``row`` is the run ``key`` names; small-batch SGD does not depend on the ratio, so any ratio's."""
+    have = key_of(row)
+    if have is None or key.arm != BASELINE_ARM:
+        return have == key
+    return have._replace(ratio=None) == key._replace(ratio=None)
 
 
 def _groups(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
+    """(data set, ratio, epochs, px) -> arm -> runs; small-batch SGD joins every ratio of its data set."""
     groups: dict[tuple, dict[str, list[dict]]] = {}
-    for row in rows:
-        key = key_of(row)
-        if key:
-            groups.setdefault((key.dataset, key.ratio, key.epochs, key.resolution), {}).setdefault(
-                key.arm, []
-            ).append(row)
-    return groups
+    base: dict[tuple, list[dict]] = {}
+    for key, row in ((key_of(r), r) for r in rows):
+        if key and key.arm == BASELINE_ARM:
+            base.setdefault((key.dataset, key.epochs, key.resolution), []).append(row)
+        elif key:
+            group = groups.setdefault((key.dataset, key.ratio, key.epochs, key.resolution), {})
+            group.setdefault(key.arm, []).append(row)
+    for (dataset, epochs, px), runs in base.items():
+        ratios = [k for k in groups if (k[0], k[2], k[3]) == (dataset, epochs, px)]
+        for k in ratios or [(dataset, runs[0]["ratio"], epochs, px)]:
+            groups[k] = {BASELINE_ARM: runs, **groups.get(k, {})}
+    return dict(sorted(groups.items()))
 
 
 def _gap_text(runs: list[dict], base: list[dict] | None) -> str:
@@ -198,10 +185,13 @@ def verdicts(rows: list[dict]) -> str:
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
-    out = []
+    out, shown = [], set()
     for (dataset, ratio, epochs, px), arms in _groups(rows).items():
         base = arms.get(BASELINE_ARM)
         for arm, runs in arms.items():
+            if arm == BASELINE_ARM and (dataset, epochs, px) in shown:
+                continue  # one row for the baseline, whatever ratios it is compared at
+            shown.add((dataset, epochs, px))
             finals = [final_top1(r) for r in runs]
             finite = [v for v in finals if math.isfinite(v)]
             std = f"{statistics.stdev(finite):.2f}" if len(finite) > 1 else "-"
@@ -210,8 +200,8 @@ def table_rows(rows: list[dict]) -> list[dict]:
             out.append(
                 {
                     "run": f"{arm} ({runs[0]['recipe']})",
-                    "data set": f"{dataset} ({d['train']}/{d['val']} img, {d['classes']} classes, {px} px),"
-                    f" ratio {ratio:g}",
+                    "data set": f"{dataset} ({d['train']}/{d['val']} img, {d['classes']} classes, {px} px)"
+                    + ("" if arm == BASELINE_ARM else f", ratio {ratio:g}"),
                     "batch": runs[0]["batch"],
                     "epochs": epochs,
                     "top-1 % (mean +- std, n)": mean,
@@ -253,33 +243,7 @@ def markdown(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: Path) -> Path | None:
     """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per data set and ratio."""
-    groups = _groups(rows)
-    if not groups:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.2), squeeze=False)
-    for ax, ((dataset, ratio, epochs, px), arms) in zip(axes[0], groups.items(), strict=True):
-        for arm, runs in arms.items():
-            curves = [[math.nan if v is None else v for v in r["top1_per_epoch"]] for r in runs]
-            x = range(1, len(curves[0]) + 1)
-            cols = list(zip(*curves, strict=False))
-            mean = [statistics.fmean(c) if all(map(math.isfinite, c)) else math.nan for c in cols]
-            ax.plot(x, mean, label=f"{arm} (B={runs[0]['batch']})", lw=1.2)
-            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15)
-        ax.set(
-            title=f"{dataset}, ratio {ratio:g}, {epochs} ep, {px} px", xlabel="epoch", ylabel="val top-1 %"
-        )
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return Path(path)
+    return plot_groups(_groups(rows), path)
 
 
 def section(rows: list[dict], plot_ref: str | None) -> str:

@@ -1,0 +1,41 @@
+"""The "Runs of ours" plot: top-1 per epoch per arm (mean over seeds, band = min..max), one panel per group."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+
+def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path | None:
+    """``groups``: (data set, ratio, epochs, px) -> arm -> runs (runs.jsonl lines); None when there is none."""
+    if not groups:
+        return None
+    try:
+        import matplotlib  # optional: without it the table is still written
+
+        matplotlib.use("Agg")  # files only: no display
+        import matplotlib.pyplot as plt  # after the backend is chosen
+    except ImportError:
+        print(f"{path} not written: matplotlib is not installed (pip install matplotlib)", flush=True)
+        return None
+
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.2), squeeze=False)
+    for ax, ((dataset, ratio, epochs, px), arms) in zip(axes[0], groups.items(), strict=True):
+        for arm, runs in arms.items():
+            curves = [[math.nan if v is None else v for v in r["top1_per_epoch"]] for r in runs]
+            x = range(1, len(curves[0]) + 1)
+            cols = list(zip(*curves, strict=False))
+            mean = [statistics.fmean(c) if all(map(math.isfinite, c)) else math.nan for c in cols]
+            ax.plot(x, mean, label=f"{arm} (B={runs[0]['batch']})", lw=1.2)
+            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15)
+        ax.set(
+            title=f"{dataset}, ratio {ratio:g}, {epochs} ep, {px} px", xlabel="epoch", ylabel="val top-1 %"
+        )
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return Path(path)
