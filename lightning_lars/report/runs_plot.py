@@ -20,6 +20,8 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
         print(f"{path} not written: matplotlib is not installed (pip install matplotlib)", flush=True)
         return None
 
+    names = list(dict.fromkeys(arm for arms in groups.values() for arm in arms))  # one colour per arm
+    lines = {}
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.2), squeeze=False)
     for ax, ((dataset, ratio, epochs, px), arms) in zip(axes[0], groups.items(), strict=True):
         for arm, runs in arms.items():
@@ -27,15 +29,17 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
             x = range(1, len(curves[0]) + 1)
             cols = list(zip(*curves, strict=False))
             mean = [statistics.fmean(c) if all(map(math.isfinite, c)) else math.nan for c in cols]
-            ax.plot(x, mean, label=f"{arm} (B={runs[0]['batch']})", lw=1.2)
-            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15)
-        ax.set(
-            title=f"{dataset}, ratio {ratio:g}, {epochs} ep, {px} px", xlabel="epoch", ylabel="val top-1 %"
-        )
+            color = f"C{names.index(arm) % 10}"
+            (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color)
+            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15, color=color)
+        large = sorted({runs[0]["batch"] for arm, runs in arms.items()}, reverse=True)
+        ax.set(title=f"{dataset}, ratio {ratio:g} (B={large[0]}), {epochs} ep, {px} px", xlabel="epoch")
+        ax.set(ylabel="val top-1 %")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6)
+    # outside the last panel: the curves fill each panel
+    axes[0][-1].legend(handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
     return Path(path)
