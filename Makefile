@@ -16,7 +16,8 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override, except an upper-case
 # name (LARS_DATA_DIR=/data): make exports that to the program's environment, as `export LARS_DATA_DIR=` would.
-MAKE_VARS := recipe src out nodes devices seeds workers args python platform without sweep multirun PY
+MAKE_VARS := recipe src out nodes devices seeds workers args python platform without sweep multirun PY \
+             data ratio only epochs px
 # Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
 # MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
 # from it (make lists them last first); each value comes whole from its variable, unexpanded (a Hydra ${...}
@@ -182,8 +183,8 @@ bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end 
 bench-speed: $(STAMP) ## model.compile: our module vs a bare loop (demo, eager/compiled), ResNet-50 224 px fp32/bf16 [args=...]
 	$(PY) benchmarks/bench_speed.py $(args)
 
-bench-largebatch: $(STAMP) demo-data ## top-1 after 4 epochs: small-batch SGD vs Goyal SGD, LARS, LAMB, Neumann, NLCG at batch 512 (~6 min on 2 cores) [seeds=3 sweep=1]
-	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --seeds $(or $(seeds),3) $(if $(sweep),--sweep)
+bench-largebatch: $(STAMP) $(if $(data),,demo-data) ## recipes at a small vs a large batch (ratio x N): make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb" epochs=8 px=32]
+	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --data "$(or $(data),data/demo)" --ratio $(or $(ratio),0.1) --seeds $(or $(seeds),2) $(if $(epochs),--epochs $(epochs)) $(if $(px),--resolution $(px)) $(if $(only),--only $(only))
 
 format: $(STAMP) ## ruff format + fix (the rules: pyproject.toml [tool.ruff])
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .

@@ -1,323 +1,311 @@
 """The seed papers' claim in miniature: top-1 after the same epochs, small-batch SGD vs large-batch optimizers.
 
-One small ResNet trains on the demo data (``python -m lightning_lars.data.demo``) for the same number of epochs
-with a small-batch SGD baseline and, at a batch that is a large share of the data set, with SGD + linear LR
-scaling + warmup (Goyal et al.), LARS, LAMB, Neumann and NLCG; each over ``--seeds`` seeds. The table prints
-top-1 on the demo's validation split, mean +- std over seeds. Every run goes through the project's own stack:
-Hydra compose of ``recipe=demo`` + ``optimizer=NAME`` + overrides, ``lightning_lars.training.run.build`` (the
-LightningModule, the schedule callback, the plan), an in-process ``Trainer.fit``.
+Each arm is one of the project's own recipes with only sizes changed: the batch, the epochs, and every
+schedule mark (warmup, milestones, Neumann's SGD and reset periods; LAMB's marks in steps) scaled by the
+ratio of epochs, on a prepared data set (``make prepare``; the demo when none is given), with a small ResNet
+at a small resolution. The large batch is a share of the data set (``--ratio 0.1``: 10 % of the training
+images per step). Every run goes through the project's stack (Hydra compose of ``recipe=NAME`` + overrides,
+``lightning_lars.training.run.build``, an in-process ``Trainer.fit``) and is appended to ``--runs`` (default
+recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it stopped. At the end: a table,
+one verdict per large-batch arm (gap to small-batch SGD, 95 % Welch CI over seeds), the README's "Runs of
+ours" and its plot (lightning_lars/report/runs_table.py).
 
-LRs: each optimizer's LR comes from its paper's recipe in this project, moved to this batch by that paper's
-scaling rule (`scaled_lr`); the rule and source are printed per row. ``--sweep`` also tries x1/4 and x4 of
-that LR with seed 0 and keeps the best per optimizer, judged on a held-out split (the demo generator drawn with
-another seed: new images, same classes), never on the validation split the table reports.
-
-    make bench-largebatch      # ~6 min on 2 shared cores; --sweep about doubles it
-    python benchmarks/bench_largebatch.py [--seeds 3] [--sweep] [--only sgd lars] [--data-dir DIR]
+    make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
+    python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
-import statistics
+import platform
 import sys
-import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from lightning_lars.config import compose as config
+from lightning_lars.core.errors import UserError
+from lightning_lars.report import runs_table
+from lightning_lars.report.provenance import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Sizes, all our choice for "a few minutes on 2 shared CPU cores" (~400 images/s at 32 px, measured):
-EPOCHS = 4  # same for every optimizer: the papers' comparison is at a fixed epoch budget
-SMALL_BATCH = 64  # the baseline: 78 steps/epoch on 5000 images
-LARGE_BATCH = 512  # ~10 % of the 5000 training images per step: 9 steps/epoch, 36 in the run
-RESOLUTION = 16  # px; the demo's 32 px shapes stay distinguishable at 16 and cost 1/4 of the compute
-WARMUP_EPOCHS = (
-    1.0  # large batches: Goyal's gradual warmup (5 of 90 epochs) shrunk to the shortest whole epoch
-)
+# Sizes, our choice for "an arm and seed in minutes on 2 shared CPU cores" (README, Runs of ours):
+EPOCHS = 8
+SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps/epoch on 5,000 images
+RESOLUTION = 32  # px, train and eval
 # timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
 MODEL_KWARGS = "{channels:[16,32,64,128],stem_width:16}"
-SWEEP_FACTORS = (0.25, 1.0, 4.0)
-HOLDOUT_SEED = 1  # demo generator seed of the held-out split (the table's validation split is seed 0)
-
-# Keys recipe=demo sets for LARS that another optimizer does not take: removed from its config.
-LARS_ONLY = ["~optimizer.form", "~optimizer.trust_coefficient"]
+MIN_STEPS = 3  # optimizer steps per epoch below which a "large batch" run is not a schedule at all
 
 
 @dataclass(frozen=True)
-class Contender:
-    """One row: a Hydra ``optimizer=`` name, its batch, where its LR comes from and its own overrides."""
-
-    label: str
-    optimizer: str
-    batch: int
-    source_lr: float  # the LR its source quotes at source_batch
-    source_batch: int
-    rule: str  # "linear" (Goyal sec. 2.1) or "sqrt" (LAMB paper)
-    source: str  # where source_lr and the rule are from
-    warmup_epochs: float
-    overrides: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def lr(self) -> float:
-        return scaled_lr(self.source_lr, self.source_batch, self.batch, self.rule)
+class Arm:
+    name: str  # the table's and runs.jsonl's label
+    recipe: str
+    large: bool = True  # at the large batch (ratio x N), else at SMALL_BATCH
 
 
-def scaled_lr(source_lr: float, source_batch: int, batch: int, rule: str) -> float:
-    """``source_lr`` quoted at ``source_batch`` moved to ``batch``: linear (Goyal et al. 2017 sec. 2.1,
-    LR proportional to batch) or sqrt (You et al. 2019, LAMB, sec. 4: LR proportional to sqrt(batch))."""
-    if source_lr <= 0 or source_batch <= 0 or batch <= 0:
-        raise ValueError(f"LR and batches must be positive (lr={source_lr}, {source_batch} -> {batch})")
-    ratio = batch / source_batch
-    if rule == "linear":
-        return source_lr * ratio
-    if rule == "sqrt":
-        return source_lr * math.sqrt(ratio)
-    raise ValueError(f"unknown LR scaling rule '{rule}': linear or sqrt")
+ARMS = (
+    Arm("sgd_small", "goyal_8k", large=False),
+    Arm("goyal_sgd", "goyal_8k"),
+    Arm("lars_you", "resnet50_32k"),
+    Arm("lars_mlperf", "nvidia_mlperf10_3264"),
+    Arm("lamb", "lamb_32k"),
+    Arm("neumann", "neumann_32k"),
+    Arm("nlcg", "nlcg_65k"),
+)
 
 
-def contenders(steps_per_epoch: int) -> list[Contender]:
-    """The six rows. ``steps_per_epoch`` of the large batch: Neumann's periods are given in epochs."""
-    no_momentum = (*LARS_ONLY, "~optimizer.momentum")
-    epoch = steps_per_epoch
-    return [
-        Contender(
-            "SGD, small batch (baseline)",
-            "sgd",
-            SMALL_BATCH,
-            0.1,
-            256,
-            "linear",
-            "recipes/goyal_8k.yaml: 0.1 per 256 (Goyal sec. 2.1)",
-            0.0,  # Goyal's baseline has no warmup
-            (*LARS_ONLY, "optimizer.weight_decay=1e-4"),
-        ),  # Goyal sec. 5.1
-        Contender(
-            "SGD + linear scaling + warmup (Goyal)",
-            "sgd",
-            LARGE_BATCH,
-            0.1,
-            256,
-            "linear",
-            "recipes/goyal_8k.yaml: 0.1 per 256 (Goyal sec. 2.1)",
-            WARMUP_EPOCHS,
-            (*LARS_ONLY, "optimizer.weight_decay=1e-4"),
-        ),
-        # LARS' ImageNet LRs come with eta = 0.001 and 90 epochs; the demo recipe's 5.0 per 128 was tuned on this
-        # data (recipes/demo.yaml), so it is the fairer start here; eta, decay and form as in that recipe.
-        Contender(
-            "LARS",
-            "lars",
-            LARGE_BATCH,
-            5.0,
-            128,
-            "linear",
-            "recipes/demo.yaml: 5.0 per 128 (tuned on this data), linear",
-            WARMUP_EPOCHS,
-        ),
-        Contender(
-            "LAMB",
-            "lamb",
-            LARGE_BATCH,
-            0.04,
-            32768,
-            "sqrt",
-            "recipes/lamb_32k.yaml: 0.04 at 32768, sqrt rule (LAMB sec. 4)",
-            WARMUP_EPOCHS,
-            (*no_momentum, "optimizer.weight_decay=0.01"),
-        ),  # conf/optimizer/lamb.yaml's decay
-        # Neumann: Table 1 gives its periods in epochs (5 of SGD warm-up, reset after 10, doubling): here one
-        # epoch each, the run being 4 epochs; t of mu(t) in epochs as recipes/neumann_32k.yaml counts it.
-        Contender(
-            "Neumann",
-            "neumann",
-            LARGE_BATCH,
-            0.1,
-            256,
-            "linear",
-            "recipes/neumann_32k.yaml: 0.1 per 256, linear (sec. 4.1)",
-            WARMUP_EPOCHS,
-            (
-                *no_momentum,
-                "optimizer.weight_decay=1e-4",
-                f"optimizer.sgd_steps={epoch}",
-                f"optimizer.reset_steps={epoch}",
-                f"optimizer.momentum_time_unit={epoch}",
-            ),
-        ),
-        Contender(
-            "NLCG",
-            "nlcg",
-            LARGE_BATCH,
-            0.8,
-            1024,
-            "linear",
-            "recipes/nlcg_65k.yaml: 0.8 per 1024, linear",
-            WARMUP_EPOCHS,
-            (*no_momentum, "optimizer.weight_decay=1e-4"),
-        ),
-    ]
-
-
-def summarize(top1: list[float]) -> tuple[float, float, int]:
-    """(mean, sample std, n) of the finite values; NaN marks a diverged run and is left out of both."""
-    finite = [v for v in top1 if math.isfinite(v)]
-    if not finite:
-        return math.nan, math.nan, 0
-    return statistics.fmean(finite), (statistics.stdev(finite) if len(finite) > 1 else math.nan), len(finite)
-
-
-def table(rows: list[tuple[Contender, float, list[float], float]]) -> str:
-    """One line per optimizer: batch, LR used, top-1 mean +- std over the finite seeds, diverged count."""
-    header = (
-        f"{'optimizer':<40}{'batch':>6}{'steps':>7}{'LR':>9}  {'top-1 % (mean +- std)':<24}"
-        f"{'seeds':<24}{'wall s':>7}  LR source"
-    )
-    lines = [header]
-    for contender, lr, top1, wall in rows:
-        mean, std, n = summarize(top1)
-        cell = "diverged" if n == 0 else f"{mean:6.2f} +- {std:5.2f} (n={n})"
-        if 0 < n < len(top1):
-            cell += f", {len(top1) - n} diverged"
-        seeds = " ".join("nan" if not math.isfinite(v) else f"{v:.1f}" for v in top1)
-        steps = EPOCHS * (5000 // contender.batch)
-        lines.append(
-            f"{contender.label:<40}{contender.batch:>6}{steps:>7}{lr:>9.4g}  {cell:<24}{seeds:<24}"
-            f"{wall:>7.0f}  {contender.source}"
+def large_batch(num_images: int, ratio: float) -> int:
+    """``ratio`` of the training images, refused when it leaves fewer than MIN_STEPS steps per epoch."""
+    best = math.floor(100 * (num_images // MIN_STEPS) / num_images) / 100 if num_images >= MIN_STEPS else 0
+    works = f"the largest ratio that works here is {best:g}" if best > 0 else "use a larger data set"
+    batch = round(ratio * num_images)
+    if batch > num_images:
+        raise UserError(f"ratio={ratio:g}: a batch of {batch} is more than the {num_images} images; {works}")
+    if batch < 1 or num_images // batch < MIN_STEPS:
+        steps = num_images // batch if batch >= 1 else 0
+        raise UserError(
+            f"ratio={ratio:g}: batch {batch} leaves {steps} steps per epoch on {num_images} images"
+            f" (at least {MIN_STEPS} needed); {works}"
         )
-    return "\n".join(lines)
+    return batch
 
 
-def compose_run(contender: Contender, lr: float, seed: int, data_dir: str, out: str, val_path: str | None):
-    from lightning_lars.config import compose as config
+def scaled_marks(recipe, epochs: int, steps_per_epoch: int) -> list[str]:
+    """Overrides moving every schedule mark of ``recipe`` (its composed config) to a run of ``epochs``.
 
-    overrides = [
-        "recipe=demo",
-        f"optimizer={contender.optimizer}",
-        *contender.overrides,
+    Marks in epochs are multiplied by epochs / recipe epochs; marks in steps keep their share of the recipe's
+    run (LAMB's warmup 782 of 3519 steps), and Neumann's time unit of mu(t), one recipe epoch, stays one epoch."""
+    sched, opt, trainer = recipe.scheduler, recipe.optimizer, recipe.trainer
+    recipe_epochs = float(trainer.max_epochs)
+    factor = epochs / recipe_epochs
+    recipe_spe = recipe.epoch_length.num_train_images // recipe.batch.global_size
+    recipe_steps = trainer.get("max_steps") or -1
+    recipe_steps = recipe_steps if recipe_steps > 0 else recipe_epochs * recipe_spe
+    total = epochs * steps_per_epoch
+    out = [f"trainer.max_epochs={epochs}"] + (["trainer.max_steps=-1"] if "max_steps" in trainer else [])
+    if sched.get("warmup_epochs") is not None:
+        out.append(f"scheduler.warmup_epochs={sched.warmup_epochs * factor:.6g}")
+    if sched.get("milestones") is not None:
+        out.append(f"scheduler.milestones=[{','.join(f'{m * factor:.6g}' for m in sched.milestones)}]")
+    for key in ("warmup_steps", "total_steps"):
+        if sched.get(key) is not None:
+            out.append(f"scheduler.{key}={max(1, round(sched[key] * total / recipe_steps))}")
+    for key in ("sgd_steps", "reset_steps"):
+        if opt.get(key):
+            out.append(f"optimizer.{key}={max(1, round(opt[key] * total / recipe_steps))}")
+    if opt.get("momentum_time_unit") is not None:
+        out.append(
+            f"optimizer.momentum_time_unit={opt.momentum_time_unit / recipe_spe * steps_per_epoch:.6g}"
+        )
+    return out
+
+
+def run_overrides(
+    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int
+):
+    """The full override list of one run: sizes, the data set, CPU settings, and no logger or extra callbacks."""
+    spe = manifest_images(data)["train"] // batch
+    marks = scaled_marks(recipe, epochs, spe)
+    if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
+        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")] + [
+            "scheduler.warmup_epochs=0"
+        ]
+    return [
+        f"recipe={arm.recipe}",
         f"seed={seed}",
-        f"batch.global_size={contender.batch}",
-        f"batch.max_per_device={contender.batch}",
-        f"trainer.max_epochs={EPOCHS}",
-        f"evaluation.every_n_epochs={EPOCHS}",  # one evaluation, at the end
-        f"scheduler.base_lr={lr}",
-        f"scheduler.base_batch={contender.batch}",  # the LR is used as computed
-        f"scheduler.warmup_epochs={contender.warmup_epochs}",
-        f"data.resolution={RESOLUTION}",
-        f"data.val_resolution={RESOLUTION}",
-        "data.num_workers=1",  # measured: 1 loader thread beats 2 on 2 shared cores (24 s vs 58 s per 2 epochs)
+        f"batch.global_size={batch}",
+        f"batch.max_per_device={batch}",
+        "batch.bn_group=null",  # BN over the whole batch: one device here
+        *marks,
+        "epoch_length.mode=drop_last",
+        "epoch_length.workers=null",
+        f"epoch_length.num_train_images={manifest_images(data)['train']}",
+        # the top-1 curve: one point per epoch
+        *"evaluation.every_n_epochs=1 evaluation.every_n_steps=null evaluation.offset_epochs=0".split(),
+        "evaluation.offset_steps=0",
+        f"data.train_path={data / 'train.beton'}",
+        f"data.val_path={data / 'val.beton'}",
+        f"data.num_classes={num_classes}",
+        f"data.resolution={px}",
+        f"data.val_resolution={px}",
+        "data.num_workers=1",  # measured: 1 loader thread beats 2 on 2 shared cores
+        "model.arch=resnet10t",
         f"+model.model_kwargs={MODEL_KWARGS}",
-        f"paths.data_dir={data_dir}",
+        "model.channels_last=false",
+        *"strategy=auto trainer.accelerator=cpu trainer.devices=1 trainer.precision=32-true".split(),
         f"paths.log_dir={out}",
         f"paths.output_dir={out}/run",
         "~logger",
-        "~callbacks.checkpoint",
-        "~callbacks.progress",
-        "~callbacks.trust_ratio",
-        "~callbacks.hparams",
-        "~callbacks.throughput",
-        "~callbacks.time_to_target",
-        "+trainer.enable_progress_bar=false",
-        "+trainer.enable_model_summary=false",
-        "+trainer.enable_checkpointing=false",
-        *([f"data.val_path={val_path}"] if val_path else []),
+        *(
+            f"~callbacks.{c}"
+            for c in "checkpoint progress trust_ratio hparams throughput time_to_target".split()
+        ),
+        *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
-    return config.compose_job(overrides)
 
 
-def train_once(
-    contender: Contender, lr: float, seed: int, data_dir: str, val_path: str | None = None
-) -> float:
-    """Top-1 (percent) of one run, or NaN if the divergence guard stopped it."""
+def manifest_images(data: Path) -> dict[str, int]:
+    manifest = json.loads((data / "manifest.json").read_text())
+    return {s: v["num_images"] for s, v in manifest["splits"].items()} | {"classes": manifest["num_classes"]}
+
+
+def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
+    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds."""
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
     from lightning_lars.training import run as train
 
-    with tempfile.TemporaryDirectory() as out:
-        cfg = compose_run(contender, lr, seed, data_dir, out, val_path)
-        L.seed_everything(seed, workers=True, verbose=False)
-        trainer, module, datamodule, _ = train.build(cfg)
-        try:
-            trainer.fit(module, datamodule=datamodule)
-        except DivergenceError:
-            return math.nan
-        top1 = trainer.callback_metrics.get("val/top1")
-        return math.nan if top1 is None else 100 * float(top1)
+    class Curve(L.Callback):
+        def __init__(self):
+            self.top1 = []
+
+        def on_validation_end(self, trainer, module):
+            if not trainer.sanity_checking and "val/top1" in trainer.callback_metrics:
+                self.top1.append(100 * float(trainer.callback_metrics["val/top1"]))
+
+    cfg = config.compose_job(overrides)
+    L.seed_everything(seed, workers=True, verbose=False)
+    started = time.perf_counter()
+    trainer, module, datamodule, _ = train.build(cfg)
+    curve = Curve()
+    trainer.callbacks.append(curve)
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    except DivergenceError:
+        pass
+    epochs = int(cfg.trainer.max_epochs)
+    return curve.top1 + [math.nan] * (epochs - len(curve.top1)), time.perf_counter() - started
 
 
-def holdout_val_path(data_dir: str) -> str:
-    """The held-out split for the sweep: the demo generator with another seed (train split kept tiny)."""
-    from lightning_lars.data.demo import prepare_demo
-
-    out = Path(data_dir) / f"demo_holdout_seed{HOLDOUT_SEED}"
-    prepare_demo(out, train_per_class=2, val_per_class=100, seed=HOLDOUT_SEED, num_workers=1, progress=False)
-    return str(out / "val.beton")
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    return f"{os.cpu_count()}-core CPU ({names[0] if names else platform.machine()})"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--data-dir", default=str(ROOT / "data"), help="holds demo/ (make demo-data)")
-    parser.add_argument("--only", nargs="*", default=None, help="optimizer= names to run (default: all six)")
     parser.add_argument(
-        "--sweep",
-        action="store_true",
-        help=f"LR x {SWEEP_FACTORS} on a held-out split (seed 0), best kept per optimizer",
+        "--data", type=Path, default=ROOT / "data" / "demo", help="a folder made by make prepare"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--ratio", type=float, default=0.1, help="large batch as a share of the training images"
+    )
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--only", nargs="*", default=None, help=f"arms: {' '.join(a.name for a in ARMS)}")
+    parser.add_argument(
+        "--runs", type=Path, default=ROOT / "recipes" / "runs.jsonl", help="kept runs (resume)"
+    )
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="'Runs of ours' goes here")
+    parser.add_argument("--no-readme", action="store_true", help="leave the README and the plot alone")
+    parser.add_argument("--resolution", type=int, default=RESOLUTION, help="px, train and eval")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "runs.png")
+    args = parser.parse_args(argv)
+    try:
+        unknown = set(args.only or ()) - {a.name for a in ARMS}
+        if unknown:
+            raise UserError(
+                f"only={' '.join(sorted(unknown))}: no such arm; pick from {' '.join(a.name for a in ARMS)}"
+            )
+        if not (args.data / "manifest.json").is_file():
+            raise UserError(f"{args.data} has no manifest.json: make prepare src=IMAGEFOLDER out={args.data}")
+        sizes = manifest_images(args.data)
+        batch = large_batch(sizes["train"], args.ratio)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    quiet()
+    git = git_state()
+    commit = (git["git_sha"] or "?")[:10] + ("-dirty" if git["git_dirty"] else "")
+    kept = runs_table.read_runs(args.runs)
+    dataset = {"path": str(args.data), "name": args.data.name, **sizes}
+    trained = False
+    for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
+        recipe = config.compose_job([f"recipe={arm.recipe}"])
+        if recipe.data.num_classes != sizes["classes"]:
+            print(
+                f"[bench] {arm.recipe}: head adapted to the data set's {sizes['classes']} classes"
+                f" (the recipe has {recipe.data.num_classes})",
+                flush=True,
+            )
+        b = batch if arm.large else SMALL_BATCH
+        for seed in range(args.seeds):
+            key = runs_table.RunKey(arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed)
+            if any(runs_table.same_run(r, key) for r in kept):
+                print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
+                continue
+            out = ROOT / "logs" / "bench_largebatch" / f"{arm.name}_seed{seed}"
+            overrides = run_overrides(
+                arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution
+            )
+            top1, wall = train_once(overrides, seed)
+            trained = True
+            row = runs_table.bench_row(
+                arm=arm.name,
+                recipe=arm.recipe,
+                overrides=overrides[1:],
+                dataset=dataset,
+                ratio=args.ratio,
+                batch=b,
+                epochs=args.epochs,
+                resolution=args.resolution,
+                seed=seed,
+                top1=top1,
+                wall_s=wall,
+                machine=machine(),
+                commit=commit,
+            )
+            runs_table.append_run(row, args.runs)
+            kept.append(row)
+            print(
+                f"[bench] {arm.name} seed {seed}: top-1 per epoch {' '.join(f'{v:.1f}' for v in top1)}"
+                f" ({wall:.0f} s)",
+                flush=True,
+            )
+    same = (args.data.name, args.epochs, args.resolution)
+    group = [  # this ratio's arms and small-batch SGD, on this data set at these sizes
+        r
+        for r in kept
+        if (k := runs_table.key_of(r))
+        and (k.dataset, k.epochs, k.resolution) == same
+        and (k.ratio == args.ratio or k.arm == runs_table.BASELINE_ARM)
+    ]
+    print("\n" + runs_table.markdown(group) + "\n\n" + runs_table.verdicts(group), flush=True)
+    if not args.no_readme:
+        try:
+            runs_table.update_readme(args.readme, kept, args.plot)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        print(f"[bench] {args.readme} 'Runs of ours' and {args.plot} rewritten from {args.runs}", flush=True)
+    sys.stdout.flush()
+    if trained:  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
+        os._exit(0)
+
+
+def quiet() -> None:
     warnings.filterwarnings("ignore")
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("WANDB_MODE", "disabled")
     default_hook = sys.unraisablehook
-    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (findings.md): noise that
-    # reads like a crash between runs; everything else is still printed.
+    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (findings.md): noise.
     sys.unraisablehook = lambda u: (
         None
         if isinstance(u.exc_value, KeyError) and "numba" in str(traceback.extract_tb(u.exc_traceback)[-1:])
         else default_hook(u)
     )
-
-    rows_in = [c for c in contenders(5000 // LARGE_BATCH) if args.only is None or c.optimizer in args.only]
-    holdout = holdout_val_path(args.data_dir) if args.sweep else None
-    started, rows = time.perf_counter(), []
-    for contender in rows_in:
-        lr = contender.lr
-        if args.sweep:
-            scores = {
-                f * contender.lr: train_once(contender, f * contender.lr, 0, args.data_dir, holdout)
-                for f in SWEEP_FACTORS
-            }
-            print(
-                f"[sweep] {contender.label}: "
-                + ", ".join(f"lr {k:.4g} -> {v:.1f} %" for k, v in scores.items()),
-                flush=True,
-            )
-            finite = {k: v for k, v in scores.items() if math.isfinite(v)}
-            lr = max(finite, key=finite.get) if finite else contender.lr
-        t0 = time.perf_counter()
-        top1 = [train_once(contender, lr, seed, args.data_dir) for seed in range(args.seeds)]
-        rows.append((contender, lr, top1, time.perf_counter() - t0))
-        print(
-            f"[run] {contender.label}: lr {lr:.4g}, top-1 " + " ".join(f"{v:.1f}" for v in top1), flush=True
-        )
-
-    print(
-        f"\nLarge-batch benchmark: {EPOCHS} epochs each on the demo data (5000 train / 1000 val images,"
-        f" {RESOLUTION} px), timm resnet10t at 1/4 width; top-1 on the val split over {args.seeds} seeds;"
-        f" LR {'picked by the held-out sweep' if args.sweep else 'by each paper rule, untuned'};"
-        f" {time.perf_counter() - started:.0f} s in all\n"
-    )
-    print(table(rows), flush=True)
-    sys.stdout.flush()
-    os._exit(0)  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
 
 
 if __name__ == "__main__":

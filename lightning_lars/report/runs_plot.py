@@ -1,0 +1,45 @@
+"""The "Runs of ours" plot: top-1 per epoch per arm (mean over seeds, band = min..max), one panel per group."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+
+def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path | None:
+    """``groups``: (data set, ratio, epochs, px) -> arm -> runs (runs.jsonl lines); None when there is none."""
+    if not groups:
+        return None
+    try:
+        import matplotlib  # optional: without it the table is still written
+
+        matplotlib.use("Agg")  # files only: no display
+        import matplotlib.pyplot as plt  # after the backend is chosen
+    except ImportError:
+        print(f"{path} not written: matplotlib is not installed (pip install matplotlib)", flush=True)
+        return None
+
+    names = list(dict.fromkeys(arm for arms in groups.values() for arm in arms))  # one colour per arm
+    lines = {}
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.2), squeeze=False)
+    for ax, ((dataset, ratio, epochs, px), arms) in zip(axes[0], groups.items(), strict=True):
+        for arm, runs in arms.items():
+            curves = [[math.nan if v is None else v for v in r["top1_per_epoch"]] for r in runs]
+            x = range(1, len(curves[0]) + 1)
+            cols = list(zip(*curves, strict=False))
+            mean = [statistics.fmean(c) if all(map(math.isfinite, c)) else math.nan for c in cols]
+            color = f"C{names.index(arm) % 10}"
+            (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color)
+            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15, color=color)
+        large = sorted({runs[0]["batch"] for arm, runs in arms.items()}, reverse=True)
+        ax.set(title=f"{dataset}, ratio {ratio:g} (B={large[0]}), {epochs} ep, {px} px", xlabel="epoch")
+        ax.set(ylabel="val top-1 %")
+        ax.grid(alpha=0.3)
+    # outside the last panel: the curves fill each panel
+    axes[0][-1].legend(handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)

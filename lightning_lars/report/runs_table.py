@@ -1,0 +1,292 @@
+"""The README's "Runs of ours": its table, verdict lines and plot, rendered from ``recipes/runs.jsonl``.
+
+Two kinds of line live in that file: one per training run of ``benchmarks/bench_largebatch.py`` (``kind``
+``bench-largebatch``: recipe, overrides, data set, seed, top-1 per epoch, wall time, machine, date, commit),
+and one per ``make check`` (``lightning_lars/check.py``: already a summary over its seeds). Bench runs are
+grouped by arm, data set, large-batch ratio and epochs; each group is one table row with mean +- std over
+seeds and its gap to small-batch SGD on the same data, with a 95 % Welch interval over the seeds.
+
+    python -m lightning_lars.report.runs_table [--runs recipes/runs.jsonl] [--readme README.md] [--plot docs/runs.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.report.runs_plot import plot_groups
+from lightning_lars.report.seed_stats import welch_gap
+
+BENCH_KIND = "bench-largebatch"
+BASELINE_ARM = "sgd_small"
+BEGIN, END = "<!-- runs-of-ours:begin -->", "<!-- runs-of-ours:end -->"
+COLUMNS = (
+    "run",
+    "data set",
+    "batch",
+    "epochs",
+    "top-1 % (mean +- std, n)",
+    "per seed",
+    "gap to small-batch SGD",
+    "wall per run",
+    "machine",
+    "date",
+    "commit or log",
+)
+
+
+class RunKey(NamedTuple):
+    arm: str
+    dataset: str
+    ratio: float
+    epochs: int
+    resolution: int
+    seed: int
+
+
+def key_of(row: dict) -> RunKey | None:
+    if row.get("kind") != BENCH_KIND:
+        return None
+    return RunKey(
+        row["arm"], row["dataset"]["name"], row["ratio"], row["epochs"], row["resolution"], row["seed"]
+    )
+
+
+def bench_row(
+    *, arm, recipe, overrides, dataset, ratio, batch, epochs, resolution, seed, top1, wall_s, machine, commit
+) -> dict:
+    """One training run as a runs.jsonl line; the keys ``recipes/README.md``'s table reads are filled too."""
+    final = top1[-1] if top1 else math.nan
+    return {
+        "kind": BENCH_KIND,
+        "arm": arm,
+        "recipe": recipe,
+        "overrides": list(overrides),
+        "dataset": dataset,
+        "ratio": ratio,
+        "batch": batch,
+        "epochs": epochs,
+        "resolution": resolution,
+        "seed": seed,
+        "top1_per_epoch": [None if not math.isfinite(v) else round(v, 3) for v in top1],
+        "wall_s": round(wall_s, 1),
+        "machine": machine,
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit,
+        "hardware": machine,
+        "top-1 (mean +- std, n)": f"{final:.2f} %, n=1" if math.isfinite(final) else "diverged",
+        "time": f"{wall_s:.0f} s wall",
+        "log or W&B run": f"bench-largebatch {arm} ratio={ratio:g} seed={seed}",
+    }
+
+
+def read_runs(path: Path) -> list[dict]:
+    if not Path(path).is_file():
+        return []
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(
+                    f"{path} line {number} is not JSON ({err.msg}): fix or delete that line"
+                ) from None
+    return rows
+
+
+def append_run(row: dict, path: Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("a") as out:  # one line per finished run: an interrupted bench keeps the others
+        out.write(json.dumps(row) + "\n")
+
+
+def final_top1(row: dict) -> float:
+    last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
+    return math.nan if last is None else float(last)
+
+
+def same_run(row: dict, key: RunKey) -> bool:
+    """Whether ``row`` is the run ``key`` names; small-batch SGD does not depend on the ratio, so any ratio's."""
+    have = key_of(row)
+    if have is None or key.arm != BASELINE_ARM:
+        return have == key
+    return have._replace(ratio=None) == key._replace(ratio=None)
+
+
+def _groups(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
+    """(data set, ratio, epochs, px) -> arm -> runs; small-batch SGD joins every ratio of its data set."""
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    base: dict[tuple, list[dict]] = {}
+    for key, row in ((key_of(r), r) for r in rows):
+        if key and key.arm == BASELINE_ARM:
+            base.setdefault((key.dataset, key.epochs, key.resolution), []).append(row)
+        elif key:
+            group = groups.setdefault((key.dataset, key.ratio, key.epochs, key.resolution), {})
+            group.setdefault(key.arm, []).append(row)
+    for (dataset, epochs, px), runs in base.items():
+        ratios = [k for k in groups if (k[0], k[2], k[3]) == (dataset, epochs, px)]
+        for k in ratios or [(dataset, runs[0]["ratio"], epochs, px)]:
+            groups[k] = {BASELINE_ARM: runs, **groups.get(k, {})}
+    return dict(sorted(groups.items()))
+
+
+def _gap_text(runs: list[dict], base: list[dict] | None) -> str:
+    if base is None or runs is base:
+        return "-"
+    gap = welch_gap(
+        [v for v in map(final_top1, runs) if math.isfinite(v)],
+        [v for v in map(final_top1, base) if math.isfinite(v)],
+    )
+    if gap is None:
+        return "needs >= 2 seeds each"
+    diff, lo, hi = gap
+    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def verdicts(rows: list[dict]) -> str:
+    """One line per large-batch arm and group: its gap to small-batch SGD, with the 95 % interval."""
+    lines = []
+    for (dataset, ratio, epochs, px), arms in _groups(rows).items():
+        base = arms.get(BASELINE_ARM)
+        for arm, runs in arms.items():
+            if arm == BASELINE_ARM:
+                continue
+            head = f"{dataset}, ratio {ratio:g}, {epochs} epochs, {px} px: {arm} (batch {runs[0]['batch']})"
+            if base is None:
+                lines.append(f"{head}: no small-batch SGD runs to compare with (run only={BASELINE_ARM})")
+                continue
+            a = [v for v in map(final_top1, runs) if math.isfinite(v)]
+            b = [v for v in map(final_top1, base) if math.isfinite(v)]
+            gap = welch_gap(a, b)
+            diverged = f", {len(runs) - len(a)} of {len(runs)} seeds diverged" if len(a) < len(runs) else ""
+            if gap is None:
+                lines.append(f"{head}: needs >= 2 finished seeds per arm for an interval{diverged}")
+                continue
+            diff, lo, hi = gap
+            word = (
+                "below small-batch SGD"
+                if hi < 0
+                else "above small-batch SGD"
+                if lo > 0
+                else "not distinguishable from small-batch SGD"
+            )
+            lines.append(
+                f"{head}: {statistics.fmean(a):.1f} % vs {statistics.fmean(b):.1f} %, gap {diff:+.1f}"
+                f" points, 95 % CI [{lo:+.1f}, {hi:+.1f}] (Welch, n={len(a)}+{len(b)}): {word}{diverged}"
+            )
+    return "\n".join(lines)
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    out, shown = [], set()
+    for (dataset, ratio, epochs, px), arms in _groups(rows).items():
+        base = arms.get(BASELINE_ARM)
+        for arm, runs in arms.items():
+            if arm == BASELINE_ARM and (dataset, epochs, px) in shown:
+                continue  # one row for the baseline, whatever ratios it is compared at
+            shown.add((dataset, epochs, px))
+            finals = [final_top1(r) for r in runs]
+            finite = [v for v in finals if math.isfinite(v)]
+            std = f"{statistics.stdev(finite):.2f}" if len(finite) > 1 else "-"
+            mean = f"{statistics.fmean(finite):.2f} +- {std}, n={len(finite)}" if finite else "diverged"
+            d = runs[0]["dataset"]
+            out.append(
+                {
+                    "run": f"{arm} ({runs[0]['recipe']})",
+                    "data set": f"{dataset} ({d['train']}/{d['val']} img, {d['classes']} classes, {px} px)"
+                    + ("" if arm == BASELINE_ARM else f", ratio {ratio:g}"),
+                    "batch": runs[0]["batch"],
+                    "epochs": epochs,
+                    "top-1 % (mean +- std, n)": mean,
+                    "per seed": " ".join("nan" if not math.isfinite(v) else f"{v:.1f}" for v in finals),
+                    "gap to small-batch SGD": _gap_text(runs, base),
+                    "wall per run": f"{statistics.fmean(r['wall_s'] for r in runs) / 60:.1f} min",
+                    "machine": runs[0]["machine"],
+                    "date": max(r["date"] for r in runs),
+                    "commit or log": ", ".join(sorted({r["commit"] for r in runs})),
+                }
+            )
+    for row in rows:  # make check's summary lines (lightning_lars/check.py)
+        if row.get("kind") is None and "top-1 (mean +- std, n)" in row:
+            out.append(
+                {
+                    "run": f"make check {row.get('recipe', '?')}",
+                    "data set": "the recipe's",
+                    "batch": "-",
+                    "epochs": row.get("epochs", "-"),
+                    "top-1 % (mean +- std, n)": row["top-1 (mean +- std, n)"],
+                    "per seed": "-",
+                    "gap to small-batch SGD": "-",
+                    "wall per run": row.get("time", "-"),
+                    "machine": row.get("hardware", "-"),
+                    "date": row.get("date", "-"),
+                    "commit or log": row.get("log or W&B run", "-"),
+                }
+            )
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    cell = lambda v: str(v).replace("|", "/")  # noqa: E731  one markdown table cell
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return "\n".join(
+        lines + ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in table_rows(rows)]
+    )
+
+
+def plot(rows: list[dict], path: Path) -> Path | None:
+    """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per data set and ratio."""
+    return plot_groups(_groups(rows), path)
+
+
+def section(rows: list[dict], plot_ref: str | None) -> str:
+    parts = [markdown(rows)]
+    if plot_ref:
+        parts.append(f"![top-1 per epoch per arm]({plot_ref})")
+    text = verdicts(rows)
+    if text:
+        parts.append(
+            "Verdicts (gap of final top-1 to small-batch SGD, 95 % Welch CI over seeds):\n\n"
+            + "\n".join(f"- {line}" for line in text.splitlines())
+        )
+    return "\n\n".join(parts)
+
+
+def update_readme(readme: Path, rows: list[dict], plot_path: Path | None) -> None:
+    """Rewrite the text between the BEGIN and END markers of ``readme``; nothing else is touched."""
+    text = Path(readme).read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise UserError(
+            f"{readme} needs one '{BEGIN}' line and one '{END}' line after it around 'Runs of ours'"
+        )
+    ref = None
+    if plot_path and plot(rows, plot_path):
+        ref = Path(plot_path).resolve().relative_to(Path(readme).resolve().parent).as_posix()
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    Path(readme).write_text(f"{head}{BEGIN}\n{section(rows, ref)}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs.jsonl")
+    parser.add_argument("--readme", type=Path, default=root / "README.md")
+    parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
+    args = parser.parse_args(argv)
+    try:
+        update_readme(args.readme, read_runs(args.runs), args.plot)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"{args.readme}: 'Runs of ours' rewritten from {args.runs}")
+
+
+if __name__ == "__main__":
+    main()

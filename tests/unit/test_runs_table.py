@@ -1,0 +1,107 @@
+"""lightning_lars/report/runs_table.py: the README's "Runs of ours" rendered from a runs.jsonl written here."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.report import runs_table, seed_stats
+
+DATASET = {"path": "/data/photos", "name": "photos", "train": 5000, "val": 500, "classes": 10}
+# final top-1 per seed; the baseline and LAMB have equal spreads, so Welch's df is exactly 2
+FINALS = {"sgd_small": [60.0, 62.0], "lars_you": [50.0, 52.0], "lamb": [61.0, 66.0]}
+
+
+def run(arm, seed, final, ratio=0.1, top1=None):
+    return runs_table.bench_row(
+        arm=arm, recipe={"sgd_small": "goyal_8k", "lars_you": "resnet50_32k", "lamb": "lamb_32k"}[arm],
+        overrides=["seed=0"], dataset=DATASET, ratio=ratio, batch=64 if arm == "sgd_small" else 500, epochs=3,
+        resolution=32, seed=seed, top1=top1 or [20.0, 40.0, final], wall_s=90.0, machine="2-core CPU",
+        commit="abc1234",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def runs_file(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    for arm, finals in FINALS.items():
+        for seed, final in enumerate(finals):
+            runs_table.append_run(run(arm, seed, final), path)
+    check_row = {  # what `make check` appends (lightning_lars/check.py runs_row)
+        "recipe": "demo", "hardware": "1 devices", "epochs": "8", "top-1 (mean +- std, n)": "81.00 +- 1.00 %, n=3",
+        "time": "250.0 s wall, target not reached", "date": "2026-11-26", "log or W&B run": "logs/demo/check/x",
+    }  # fmt: skip
+    with path.open("a") as out:
+        out.write(json.dumps(check_row) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("df", "table"), [(1, 12.706), (2, 4.303), (5, 2.571), (10, 2.228), (30, 2.042)])
+def test_t_quantile_matches_the_printed_t_table(df, table):
+    assert seed_stats.t_quantile(0.975, df) == pytest.approx(table, abs=1e-3)
+
+
+def test_welch_interval_by_hand():
+    gap, lo, hi = seed_stats.welch_gap([50.0, 52.0], [60.0, 62.0])
+    half = 4.303 * math.sqrt(2 / 2 + 2 / 2)  # variances 2 and 2 over n=2 each, df = 2
+    assert gap == pytest.approx(-10.0) and (lo, hi) == pytest.approx((-10 - half, -10 + half), abs=1e-2)
+    assert seed_stats.welch_gap([1.0], [2.0, 3.0]) is None
+
+
+def test_table_rows_give_mean_std_and_gap_per_arm(runs_file):
+    rows = {r["run"].split()[0]: r for r in runs_table.table_rows(runs_table.read_runs(runs_file))}
+    for arm, finals in FINALS.items():
+        mean, std = np.mean(finals), np.std(finals, ddof=1)
+        assert rows[arm]["top-1 % (mean +- std, n)"] == f"{mean:.2f} +- {std:.2f}, n=2"
+        assert rows[arm]["per seed"] == " ".join(f"{v:.1f}" for v in finals)
+    assert rows["sgd_small"]["gap to small-batch SGD"] == "-"
+    assert rows["lars_you"]["gap to small-batch SGD"].startswith("-10.0 [")
+    assert rows["make"]["top-1 % (mean +- std, n)"] == "81.00 +- 1.00 %, n=3"  # make check's row, as written
+    markdown = runs_table.markdown(runs_table.read_runs(runs_file))
+    assert markdown.count("\n") == 1 + 4  # header, rule, three arms and the check row
+
+
+def test_verdicts_say_below_or_not_distinguishable(runs_file):
+    text = runs_table.verdicts(runs_table.read_runs(runs_file))
+    lines = {line.split(": ")[1].split()[0]: line for line in text.splitlines()}
+    assert "below small-batch SGD" in lines["lars_you"]  # -10 +- 8.6: the whole interval is below 0
+    assert "not distinguishable" in lines["lamb"]  # +2.5 with seeds 5 points apart: the interval holds 0
+    assert "sgd_small" not in lines
+
+
+def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
+    rows = runs_table.read_runs(runs_file)
+    rows += [run("lamb", s, 55.0 + s, ratio=0.05) for s in (0, 1)]
+    assert sum(r["run"].startswith("sgd_small") for r in runs_table.table_rows(rows)) == 1
+    assert runs_table.verdicts(rows).count("lamb (batch 500)") == 2
+    key = runs_table.RunKey("sgd_small", "photos", 0.05, 3, 32, 1)
+    assert any(runs_table.same_run(r, key) for r in rows)  # kept from ratio 0.1
+    assert not any(runs_table.same_run(r, key._replace(arm="lars_you")) for r in rows)
+
+
+def test_readme_section_between_the_markers_is_rewritten_with_the_plot(runs_file, tmp_path):
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\n### Runs of ours\n\n", "\n\n## Next section\nkept text\n"
+    readme.write_text(f"{before}{runs_table.BEGIN}\nold table\n{runs_table.END}{after}")
+    rows = runs_table.read_runs(runs_file)
+    for _ in range(2):  # a second rendering replaces the first
+        runs_table.update_readme(readme, rows, tmp_path / "docs" / "runs.png")
+    text = readme.read_text()
+    assert text.startswith(before + runs_table.BEGIN) and text.endswith(runs_table.END + after)
+    assert "old table" not in text and text.count("| lamb (lamb_32k) |") == 1
+    assert "![top-1 per epoch per arm](docs/runs.png)" in text
+    assert (tmp_path / "docs" / "runs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers here\n")
+    with pytest.raises(UserError, match="runs-of-ours:begin"):
+        runs_table.update_readme(readme, [], None)
+    assert readme.read_text() == "no markers here\n"  # nothing lost
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text('{"kind": "x"}\n{not json\n')
+    with pytest.raises(UserError, match="line 2"):
+        runs_table.read_runs(runs)
