@@ -97,7 +97,10 @@ def test_hook_from_config_is_accepted_by_ddp(one_process_group):
     assert isinstance(strategy, BucketedDDPStrategy)
     assert strategy._ddp_kwargs["bucket_cap_mb"] == cfg.bucket_cap_mb
     state = strategy._ddp_comm_state
-    assert state.group_caps_mb == [float(cap) for cap in cfg.ddp_comm_state.group_caps_mb] and state.compression is None
+    assert (
+        state.group_caps_mb == [float(cap) for cap in cfg.ddp_comm_state.group_caps_mb]
+        and state.compression is None
+    )
     model = small_conv_net()
     ddp = DistributedDataParallel(model)
     register(ddp, state, strategy._ddp_comm_hook)  # DDP checks the partial's signature and name here
