@@ -37,6 +37,13 @@ class RecipePackageSource(ImportlibResourcesConfigSource):
         return _global_when_unset(config_path, super().load_config(config_path))
 
 
+# Hydra's registry refuses a second class for a scheme unless the two share __name__ ("file is already registered
+# with a different class"), and a submitit job re-scans Hydra's plugins over the registry restored from the
+# submitting process: with the same __name__ Hydra keeps ours. __qualname__ stays ours, so pickling still finds them.
+RecipeFileSource.__name__ = FileConfigSource.__name__
+RecipePackageSource.__name__ = ImportlibResourcesConfigSource.__name__
+
+
 def install() -> None:
     """Make Hydra read ``file://`` and ``pkg://`` folders through the sources above, in this process."""
     Plugins.instance()  # Hydra registers its own sources when its plugins are first scanned: ours replace them
