@@ -71,7 +71,7 @@ def train_command(tmp: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
 
 
-def make_demo_data(tmp: Path) -> None:
+def make_demo_data(tmp: Path, val_per_class: int = 5) -> None:
     if (tmp / "data" / "demo" / "val.beton").is_file():
         return
     made = subprocess.run(
@@ -84,7 +84,7 @@ def make_demo_data(tmp: Path) -> None:
             "--train-per-class",
             "20",
             "--val-per-class",
-            "5",
+            str(val_per_class),
             "--workers",
             "1",
         ],

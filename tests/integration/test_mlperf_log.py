@@ -12,6 +12,7 @@ import sys
 import pytest
 from lightning_lars.callbacks.monitors.mlperf_log import LOG_FILE
 from mlperf_logging.compliance_checker import mlp_parser
+from resume_runs import make_demo_data
 
 from lightning_lars.config import compose as config
 from lightning_lars.report import mlperf
@@ -43,14 +44,9 @@ ACCURACY_RULE = {
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    made = subprocess.run(
-        [sys.executable, "-m", "lightning_lars.data.demo", "--out", str(root / "demo"), "--train-per-class", "20",
-         "--val-per-class", "4", "--workers", "1"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr[-2000:]
-    return root
+    root = tmp_path_factory.mktemp("run")
+    make_demo_data(root, val_per_class=4)
+    return root / "data"
 
 
 def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
+from resume_runs import make_demo_data
 
 from lightning_lars.report import mlperf
 from lightning_lars.report.results import RESULTS_FILE
@@ -28,14 +29,9 @@ SEEDS = 3
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    made = subprocess.run(
-        [sys.executable, "-m", "lightning_lars.data.demo", "--out", str(root / "demo"), "--train-per-class", "20",
-         "--val-per-class", "4", "--workers", "1"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr[-2000:]
-    return root
+    root = tmp_path_factory.mktemp("run")
+    make_demo_data(root, val_per_class=4)
+    return root / "data"
 
 
 def test_check_prints_the_rcp_checkers_verdict_on_the_runs_logs(data_dir, tmp_path, monkeypatch):
