@@ -17,7 +17,16 @@ class RecordsSteps(FirstStepTime):
             self.fired_at = (batch_idx, trainer.global_step)
 
 
-def test_first_step_line_after_the_accumulated_step(tmp_path, caplog):
+class KeepsMessages(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_first_step_line_after_the_accumulated_step(tmp_path):
     started = time.perf_counter() - 7.0  # as if the command line came 7 s before fit
     timer = RecordsSteps(started)
     trainer = L.Trainer(
@@ -31,13 +40,22 @@ def test_first_step_line_after_the_accumulated_step(tmp_path, caplog):
         enable_model_summary=False,
         callbacks=[timer],
     )
-    with caplog.at_level(logging.INFO):
+    # Lightning's logger stops propagating to the root when it is imported before any root handler exists, which
+    # depends on the test order in a worker, so the records are taken where rank_zero_info writes them.
+    lightning_logger = logging.getLogger("lightning.pytorch")
+    kept, level = KeepsMessages(), lightning_logger.level
+    lightning_logger.addHandler(kept)
+    lightning_logger.setLevel(logging.INFO)
+    try:
         before_fit = time.perf_counter()
         trainer.fit(BoringModel())
         after_fit = time.perf_counter()
+    finally:
+        lightning_logger.removeHandler(kept)
+        lightning_logger.setLevel(level)
     assert timer.fired_at == (1, 1)  # the second micro-batch completes optimizer step 1
     assert before_fit - started <= timer.seconds <= after_fit - started
-    lines = [r.getMessage() for r in caplog.records if "first optimizer step done" in r.getMessage()]
+    lines = [m for m in kept.messages if "first optimizer step done" in m]
     assert lines == [
         f"[lightning-lars] plan: first optimizer step done {timer.seconds:.1f} s after the command"
         " line (imports, config, loaders, JIT compile, one step)"
