@@ -6,8 +6,10 @@ own and stops them propagating, so every line a run prints through them (the pla
 own) missed the file, which stayed empty. `log_to_run_file` adds Hydra's file handlers to those loggers.
 
 The console leaves out what is noise at every start: the model summary (a table of parameter counts; it still goes
-to train.log), the hint to prepend ``srun`` on any machine where SLURM is installed (our launchers start the
-ranks), and "Checkpoint directory ... exists and is not empty" (a resumed run writes into its own folder).
+to train.log) and the hint to prepend ``srun`` on any machine where SLURM is installed (our launchers start the
+ranks). Lightning's "Checkpoint directory ... exists and is not empty" never comes: it is ModelCheckpoint's, and our
+checkpoint callback (runtime/checkpointing.py) is built on Lightning's ``Checkpoint`` base, which has no such line,
+so a resumed run writes into the folder it resumed from without it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,7 @@ import warnings
 
 LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 FILE_ONLY_LOGGERS = ("lightning.pytorch.callbacks.model_summary",)
-NOISE_WARNINGS = (
-    r"The `srun` command is available on your system but is not used",
-    r"Checkpoint directory .* exists and is not empty",
-)
+NOISE_WARNINGS = (r"The `srun` command is available on your system but is not used",)
 
 
 def _not_file_only(record: logging.LogRecord) -> bool:

@@ -25,27 +25,28 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
         (bin_dir / "srun").chmod(0o755)
         extra["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
     logs = tmp_path / "logs"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_lars.train",
-            *OVERRIDES,
-            "trainer.max_steps=2",
-            f"paths.log_dir={logs}",
-        ],
-        cwd=ROOT,
-        env=env(tmp_path, **extra),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    console = done.stdout + done.stderr
-    assert done.returncode == 0, console[-3000:]
-    for noise in ("srun", "Checkpoint directory", "Trainable params", "| Name"):
-        assert noise not in console, console
+
+    def train(*overrides: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={logs}", *overrides],
+            cwd=ROOT,
+            env=env(tmp_path, **extra),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        console = done.stdout + done.stderr
+        assert done.returncode == 0, console[-3000:]
+        for noise in ("srun", "Checkpoint directory", "Trainable params", "| Name"):
+            assert noise not in console, console
+        return console
+
+    train("trainer.max_steps=4")  # writes its checkpoint at step 4
     (run_dir,) = (logs / "demo" / "runs").iterdir()
+    # resumed, it saves into the checkpoint folder it resumed from, not empty then: still no line about that
+    resumed = train("trainer.max_steps=6", f"run.ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}")
+    assert f"checkpoints of this resumed run go to {run_dir / 'checkpoints'}" in resumed, resumed[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "[lightning-lars] plan: global batch 32" in log and "[lightning-lars] recipe demo" in log, log[
         -3000:
