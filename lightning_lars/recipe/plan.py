@@ -8,11 +8,12 @@ golden tests print and check it. Step convention: ``step`` is the number of opti
 this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
 completed updates after which an evaluation runs, and the last one is always the final step.
 
-A short run (``trainer.max_steps=N`` ending the run at least one whole epoch before ``trainer.max_epochs``: a
-smoke test of a real recipe) runs the first N steps of the full plan: LR, weight decay and evaluations follow
-the ``max_epochs`` schedule, an evaluation comes at step N, and the plan says once that it stops early. A
-``max_steps`` inside the last epoch, or one the schedule's length interpolates (``${trainer.max_steps}``), is
-how a recipe itself ends a run counted in steps (the TF/MLPerf ones).
+A short run (``trainer.max_steps=N`` ending the run at least one whole epoch before the schedule's length in
+steps, ``scheduler.total_steps``, where the recipe gives one, else before ``trainer.max_epochs``: a smoke test of
+a real recipe) runs the first N steps of the full plan: LR, weight decay and evaluations follow the full
+schedule, an evaluation comes at step N, and the plan says once that it stops early. A ``max_steps`` inside the
+last epoch is how a recipe itself ends a run counted in steps (the TF/MLPerf ones); a schedule whose length
+interpolates ``${trainer.max_steps}`` (a user's recipe) follows the run's length instead.
 """
 
 from __future__ import annotations
@@ -234,13 +235,18 @@ def make_plan(
     total = _total_steps(cfg, epoch_ends)
     if total < 1:
         raise recipe_error(recipe, "trainer.max_steps", f"is {total}: a run needs at least one step")
-    # a short run (module docstring): plan the max_epochs run, stop after `stop` of its steps. Not where the
-    # schedule's length is ${trainer.max_steps} itself (tf_lars_poly): the run is then counted in steps.
+    # a short run (module docstring): plan the full run, stop after `stop` of its steps. The full run is the
+    # schedule's own length where the recipe gives it in steps (the TF/MLPerf sources' train_steps), else the
+    # max_epochs run; not where the schedule's length is ${trainer.max_steps} itself (counted in steps).
     counted_in_steps = "total_steps" in cfg.scheduler and OmegaConf.is_interpolation(
         cfg.scheduler, "total_steps"
     )
-    short = not counted_in_steps and len(epoch_ends) > 1 and total <= epoch_ends[-2]
-    stop, total = total, (epoch_ends[-1] if short else total)
+    schedule_steps = None if counted_in_steps else cfg.scheduler.get("total_steps")
+    stop = total
+    if isinstance(schedule_steps, int) and total <= schedule_steps - per_epoch:
+        total = min(schedule_steps, epoch_ends[-1])  # max_epochs may end the full run first
+    elif not counted_in_steps and len(epoch_ends) > 1 and total <= epoch_ends[-2]:
+        total = epoch_ends[-1]
     if total > epoch_ends[-1]:  # max_steps beyond max_epochs: extend with whole epochs of the last length
         last = epoch_ends[-1] - (epoch_ends[-2] if len(epoch_ends) > 1 else 0)
         while epoch_ends[-1] < total:

@@ -4,6 +4,8 @@ offset past step N does not stop the run from starting: it evaluates at step N i
 
 from __future__ import annotations
 
+import pytest
+
 from lightning_lars.recipe.plan import plan_recipe
 
 
@@ -43,3 +45,16 @@ def test_a_recipe_counted_in_steps_keeps_its_own_max_steps():
     """ying_tpu_32k ends at 3558 steps (its max_steps, inside its 92nd epoch): not a short run of 92 epochs."""
     plan = plan_recipe("ying_tpu_32k")
     assert plan.total_steps == plan.planned_steps == 3558 and stops_early_lines(plan) == []
+
+
+@pytest.mark.parametrize("name", ["ying_tpu_32k", "google_mlperf06_32k", "google_mlperf07_64k"])
+def test_a_short_run_of_a_recipe_counted_in_steps_keeps_the_sources_schedule(name):
+    """The TF recipes' schedules end at their source's train_steps (scheduler.total_steps), not at whatever
+    trainer.max_steps a smoke test gives: the first 20 steps' LR are the full run's, warmup included."""
+    full, short = plan_recipe(name), plan_recipe(name, overrides=["trainer.max_steps=20"])
+    assert [short.lr(s) for s in range(20)] == [full.lr(s) for s in range(20)]
+    assert full.lr(19) < full.lr(
+        full.warmup_steps
+    )  # still warming up at step 20: the warmup was not squeezed
+    assert (short.planned_steps, short.decay_end_step) == (full.total_steps, full.decay_end_step)
+    assert short.eval_steps == [20] and len(stops_early_lines(short)) == 1
