@@ -71,6 +71,23 @@ def train_command(tmp: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
 
 
+def run_to_end(command: list[str], tmp: Path, timeout: float = 600, **env_extra: str) -> str:
+    """Runs ``command`` from the checkout in `env` (``tmp``'s data, offline W&B) and asserts it exits 0; its
+    console (stdout, then stderr)."""
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=env(tmp, **env_extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-3000:]
+    return console
+
+
 def make_demo_data(tmp: Path, val_per_class: int = 5) -> None:
     if (tmp / "data" / "demo" / "val.beton").is_file():
         return
@@ -103,16 +120,7 @@ def reference_run(tmp: Path) -> dict:
     make_demo_data(tmp)
     run_dir = tmp / "reference"
     if not (run_dir / "final.pt").is_file():
-        done = subprocess.run(
-            train_command(tmp, f"hydra.run.dir={run_dir}"),
-            cwd=ROOT,
-            env=env(tmp),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        run_to_end(train_command(tmp, f"hydra.run.dir={run_dir}"), tmp)
     return torch.load(run_dir / "final.pt", weights_only=False)
 
 

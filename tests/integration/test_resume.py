@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
+from resume_runs import ROOT, assert_same_training, env, reference_run, run_to_end, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -42,17 +42,7 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     assert saved["FFCVDataModule"] == {"epoch": 1, "samples_consumed": 64}  # 2 of 6 global batches of epoch 2
     killed_wandb = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
 
-    resumed = subprocess.run(
-        [*command, "run.ckpt_path=last"],
-        cwd=ROOT,
-        env=env(shared),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, output[-3000:]
+    output = run_to_end([*command, "run.ckpt_path=last"], shared)
     assert "Restoring states from the checkpoint path at" in output
     assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
     # the resumed process logged into the W&B run the killed one started

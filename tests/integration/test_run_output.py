@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-from resume_runs import OVERRIDES, ROOT, env, make_demo_data
+from resume_runs import make_demo_data, run_to_end, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -27,17 +25,7 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
     logs = tmp_path / "logs"
 
     def train(*overrides: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={logs}", *overrides],
-            cwd=ROOT,
-            env=env(tmp_path, **extra),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        console = done.stdout + done.stderr
-        assert done.returncode == 0, console[-3000:]
+        console = run_to_end(train_command(tmp_path, *overrides), tmp_path, **extra)
         for noise in ("srun", "Checkpoint directory", "Trainable params", "| Name"):
             assert noise not in console, console
         return console

@@ -5,11 +5,10 @@ full run and evaluates at step N. The plan's own numbers are checked in tests/un
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
-from resume_runs import ROOT, env, make_demo_data
+from resume_runs import make_demo_data, run_to_end
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_a_short_run_starts_says_so_once_and_evaluates_at_its_last_step(tmp_path):
     make_demo_data(tmp_path)  # 200 train images: the demo's batch of 128 makes 1 step per epoch, 8 epochs
     out = tmp_path / "run"
-    done = subprocess.run(
+    output = run_to_end(
         [
             sys.executable,
             "-m",
@@ -32,15 +31,9 @@ def test_a_short_run_starts_says_so_once_and_evaluates_at_its_last_step(tmp_path
             "~logger",
             f"hydra.run.dir={out}",
         ],
-        cwd=ROOT,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
+        tmp_path,
         timeout=900,
-        check=False,
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
     early = [line for line in output.splitlines() if "stops early" in line]
     assert len(early) == 1 and "plan: stops early after step 3 of 8 (trainer.max_steps, 3 epochs)" in early[0]
     assert "8 steps = 8 epochs" in output  # the plan names the full run
