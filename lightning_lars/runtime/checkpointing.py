@@ -370,7 +370,9 @@ class SignalCheckpoint(L.Callback):
       (the only host-device sync this callback makes) of (signal seen, steps until the next agreement): a rank
       that got no signal stops at the same step, and every rank picks the same next step, the fewest steps any
       rank measured to fill ``check_every_s``. Time, not a step count: with heavy accumulation 10 steps can
-      outlast the warning.
+      outlast the warning. Where ``trainer.log_every_n_steps`` steps fit in that window, the next agreement is
+      the last log step inside it, so the sync falls on a step that reads the device anyway (logging); only
+      where one log interval outlasts ``check_every_s`` does it fall between log steps.
 
     What follows the agreed stop, on every rank:
 
@@ -440,7 +442,9 @@ class SignalCheckpoint(L.Callback):
         torch.distributed.all_reduce(decision, op=torch.distributed.ReduceOp.MAX)
         seen, fewest = decision.tolist()  # one device-to-host copy
         self.num_agreements += 1
-        self._next_check = step + int(-fewest)
+        window, log_every = int(-fewest), max(1, int(trainer.log_every_n_steps))
+        last_log_step = (step + window) // log_every * log_every  # the same on every rank: step, window agreed
+        self._next_check = last_log_step if last_log_step > step else step + window
         self._checked = (step, now)
         return seen > 0
 

@@ -144,3 +144,46 @@ def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_pat
     meta = resume.load_meta(saved)
     assert meta["global_step"] == step and len(meta[resume.PER_RANK_KEY]) == 2
     assert all("torch" in rank["rng"] for rank in meta[resume.PER_RANK_KEY])
+
+
+class AgreementSteps(SignalCheckpoint):
+    """Writes the steps at which this rank took part in an agreement to ``<folder>/agreements-rank<r>.txt``."""
+
+    def __init__(self, folder, **kwargs):
+        super().__init__(**kwargs)
+        self.folder, self.steps = folder, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        before = self.num_agreements
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self.num_agreements > before:
+            self.steps.append(trainer.global_step)
+
+    def on_train_end(self, trainer, pl_module):
+        (self.folder / f"agreements-rank{trainer.global_rank}.txt").write_text(" ".join(map(str, self.steps)))
+
+
+def test_agreements_fall_on_log_steps_when_a_log_interval_fits_the_window(tmp_path, monkeypatch):
+    """log_every_n_steps=5 and 50+ ms steps: 2 s hold >= 5 steps, so after the first agreement (step 1, which
+    measures the step time) every all-reduce and its host read come at a log step, where logging reads anyway."""
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=90,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=5,
+        callbacks=[AgreementSteps(tmp_path, check_every_s=2.0)],  # steps under 400 ms: a window of >= 5
+    )
+    trainer.fit(SlowSteps())
+    steps = [(tmp_path / f"agreements-rank{rank}.txt").read_text().split() for rank in (0, 1)]
+    assert steps[0] == steps[1]  # both ranks took part in the same all-reduces
+    first, *later = map(int, steps[0])
+    assert first == 1 and later and all(step % 5 == 0 for step in later), steps[0]
