@@ -24,7 +24,9 @@ from torch import Tensor
 MODES = ("eager", "compiled")
 # Inductor parallelises CPU loops from 512 elements; on a busy machine each tiny OpenMP region then waits for
 # descheduled threads (the BN/bias group of ResNet-50: 200 ms vs 0.1 ms single-threaded). 32768 is the
-# grain size of ATen's own CPU loops. GPU code ignores it.
+# grain size of ATen's own CPU loops. Horizontal fusion (default: up to 16 same-size tensors in one loop) makes
+# LAMB's direction loop stream 7 arrays per tensor at once, 28 for 4 tensors: 1.36x fused AdamW's time on one
+# core, 1.11x with one tensor per loop (LARS's update: the same either way). GPU code ignores both.
 OPTIONS = {"cpp.min_chunk_size": 32768, "cpp.max_horizontal_fusion_size": 1}
 
 

@@ -47,8 +47,9 @@ class LAMB(LayerwiseOptimizer):
         bias_correction: divide the moments by (1 - b^t) (default True, the paper's Algorithm 2). The authors'
             ResNet-50 code has none (optimization.py lines 111-117): set False to match it.
         shard_group: as for ``LARS`` (FSDP1 flat shards only).
-        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 and step 5
-            run as two compiled functions per group.
+        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 run as one
+            compiled pass per group and step 5 as another (a group that is not adapted takes step 5 in the
+            first pass); u is kept in persistent scratch tensors, 4 bytes per adapted parameter.
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
     """
