@@ -47,8 +47,9 @@ class LAMB(LayerwiseOptimizer):
         bias_correction: divide the moments by (1 - b^t) (default True, the paper's Algorithm 2). The authors'
             ResNet-50 code has none (optimization.py lines 111-117): set False to match it.
         shard_group: as for ``LARS`` (FSDP1 flat shards only).
-        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 and step 5
-            run as two compiled functions per group.
+        implementation: "eager" (default) or "compiled", as for ``LARS``; compiled, steps 2-3 run as one
+            compiled pass per group and step 5 as another (a group that is not adapted takes step 5 in the
+            first pass); u is kept in persistent scratch tensors, 4 bytes per adapted parameter.
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
     """
@@ -88,6 +89,7 @@ class LAMB(LayerwiseOptimizer):
         self._direction_fn = Compiled(lamb_direction, implementation)
         self._apply_fn = Compiled(lamb_apply, implementation)
         self._scalars = Scalars()
+        self._updates: dict[Tensor, Tensor] = {}  # param -> u, compiled only (see _compiled_direction)
         super().__init__(params, defaults)
 
     @property
@@ -121,9 +123,8 @@ class LAMB(LayerwiseOptimizer):
         if self.max_grad_norm:
             clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
         compiled = self._direction_fn.mode == "compiled"
-        if compiled:
-            pairs = [self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
-            updates, local_u = [u for u, _ in pairs], [n for _, n in pairs]  # work may be empty (FSDP1)
+        if compiled:  # u of adapted groups in scratch tensors; other groups are updated (step 5) here, None
+            updates = [self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
         else:
             updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
@@ -133,7 +134,6 @@ class LAMB(LayerwiseOptimizer):
                 [p for i in adapted for p in work[i][1].params],
                 self.shard_group,
                 every_adapted,
-                local_norms=[torch.cat([local_u[i] for i in adapted])] if compiled and adapted else None,
             )
         if not adapted:
             for i, ((group, tensors), u) in enumerate(zip(work, updates)):
@@ -162,18 +162,31 @@ class LAMB(LayerwiseOptimizer):
         values = [b1, b2, group["eps"], group["weight_decay"], 1.0 / bc1, 1.0 / math.sqrt(bc2), group["lr"]]
         return self._scalars(index, values, tensors.weights[0])
 
-    def _compiled_direction(self, index, group, tensors, clip) -> tuple[list[Tensor], Tensor]:
+    def _compiled_direction(self, index, group, tensors, clip) -> list[Tensor] | None:
+        """Steps 2-3 compiled: u in persistent scratch tensors (adapted group), or step 5 done too (None)."""
         hyper = self._hyper(index, group, tensors)
         clip = clip.to(hyper[0].dtype) if clip is not None else None
-        return self._direction_fn(
+        adapted = bool(group["trust_adaptation"])
+        updates = [self._scratch(p, w) for p, w in zip(tensors.params, tensors.weights)] if adapted else []
+        self._direction_fn(
             tensors.weights,
             tensors.grads,
             tensors.state["exp_avg"],
             tensors.state["exp_avg_sq"],
+            updates,
             clip,
             hyper,
             bool(group["weight_decay"]),
+            adapted,
         )
+        return updates if adapted else None
+
+    def _scratch(self, param: Tensor, like: Tensor) -> Tensor:
+        """u's persistent tensor for ``param`` (not state: never saved; rebuilt if the shard changes)."""
+        u = self._updates.get(param)
+        if u is None or u.shape != like.shape or u.dtype != like.dtype or u.device != like.device:
+            u = self._updates[param] = torch.empty_like(like)
+        return u
 
     @staticmethod
     def _direction(group: dict, tensors: mt.GroupTensors, clip: Tensor | None) -> list[Tensor]:
@@ -198,13 +211,16 @@ class LAMB(LayerwiseOptimizer):
             torch._foreach_mul_(update, 1.0 / bc1)
         return update
 
-    def _apply(self, index, group, tensors: mt.GroupTensors, update: list[Tensor], ratio: Tensor | None):
-        """w -= lr * r * u (step 5)."""
-        if self._apply_fn.mode == "compiled":
+    def _apply(
+        self, index, group, tensors: mt.GroupTensors, update: list[Tensor] | None, ratio: Tensor | None
+    ):
+        """w -= lr * r * u (step 5); ``update`` None: the compiled direction already took this step."""
+        if update is None:
+            mt.write_back(tensors)
+            return
+        if self._apply_fn.mode == "compiled" and ratio is not None:
             hyper = self._scalars.last(index)
-            self._apply_fn(
-                tensors.weights, update, ratio.to(hyper[0].dtype) if ratio is not None else None, hyper
-            )
+            self._apply_fn(tensors.weights, update, ratio.to(hyper[0].dtype), hyper)
             mt.write_back(tensors)
             return
         mt.add_scaled_(tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update)
