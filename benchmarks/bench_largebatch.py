@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe import catalog
 from lightning_lars.report import runs_table
 from lightning_lars.report.provenance import git_state
 
@@ -289,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         print(f"[bench] {args.readme} 'Runs of ours' and {args.plot} rewritten from {args.runs}", flush=True)
+        if args.runs.resolve() == catalog.RUNS_FILE.resolve():  # the recipes' catalog lists the same runs
+            (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
+            print("[bench] recipes/README.md rewritten from the same runs", flush=True)
     sys.stdout.flush()
     if trained:  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
         os._exit(0)
