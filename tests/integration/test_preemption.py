@@ -109,21 +109,30 @@ class SignalOneRank(L.Callback):
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_path, monkeypatch):
-    """log_every_n_steps=50 and 4 micro-batches per step (heavy accumulation): the agreement still comes within
-    about ``check_every_s`` of the signal, at a step every rank chose."""
+def two_gloo_ranks(tmp_path, monkeypatch, **trainer_args) -> L.Trainer:
+    """A Trainer on 2 CPU ranks (ddp_spawn, gloo) outside SLURM, quiet: what the agreement tests share."""
     for name in list(os.environ):
         if name.startswith("SLURM_"):
             monkeypatch.delenv(name)
-    trainer = L.Trainer(
+    return L.Trainer(
         default_root_dir=tmp_path,
-        max_steps=40,
         accelerator="cpu",
         devices=2,
         strategy="ddp_spawn",
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **trainer_args,
+    )
+
+
+def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_path, monkeypatch):
+    """log_every_n_steps=50 and 4 micro-batches per step (heavy accumulation): the agreement still comes within
+    about ``check_every_s`` of the signal, at a step every rank chose."""
+    trainer = two_gloo_ranks(
+        tmp_path,
+        monkeypatch,
+        max_steps=40,
         log_every_n_steps=50,
         accumulate_grad_batches=4,
         plugins=[AtomicCheckpointIO()],
@@ -166,18 +175,10 @@ class AgreementSteps(SignalCheckpoint):
 def test_agreements_fall_on_log_steps_when_a_log_interval_fits_the_window(tmp_path, monkeypatch):
     """log_every_n_steps=5 and 50+ ms steps: 2 s hold >= 5 steps, so after the first agreement (step 1, which
     measures the step time) every all-reduce and its host read come at a log step, where logging reads anyway."""
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
-    trainer = L.Trainer(
-        default_root_dir=tmp_path,
+    trainer = two_gloo_ranks(
+        tmp_path,
+        monkeypatch,
         max_steps=90,
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp_spawn",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         enable_checkpointing=False,
         log_every_n_steps=5,
         callbacks=[AgreementSteps(tmp_path, check_every_s=2.0)],  # steps under 400 ms: a window of >= 5
