@@ -11,16 +11,12 @@ download nothing); the sbatch text test needs neither.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-import sys
-import time
-from datetime import datetime
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.plugins import Plugins
+from preempted_sweep import assert_resumed_in_its_wandb_run, logged, sweep_command, wait_for
 from resume_runs import ROOT, env, make_demo_data
 from slurm_cluster import slurm_cluster, why_not
 from submitit.slurm.slurm import _make_sbatch_string
@@ -28,7 +24,6 @@ from submitit.slurm.slurm import _make_sbatch_string
 from lightning_lars.config import compose as config
 
 pytestmark = pytest.mark.slow
-STEPS = 12
 
 
 def launcher(tmp_path, name: str, *overrides: str):
@@ -66,37 +61,18 @@ def test_slurm_setup_hands_the_jobs_own_cpus_per_task_to_srun(tmp_path):
     assert done.stdout.strip() == "6"
 
 
-def wait_for(what, process: subprocess.Popen, timeout_s: float = 900, message: str = ""):
-    deadline = time.monotonic() + timeout_s
-    while process.poll() is None and time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"{message} (sweep exit status {process.poll()})")
-
-
 def test_a_slurm_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp_path):
     reason = why_not()
     if reason is not None:  # tests download nothing: the cluster comes from the machine's own packages
         pytest.skip(f"no one-node SLURM cluster here: {reason}")
     make_demo_data(tmp_path)
     logs = tmp_path / "logs"
-    command = [
-        sys.executable,
-        "-m",
-        "lightning_lars.train",
-        "-m",
-        "hydra/launcher=slurm",
-        "recipe=demo",
-        "debug=toy",
-        "seed=0,1",
-        f"trainer.max_steps={STEPS}",
-        "callbacks.checkpoint.every_n_train_steps=2",
-        f"paths.log_dir={logs}",
+    command = sweep_command(
+        "slurm",
+        logs,
         "hydra.launcher.cpus_per_task=1",  # this node's 2 cores hold both jobs
         "hydra.launcher.gpus_per_node=null",  # a CPU node: no --gpus-per-node
-    ]
+    )
     with slurm_cluster(tmp_path / "slurm") as cluster:
         job_env = {**env(tmp_path), "SLURM_CONF": cluster["SLURM_CONF"]}
         with open(tmp_path / "sweep.log", "w") as out:
@@ -134,9 +110,7 @@ def test_a_slurm_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp
     array = task0.split("_")[0]  # one sbatch script for the sweep's array job
     submitted = sweep_dir / ".submitit" / array / f"{array}_submission.sh"
     assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in submitted.read_text().splitlines()
-    (saved,) = (job / "checkpoints").glob("signal-step*.ckpt")
-    step = int(saved.stem.removeprefix("signal-step"))
-    assert 2 <= step < STEPS
+    saved, step = assert_resumed_in_its_wandb_run(sweep_dir, job)
     # the tasks' stdout and stderr (submitit's, SLURM's lines) and Hydra's job log (ours, with times)
     job_logs = "".join(
         p.read_text() for p in [*(sweep_dir / ".submitit" / task0).glob("*_log.*"), job / "train.log"]
@@ -146,23 +120,10 @@ def test_a_slurm_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp
     assert "CANCELLED AT" in job_logs and "DUE TO JOB REQUEUE" in job_logs
     assert f"resuming requeued job {task0} from {saved}" in job_logs
     assert f"Restoring states from the checkpoint path at {saved}" in job_logs
-    for run in (job, sweep_dir / "1"):  # both jobs ran to the end and wrote their results
-        assert (run / "results.json").is_file(), run
-        assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == STEPS
-    run_id = torch.load(saved, weights_only=False)["wandb_run_id"]
-    attempts = sorted(p.name for p in (job / "wandb").glob("offline-run-*"))
-    assert len(attempts) == 2 and all(re.fullmatch(rf"offline-run-.*-{run_id}", a) for a in attempts), (
-        attempts
-    )
 
     # the requeued attempt counts its start-up from its own start, after SLURM ended the first one
     log = (job / "train.log").read_text()
-    stamp = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]"
-    (caught,) = re.findall(stamp + r".*Caught signal SIGUSR2", log, re.M)
-    first, again = re.findall(stamp + r".*first optimizer step done ([0-9.]+) s", log, re.M)
-    since_signal = (when(again[0]) - when(caught)).total_seconds()
-    assert 0 < float(again[1]) <= since_signal, (again, caught)
-
-
-def when(stamp: str) -> datetime:
-    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    ((caught, _),) = logged(log, r"Caught signal SIGUSR2")
+    first, (again, (again_s,)) = logged(log, r"first optimizer step done ([0-9.]+) s")
+    since_signal = (again - caught).total_seconds()
+    assert 0 < float(again_s) <= since_signal, (again, again_s, caught)
