@@ -443,9 +443,8 @@ class SignalCheckpoint(L.Callback):
         seen, fewest = decision.tolist()  # one device-to-host copy
         self.num_agreements += 1
         window, log_every = int(-fewest), max(1, int(trainer.log_every_n_steps))
-        last_log_step = (
-            (step + window) // log_every * log_every
-        )  # the same on every rank: step, window agreed
+        # the same on every rank: the step and the window were agreed
+        last_log_step = (step + window) // log_every * log_every
         self._next_check = last_log_step if last_log_step > step else step + window
         self._checked = (step, now)
         return seen > 0
