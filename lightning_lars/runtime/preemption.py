@@ -3,7 +3,7 @@
 How a preempted SLURM run comes back (submit with ``#SBATCH --signal=SIGUSR1@90`` so every rank is warned
 90 s before the end, and ``#SBATCH --requeue``):
 
-1. SIGUSR1 -> `lightning_lars.runtime.checkpointing.SignalCheckpoint` waits for an optimizer-step boundary all
+1. SIGUSR1 -> `lightning_lars.runtime.signal_checkpoint.SignalCheckpoint` waits for an optimizer-step boundary all
    ranks agree on, then runs Lightning's ``SLURMEnvironment(auto_requeue=True)`` handler: it saves
    ``hpc_ckpt_<n>.ckpt`` in the run folder and calls ``scontrol requeue $SLURM_JOB_ID``; the run then stops
    with `Preempted` (exit code 0). Under Hydra's submitit launcher the signal is submitit's (SIGUSR2 unless

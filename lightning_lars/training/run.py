@@ -22,7 +22,9 @@ from lightning_lars.report import results as report
 from lightning_lars.report.provenance import provenance
 from lightning_lars.report.wandb_logger import close_runs
 from lightning_lars.runtime import preemption, resume, run_folder
-from lightning_lars.runtime.checkpointing import AtomicCheckpointIO, ResumeState, SignalCheckpoint
+from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
+from lightning_lars.runtime.checkpointing import ResumeState
+from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
 from lightning_lars.schedules.scaling import plan_batch
 from lightning_lars.training import target_checks
 from lightning_lars.training.run_record import run_record

@@ -21,7 +21,7 @@ from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
 from lightning_lars.config import compose as config
-from lightning_lars.runtime import checkpointing, resume
+from lightning_lars.runtime import checkpoint_io, resume
 from lightning_lars.training.run import run
 
 pytestmark = pytest.mark.slow
@@ -275,8 +275,8 @@ def test_disk_full_while_checkpointing_keeps_previous_checkpoint_and_resume_is_e
     reference = reference_run(shared)
     run_dir = tmp_path / "run"
     # step 4 writes epoch0-step4.ckpt and last.ckpt; then the disk is full for the saves at steps 8 and 12
-    monkeypatch.setattr(checkpointing, "open", FullDiskAfter(files=2), raising=False)
-    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpointing"):
+    monkeypatch.setattr(checkpoint_io, "open", FullDiskAfter(files=2), raising=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpoint_io"):
         metrics = run_in_process(shared, run_dir)
     assert "val/top1" in metrics  # the run went on to the end
     failures = [r.getMessage() for r in caplog.records if "NOT written" in r.getMessage()]

@@ -20,12 +20,9 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
 from lightning_lars.runtime import resume
-from lightning_lars.runtime.checkpointing import (
-    AtomicCheckpointIO,
-    Checkpoint,
-    ResumeState,
-    SignalCheckpoint,
-)
+from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
+from lightning_lars.runtime.checkpointing import Checkpoint, ResumeState
+from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
 
 pytestmark = pytest.mark.slow
 

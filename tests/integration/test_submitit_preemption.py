@@ -89,7 +89,7 @@ def test_sigusr2_checkpoints_at_an_agreed_step_and_submitit_requeues(tmp_path):
         "strategy=ddp",
         "~logger",
         # the ranks agree on the signal at every step (default: about every 10 s), so the stop is prompt
-        "+callbacks.preemption._target_=lightning_lars.runtime.checkpointing.SignalCheckpoint",
+        "+callbacks.preemption._target_=lightning_lars.runtime.signal_checkpoint.SignalCheckpoint",
         "+callbacks.preemption.check_every_s=0",
     ]
     folder = tmp_path / "submitit"

@@ -22,14 +22,11 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.runtime import checkpointing, preemption, resume
-from lightning_lars.runtime.checkpointing import (
-    AtomicCheckpointIO,
-    Checkpoint,
-    ResumeState,
-    SignalCheckpoint,
-)
+from lightning_lars.runtime import checkpoint_io, preemption, resume
+from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
+from lightning_lars.runtime.checkpointing import Checkpoint, ResumeState
 from lightning_lars.runtime.preemption import Preempted
+from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
 
 SLURM_VARS = {
     "SLURM_JOB_ID": "4242",
@@ -70,7 +67,7 @@ class DiskFull:
 def fill_disk_after(monkeypatch, budget: int) -> None:
     """Every checkpoint file opened from now on fails with ENOSPC after ``budget`` bytes."""
     monkeypatch.setattr(
-        checkpointing, "open", lambda path, mode="r", *a, **k: DiskFull(path, mode, budget), raising=False
+        checkpoint_io, "open", lambda path, mode="r", *a, **k: DiskFull(path, mode, budget), raising=False
     )
 
 
@@ -90,7 +87,7 @@ def test_disk_full_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, ca
     io, target = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint(payload(1.0), target)
     fill_disk_after(monkeypatch, budget=2000)  # the new checkpoint is ~4 kB: it fails part-way
-    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpoint_io"):
         io.save_checkpoint(payload(2.0), target)
         io.save_checkpoint(payload(3.0), target)
     assert io.num_failed_writes == 2 and io.last_error.errno == errno.ENOSPC
