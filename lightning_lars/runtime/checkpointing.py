@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Checkpoint as LightningCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lightning_lars.runtime import resume
+from lightning_lars.runtime import rank_state, resume
 from lightning_lars.runtime.checkpoint_io import checkpoint_io
 
 log = logging.getLogger(__name__)
@@ -213,8 +213,8 @@ class ResumeState(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         local = {
-            "rng": resume.collect_rng_states(),
-            "aggregates": resume.collect_epoch_aggregates(trainer, pl_module),
+            "rng": rank_state.collect_rng_states(),
+            "aggregates": rank_state.collect_epoch_aggregates(trainer, pl_module),
         }
         # every rank runs this hook (trainer.save_checkpoint is collective); rank 0's dict is the one written
         if distributed(trainer):  # Lightning strategies have no all_gather_object: use torch.distributed's
@@ -238,12 +238,12 @@ class ResumeState(L.Callback):
             )
             return
         mine = per_rank[trainer.global_rank]
-        resume.set_rng_states(mine["rng"])
-        self._pending_aggregates = resume.restore_metric_states(pl_module, mine["aggregates"])
+        rank_state.set_rng_states(mine["rng"])
+        self._pending_aggregates = rank_state.restore_metric_states(pl_module, mine["aggregates"])
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if self._pending_aggregates is not None:  # the first batch after a resume has created the entries
-            resume.fold_in_logged_sums(trainer, self._pending_aggregates)
+            rank_state.fold_in_logged_sums(trainer, self._pending_aggregates)
             self._pending_aggregates = None
 
 
