@@ -9,7 +9,7 @@ from ffcv.reader import Reader
 from PIL import Image
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data import prepare
+from lightning_lars.data import beton_writer
 from lightning_lars.data.prepare import convert, main
 
 FAST = {"num_workers": 1, "progress": False, "page_size": 1 << 21}  # 1 process, 2 MiB pages: tiny files
@@ -189,8 +189,8 @@ def test_failed_write_leaves_previous_outputs_untouched_and_no_temporaries(tmp_p
             raise OSError("simulated failure while writing")
         return original(self, index)
 
-    original = prepare._LabelledImages.__getitem__
-    monkeypatch.setattr(prepare._LabelledImages, "__getitem__", fail_midway)
+    original = beton_writer.LabelledImages.__getitem__
+    monkeypatch.setattr(beton_writer.LabelledImages, "__getitem__", fail_midway)
     with pytest.raises(RuntimeError, match="writer process exited"):
         convert(src, out, **FAST)
     assert {name: (out / name).read_bytes() for name in before} == before
