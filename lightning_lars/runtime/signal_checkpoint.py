@@ -3,8 +3,8 @@
 On SIGUSR1 (our sbatch's warning before preemption, ``--signal=SIGUSR1@90``) or submitit's SIGUSR2, it saves at
 an optimizer-step boundary agreed by all ranks, then stops the run with `Preempted`. The requeue is Lightning's
 (``SLURMEnvironment(auto_requeue=True)``) or submitit's own handler, run at that boundary or after fit instead
-of inside the signal, where it would catch the step half done. A second instance on SIGINT makes Ctrl-C save
-the same way and print the resume command (twice: stop now); a third on SIGTERM saves and exits 143.
+of inside the signal, where it would catch the step half done. The same callback makes Ctrl-C (SIGINT) save the
+same way and print the resume command (twice: stop now), and SIGTERM save and exit 143.
 """
 
 from __future__ import annotations
@@ -41,19 +41,23 @@ logging.getLogger("lightning.pytorch.trainer.connectors.checkpoint_connector").a
 class SignalCheckpoint(L.Callback):
     """On a preemption signal: checkpoint at an optimizer-step boundary all ranks agree on, then raise `Preempted`.
 
-    Signals (`lightning_lars.runtime.preemption.preemption_signals`): SIGUSR1, what our sbatch asks for
-    (``--signal=SIGUSR1@90``, Lightning's requeue signal), and submitit's (``SUBMITIT_PREEMPT_SIGNAL``, default
-    USR2: hydra-submitit-launcher's jobs get ``--signal=USR2@<signal_delay_s>``). The handler only records the
-    signal. Then, at the end of a batch that stepped the optimizer:
+    Signals, in order of precedence: the preemption signals
+    (`lightning_lars.runtime.preemption.preemption_signals`: SIGUSR1, what our sbatch asks for,
+    ``--signal=SIGUSR1@90``, Lightning's requeue signal, and submitit's, ``SUBMITIT_PREEMPT_SIGNAL``, default
+    USR2: hydra-submitit-launcher's jobs get ``--signal=USR2@<signal_delay_s>``), then SIGINT (Ctrl-C; a second
+    one stops at once, without a save) and SIGTERM (``scancel``, a job's time limit: exit status 143). The
+    handler only records the signal. Then, at the end of a batch that stepped the optimizer:
 
     - one process: checked at every step (a Python flag, no synchronisation);
     - distributed: about every ``check_every_s`` seconds all ranks agree, at a step boundary, in one all-reduce
-      (the only host-device sync this callback makes) of (signal seen, steps until the next agreement): a rank
-      that got no signal stops at the same step, and every rank picks the same next step, the fewest steps any
-      rank measured to fill ``check_every_s``. Time, not a step count: with heavy accumulation 10 steps can
-      outlast the warning. Where ``trainer.log_every_n_steps`` steps fit in that window, the next agreement is
-      the last log step inside it, so the sync falls on a step that reads the device anyway (logging); only
-      where one log interval outlasts ``check_every_s`` does it fall between log steps.
+      (the only host-device sync this callback makes) of (the signal seen, steps until the next agreement): a
+      rank that got no signal stops at the same step and acts on the same signal (the first in the order above
+      that any rank saw: a preemption's requeue is never lost to a SIGTERM on another rank), and every rank
+      picks the same next step, the fewest steps any rank measured to fill ``check_every_s``. Time, not a
+      step count: with heavy accumulation 10 steps can outlast the warning. Where ``trainer.log_every_n_steps``
+      steps fit in that window, the next agreement is the last log step inside it, so the sync falls on a step
+      that reads the device anyway (logging); only where one log interval outlasts ``check_every_s`` does it
+      fall between log steps.
 
     What follows the agreed stop, on every rank:
 
@@ -68,7 +72,8 @@ class SignalCheckpoint(L.Callback):
         check_every_s: seconds of training between agreements when distributed (0: at every step). The save
             starts within about this long, or one step if a step takes longer, after the signal: keep it well
             inside the warning (90 s), with the save's own time.
-        signal_names: the signals to catch (None: SIGUSR1 and submitit's).
+        signal_names: the signals to catch, first the one that wins (None: SIGUSR1, submitit's, SIGINT,
+            SIGTERM).
     """
 
     def __init__(self, check_every_s: float = 10.0, signal_names: list[str] | None = None):
@@ -78,8 +83,11 @@ class SignalCheckpoint(L.Callback):
         self.num_agreements = 0  # all-reduces made (distributed only)
         self._next_check = 0  # the optimizer step at which all ranks agree next
         self._checked = (0, 0.0)  # (step, time.monotonic()) of the last agreement
-        self.signums = preemption_signals(signal_names)
-        self.received: int | None = None
+        self.signums = preemption_signals(
+            signal_names if signal_names is not None else [*_names(preemption_signals()), "SIGINT", "SIGTERM"]
+        )
+        self.received: int | None = None  # the signal this rank acts on: the first of `signums` it has seen
+        self._interrupted = False  # a Ctrl-C came: the next one stops at once
         self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
         self._step_seen = -1
 
@@ -97,29 +105,36 @@ class SignalCheckpoint(L.Callback):
             signal.signal(signum, self._record)
 
     def _record(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:  # Ctrl-C twice: stop now, without a save
-            raise KeyboardInterrupt
-        self.received = signum
+        if signum == signal.SIGINT:
+            if self._interrupted:  # Ctrl-C twice: stop now, without a save
+                raise KeyboardInterrupt
+            self._interrupted = True
+        if self.received is None or self.signums.index(signum) < self.signums.index(self.received):
+            self.received = signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.global_step == self._step_seen:  # mid-accumulation: the optimizer has not stepped yet
             return
         self._step_seen = trainer.global_step
-        received = self.received is not None
+        signum = self.received
         if distributed(trainer):
             if trainer.global_step < self._next_check:
                 return
-            received = self._agree(trainer, received)
-        if received:
-            self._stop(trainer)
+            signum = self._agree(trainer)  # a signal that comes during it stays in self.received: next time
+        if signum is not None:
+            self._stop(trainer, signum)
 
-    def _agree(self, trainer: L.Trainer, received: bool) -> bool:
-        """One all-reduce (max) of (signal seen, -steps to the next agreement): any rank's signal, and the
-        fewest steps any rank measured to fill ``check_every_s``, so every rank agrees next at the same step."""
+    def _agree(self, trainer: L.Trainer) -> int | None:
+        """One all-reduce (max) of (the seen signal's precedence, -steps to the next agreement): the first signal
+        in `signums` that any rank saw (None: none), and the fewest steps any rank measured to fill
+        ``check_every_s``, so every rank agrees next at the same step."""
         step, now = trainer.global_step, time.monotonic()
         step_s = (now - self._checked[1]) / max(1, step - self._checked[0])
         steps = max(1, int(self.check_every_s / step_s)) if step_s > 0 else 1
-        decision = torch.tensor([float(received), -float(steps)], device=trainer.strategy.root_device)
+        received = self.received
+        # precedence: len(signums) for the first signal, 1 for the last, 0 for none
+        precedence = len(self.signums) - self.signums.index(received) if received is not None else 0
+        decision = torch.tensor([float(precedence), -float(steps)], device=trainer.strategy.root_device)
         torch.distributed.all_reduce(decision, op=torch.distributed.ReduceOp.MAX)
         seen, fewest = decision.tolist()  # one device-to-host copy
         self.num_agreements += 1
@@ -128,20 +143,18 @@ class SignalCheckpoint(L.Callback):
         last_log_step = (step + window) // log_every * log_every
         self._next_check = last_log_step if last_log_step > step else step + window
         self._checked = (step, now)
-        return seen > 0
+        return self.signums[len(self.signums) - int(seen)] if seen > 0 else None
 
-    def _stop(self, trainer: L.Trainer) -> None:
-        submitit_signum, submitit = next(
-            ((s, h) for s, h in self._displaced.items() if is_submitit_handler(h)), (None, None)
-        )
-        signum = self.received or submitit_signum or self.signums[0]  # a rank without the signal acts alike
+    def _stop(self, trainer: L.Trainer, signum: int) -> None:
+        """Save and raise `Preempted` for ``signum``, on every rank the same (the agreed one when distributed)."""
         name = signal.Signals(signum).name
-        lightning = (
-            self._displaced.get(signum)
-            if signum not in (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, scancel: never a requeue
-            and not is_submitit_handler(self._displaced.get(signum))
-            else None
-        )
+        requeue = signum not in (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, scancel: never a requeue
+        # submitit's requeue handler (on its USR2), whichever preemption signal came; on SIGTERM submitit has
+        # only its `bypass`, which does nothing
+        handlers = [h for s, h in self._displaced.items() if s not in (signal.SIGINT, signal.SIGTERM)]
+        submitit = next((h for h in handlers if is_submitit_handler(h)), None) if requeue else None
+        displaced = self._displaced.get(signum)
+        lightning = displaced if requeue and not is_submitit_handler(displaced) else None
         job_id = requeue_job_id()
         io = checkpoint_io(trainer)
         failed_before = io.num_failed_writes if io else 0
@@ -192,7 +205,11 @@ class SignalCheckpoint(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_handlers()
-        self.received = None
+        self.received, self._interrupted = None, False
+
+
+def _names(signums: list[int]) -> list[str]:
+    return [signal.Signals(signum).name for signum in signums]
 
 
 def resume_command(path: Path) -> str:

@@ -39,17 +39,13 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
-    # Ctrl-C too: checkpoint at the next step boundary and print how to resume (a second Ctrl-C aborts)
-    # a SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
-    configured = any(
-        type(c) is SignalCheckpoint and c.signums == preemption.preemption_signals() for c in callbacks
-    )
+    # preemption, Ctrl-C and SIGTERM: checkpoint at the next step boundary (a second Ctrl-C aborts); one
+    # SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
+    configured = any(isinstance(c, SignalCheckpoint) for c in callbacks)
     callbacks += [
         ScheduleCallback(),
         ResumeState(),
         *([] if configured else [SignalCheckpoint()]),
-        SignalCheckpoint(signal_names=["SIGINT"]),
-        SignalCheckpoint(signal_names=["SIGTERM"]),
         RunHistory(),
     ]
     callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line

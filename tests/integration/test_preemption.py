@@ -152,6 +152,34 @@ def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_pat
     assert all("torch" in rank["rng"] for rank in meta[resume.PER_RANK_KEY])
 
 
+class DifferentSignals(L.Callback):
+    """In the middle of step 2 rank 0 gets SIGTERM and rank 1 SIGUSR1, as when a cluster's warning and a kill
+    reach a job's tasks in different orders."""
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        if trainer.global_step == 2:
+            os.kill(os.getpid(), signal.SIGTERM if trainer.global_rank == 0 else signal.SIGUSR1)
+
+
+def test_ranks_that_saw_different_signals_stop_alike_on_the_preemption_signal(tmp_path, monkeypatch):
+    """One callback catches all four signals: a rank's SIGTERM does not override another's SIGUSR1 (whose
+    requeue would be lost), and both ranks save one checkpoint at one step."""
+    trainer = two_gloo_ranks(
+        tmp_path,
+        monkeypatch,
+        max_steps=40,
+        plugins=[AtomicCheckpointIO()],
+        callbacks=[
+            DifferentSignals(),
+            SignalCheckpoint(check_every_s=0.0),
+            Checkpoint(dirpath=tmp_path / "ckpt"),
+        ],
+    )
+    with pytest.raises(Exception, match=r"Preempted: signal SIGUSR1 at step 3\b"):
+        trainer.fit(SlowSteps())
+    assert [p.name for p in (tmp_path / "ckpt").glob("signal-step*.ckpt")] == ["signal-step3.ckpt"]
+
+
 class AgreementSteps(SignalCheckpoint):
     """Writes the steps at which this rank took part in an agreement to ``<folder>/agreements-rank<r>.txt``."""
 

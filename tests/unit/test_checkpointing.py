@@ -248,6 +248,30 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
     assert not list((tmp_path / "b").glob("signal-*"))
 
 
+def test_a_preemption_signal_wins_over_sigterm_and_one_ctrl_c_after_it(tmp_path, monkeypatch):
+    """SIGTERM, then SIGUSR1, then one Ctrl-C inside one step: the run stops for SIGUSR1 (a requeue, not the
+    killed job's exit 143), and the single Ctrl-C does not abort the save."""
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    class ThreeSignals(SignalAt):
+        def on_before_backward(self, trainer, pl_module, loss):
+            if trainer.global_step == self.step:
+                for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+                    os.kill(os.getpid(), signum)
+
+    callbacks = [ThreeSignals(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")]
+    try:
+        with pytest.raises(Preempted, match="signal SIGUSR1 at step 3") as stopped:
+            boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert stopped.value.exit_status == 0
+    assert resume.load_meta(tmp_path / "ckpt" / "signal-step3.ckpt")["global_step"] == 3
+
+
 def test_step_and_epoch_checkpoints_together_and_the_final_state(tmp_path):
     # BoringModel: 64 batches per epoch; 70 steps = 1 epoch + 6; steps every 20, every epoch, and the end
     ckpt = Checkpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, every_n_epochs=1, save_top_k=-1)
