@@ -83,9 +83,11 @@ class SignalCheckpoint(L.Callback):
         self.num_agreements = 0  # all-reduces made (distributed only)
         self._next_check = 0  # the optimizer step at which all ranks agree next
         self._checked = (0, 0.0)  # (step, time.monotonic()) of the last agreement
-        self.signums = preemption_signals(
-            signal_names if signal_names is not None else [*_names(preemption_signals()), "SIGINT", "SIGTERM"]
-        )
+        # dict.fromkeys keeps the order and drops a repeat (submitit's signal set to INT or TERM)
+        if signal_names is None:
+            self.signums = list(dict.fromkeys([*preemption_signals(), signal.SIGINT, signal.SIGTERM]))
+        else:
+            self.signums = preemption_signals(signal_names)
         self.received: int | None = None  # the signal this rank acts on: the first of `signums` it has seen
         self._interrupted = False  # a Ctrl-C came: the next one stops at once
         self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
@@ -131,7 +133,7 @@ class SignalCheckpoint(L.Callback):
         step, now = trainer.global_step, time.monotonic()
         step_s = (now - self._checked[1]) / max(1, step - self._checked[0])
         steps = max(1, int(self.check_every_s / step_s)) if step_s > 0 else 1
-        received = self.received
+        received = self.received  # read once: the handler may set it between two reads
         # precedence: len(signums) for the first signal, 1 for the last, 0 for none
         precedence = len(self.signums) - self.signums.index(received) if received is not None else 0
         decision = torch.tensor([float(precedence), -float(steps)], device=trainer.strategy.root_device)
@@ -206,10 +208,6 @@ class SignalCheckpoint(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_handlers()
         self.received, self._interrupted = None, False
-
-
-def _names(signums: list[int]) -> list[str]:
-    return [signal.Signals(signum).name for signum in signums]
 
 
 def resume_command(path: Path) -> str:

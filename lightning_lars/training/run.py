@@ -37,7 +37,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
     rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
-    # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on SIGUSR1
+    # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on a signal
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # preemption, Ctrl-C and SIGTERM: checkpoint at the next step boundary (a second Ctrl-C aborts); one
     # SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
