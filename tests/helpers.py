@@ -9,6 +9,7 @@ A program started with ``subprocess`` sees it only if its ``PYTHONPATH`` names `
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -29,6 +30,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def outside_slurm(monkeypatch) -> None:
+    """Unset every ``SLURM_*`` variable for this test: a test run inside an allocation (CI on a SLURM node)
+    would otherwise make Lightning and our preemption code act as a SLURM job."""
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
 
 
 def small_conv_net(

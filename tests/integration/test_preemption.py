@@ -16,6 +16,7 @@ import time
 import lightning as L
 import pytest
 import torch
+from helpers import outside_slurm
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
@@ -97,20 +98,20 @@ class SlowSteps(BoringModel):
         return super().training_step(batch, batch_idx)
 
 
-class SignalOneRank(L.Callback):
-    """Only rank 1 gets SIGUSR1, in the middle of step 2: both ranks must still checkpoint at the same step, the
-    next agreement (all-reduces about every ``check_every_s`` seconds, not at every step: a host sync)."""
+class SignalRanks(L.Callback):
+    """In the middle of step 2, each rank named in ``signals`` gets its signal ({rank: signum})."""
+
+    def __init__(self, signals: dict[int, int]):
+        self.signals = signals
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if trainer.global_rank == 1 and trainer.global_step == 2:
-            os.kill(os.getpid(), signal.SIGUSR1)
+        if trainer.global_step == 2 and trainer.global_rank in self.signals:
+            os.kill(os.getpid(), self.signals[trainer.global_rank])
 
 
 def two_gloo_ranks(tmp_path, monkeypatch, **trainer_args) -> L.Trainer:
     """A Trainer on 2 CPU ranks (ddp_spawn, gloo) outside SLURM, quiet: what the agreement tests share."""
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
+    outside_slurm(monkeypatch)
     return L.Trainer(
         default_root_dir=tmp_path,
         accelerator="cpu",
@@ -134,7 +135,9 @@ def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_pat
         accumulate_grad_batches=4,
         plugins=[AtomicCheckpointIO()],
         callbacks=[
-            SignalOneRank(),
+            # only rank 1 gets SIGUSR1: both ranks must still checkpoint at the same step, the next agreement
+            # (all-reduces about every check_every_s seconds, not at every step: a host sync)
+            SignalRanks({1: signal.SIGUSR1}),
             ResumeState(),
             SignalCheckpoint(check_every_s=1.0),  # >= 1 s / (4 x 50 ms) = 5 steps between agreements
             Checkpoint(dirpath=tmp_path / "ckpt"),
@@ -152,15 +155,6 @@ def test_ranks_agree_on_the_signal_step_by_time_and_save_every_ranks_rng(tmp_pat
     assert all("torch" in rank["rng"] for rank in meta[resume.PER_RANK_KEY])
 
 
-class DifferentSignals(L.Callback):
-    """In the middle of step 2 rank 0 gets SIGTERM and rank 1 SIGUSR1, as when a cluster's warning and a kill
-    reach a job's tasks in different orders."""
-
-    def on_before_backward(self, trainer, pl_module, loss):
-        if trainer.global_step == 2:
-            os.kill(os.getpid(), signal.SIGTERM if trainer.global_rank == 0 else signal.SIGUSR1)
-
-
 def test_ranks_that_saw_different_signals_stop_alike_on_the_preemption_signal(tmp_path, monkeypatch):
     """One callback catches all four signals: a rank's SIGTERM does not override another's SIGUSR1 (whose
     requeue would be lost), and both ranks save one checkpoint at one step."""
@@ -170,7 +164,8 @@ def test_ranks_that_saw_different_signals_stop_alike_on_the_preemption_signal(tm
         max_steps=40,
         plugins=[AtomicCheckpointIO()],
         callbacks=[
-            DifferentSignals(),
+            # as when a cluster's warning and a kill reach a job's tasks in different orders
+            SignalRanks({0: signal.SIGTERM, 1: signal.SIGUSR1}),
             SignalCheckpoint(check_every_s=0.0),
             Checkpoint(dirpath=tmp_path / "ckpt"),
         ],

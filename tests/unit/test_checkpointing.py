@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import outside_slurm
 from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
@@ -139,23 +140,23 @@ def test_checkpoint_keeps_older_file_when_newer_write_fails(tmp_path, monkeypatc
 
 
 class SignalAt(L.Callback):
-    """Sends ``signum`` to this process in the middle of optimizer step ``step`` (inside the training step)."""
+    """Sends ``signums`` (default SIGUSR1), in this order, to this process in the middle of optimizer step
+    ``step`` (inside the training step)."""
 
-    def __init__(self, step: int, signum=signal.SIGUSR1):
-        self.step, self.signum = step, signum
+    def __init__(self, step: int, *signums: int):
+        self.step, self.signums = step, signums or (signal.SIGUSR1,)
 
     def on_before_backward(self, trainer, pl_module, loss):
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), self.signum)
+            for signum in self.signums:
+                os.kill(os.getpid(), signum)
 
 
 def test_signal_checkpoints_at_next_step_boundary_and_stops(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
+    outside_slurm(monkeypatch)
     trainer = boring_trainer(
         tmp_path,
-        [SignalAt(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
+        [SignalAt(2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")],
         max_steps=20,
         accumulate_grad_batches=2,
     )
@@ -214,13 +215,11 @@ def cfg_for(tmp_path, ckpt_path, run_dir="runs/now"):
 
 
 def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
+    outside_slurm(monkeypatch)
     # as in a terminal: an xdist worker, or a Lightning fit that ended on Ctrl-C earlier in it, leaves SIG_IGN
     signal.signal(signal.SIGINT, signal.default_int_handler)
     callbacks = [
-        SignalAt(step=2, signum=signal.SIGINT),
+        SignalAt(2, signal.SIGINT),
         SignalCheckpoint(signal_names=["SIGINT"]),
         Checkpoint(dirpath=tmp_path / "a"),
     ]
@@ -229,15 +228,10 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
     assert resume.load_meta(tmp_path / "a" / "signal-step3.ckpt")["global_step"] == 3
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before after fit
 
-    class SecondCtrlC(SignalAt):
-        def on_before_backward(self, trainer, pl_module, loss):
-            if trainer.global_step == self.step:
-                os.kill(os.getpid(), signal.SIGINT)
-                os.kill(os.getpid(), signal.SIGINT)  # impatient: the second one ends the run without a save
-
+    impatient = SignalAt(2, signal.SIGINT, signal.SIGINT)  # the second Ctrl-C ends the run without a save
     trainer = boring_trainer(
         tmp_path,
-        [SecondCtrlC(step=2), SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
+        [impatient, SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
         max_steps=20,
     )
     try:
@@ -251,18 +245,11 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
 def test_a_preemption_signal_wins_over_sigterm_and_one_ctrl_c_after_it(tmp_path, monkeypatch):
     """SIGTERM, then SIGUSR1, then one Ctrl-C inside one step: the run stops for SIGUSR1 (a requeue, not the
     killed job's exit 143), and the single Ctrl-C does not abort the save."""
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
+    outside_slurm(monkeypatch)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    class ThreeSignals(SignalAt):
-        def on_before_backward(self, trainer, pl_module, loss):
-            if trainer.global_step == self.step:
-                for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-                    os.kill(os.getpid(), signum)
-
-    callbacks = [ThreeSignals(step=2), SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")]
+    three = SignalAt(2, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    callbacks = [three, SignalCheckpoint(), Checkpoint(dirpath=tmp_path / "ckpt")]
     try:
         with pytest.raises(Preempted, match="signal SIGUSR1 at step 3") as stopped:
             boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
@@ -441,9 +428,7 @@ def test_wandb_resume_arguments_come_from_the_checkpoint(tmp_path):
 
 
 def test_slurm_job_gets_one_run_folder_and_requeue_id(monkeypatch, tmp_path):
-    for name in list(os.environ):
-        if name.startswith("SLURM_"):
-            monkeypatch.delenv(name)
+    outside_slurm(monkeypatch)
     assert preemption.run_dir_overrides(["recipe=demo"]) == [] and preemption.cluster_plugins() == []
     for name, value in SLURM_VARS.items():
         monkeypatch.setenv(name, value)
