@@ -10,6 +10,7 @@ A program started with ``subprocess`` sees it only if its ``PYTHONPATH`` names `
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -25,11 +26,47 @@ from torch.utils._python_dispatch import TorchDispatchMode
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+_PORTS_GIVEN: set[int] = set()
+_LOWEST_PORT = 20000  # above the well-known services; SLURM's per-job ports (Lightning: 15000 + job id) below
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it: bind to port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a rendezvous that binds it seconds later.
+
+    Not one the OS picks by binding port 0: that is an ephemeral port, which the kernel also hands to the
+    outgoing connections of every other process (gloo's mesh in the other xdist worker), so one can take it in
+    the seconds before our rank 0 binds it (EADDRINUSE). This takes a port below the ephemeral range, which
+    the kernel never assigns on its own, from a slice of that span that belongs to this xdist worker, and
+    never the same one twice in a process. Where the range leaves no room below it, the OS picks.
+    """
+    low = _ephemeral_low()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    width = (low - _LOWEST_PORT) // max(workers, 1)
+    if width < 64:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    start = _LOWEST_PORT + worker * width
+    for port in random.Random().sample(range(start, start + width), k=width):
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port in {start}-{start + width - 1}")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where /proc does not say)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def outside_slurm(monkeypatch) -> None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from ffcv.fields import IntField, RGBImageField
 from ffcv.writer import DatasetWriter
+from helpers import free_port
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_lars.data.ffcv_datamodule import FFCVDataModule
@@ -58,8 +59,9 @@ class RecordingClassifier(L.LightningModule):
         Path(self.out_dir, f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
 
 
-def fit(betons, out_dir, ckpt_dir, ckpt_path=None):
+def fit(betons, out_dir, ckpt_dir, monkeypatch, ckpt_path=None):
     out_dir.mkdir(parents=True)
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     datamodule = FFCVDataModule(
         *betons,
         num_classes=NUM_TRAIN,
@@ -95,8 +97,8 @@ def betons(tmp_path_factory):
     return paths
 
 
-def test_ddp_epochs_and_mid_epoch_resume(betons, tmp_path):
-    ranks = fit(betons, tmp_path / "full", tmp_path / "ckpt")
+def test_ddp_epochs_and_mid_epoch_resume(betons, tmp_path, monkeypatch):
+    ranks = fit(betons, tmp_path / "full", tmp_path / "ckpt", monkeypatch)
     steps_per_epoch = NUM_TRAIN // (BATCH * 2)
     for epoch in (0, 1):
         per_rank = [[labels for e, _, labels in rank["train"] if e == epoch] for rank in ranks]
@@ -115,7 +117,11 @@ def test_ddp_epochs_and_mid_epoch_resume(betons, tmp_path):
 
     # Resume after step 8: epoch 1 had consumed 2 of its 6 batches on each rank.
     resumed = fit(
-        betons, tmp_path / "resumed", tmp_path / "ckpt2", ckpt_path=str(tmp_path / "ckpt" / "step=8.ckpt")
+        betons,
+        tmp_path / "resumed",
+        tmp_path / "ckpt2",
+        monkeypatch,
+        ckpt_path=str(tmp_path / "ckpt" / "step=8.ckpt"),
     )
     for full_rank, resumed_rank in zip(ranks, resumed):
         expected = [labels for e, step, labels in full_rank["train"] if e == 1 and step >= 8]

@@ -16,7 +16,7 @@ import time
 import lightning as L
 import pytest
 import torch
-from helpers import outside_slurm
+from helpers import free_port, outside_slurm
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
@@ -112,6 +112,7 @@ class SignalRanks(L.Callback):
 def two_gloo_ranks(tmp_path, monkeypatch, **trainer_args) -> L.Trainer:
     """A Trainer on 2 CPU ranks (ddp_spawn, gloo) outside SLURM, quiet: what the agreement tests share."""
     outside_slurm(monkeypatch)
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not Lightning's pick from the ephemeral range
     return L.Trainer(
         default_root_dir=tmp_path,
         accelerator="cpu",

@@ -9,6 +9,7 @@ weights must be bitwise equal.
 
 import os
 from pathlib import Path
+from unittest import mock
 
 import lightning as L
 import pytest
@@ -77,8 +78,8 @@ def fit(strategy, checkpoint=None) -> tuple[dict, dict]:
         enable_model_summary=False,
         callbacks=[SaveAtEnd(checkpoint)] if checkpoint else None,
     )
-    os.environ["MASTER_PORT"] = str(free_port())
-    trainer.fit(module, DataLoader(data, batch_size=8))
+    with mock.patch.dict(os.environ, MASTER_PORT=str(free_port())):  # the module fixture's fit too
+        trainer.fit(module, DataLoader(data, batch_size=8))
     return {k: v.clone() for k, v in module.state_dict().items()}, dict(trainer.callback_metrics)
 
 
