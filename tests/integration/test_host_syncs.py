@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 import pytest
+from helpers import free_port
 from resume_runs import HERE, ROOT, env, make_demo_data
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ def test_between_log_steps_only_lightning_reads_from_the_device(tmp_path):
     done = subprocess.run(
         [sys.executable, str(HERE / "sync_runs.py"), str(tmp_path / "data"), str(out)],
         cwd=ROOT,
-        env=env(tmp_path),
+        env={**env(tmp_path), "MASTER_PORT": str(free_port())},  # the three fits run one after another
         capture_output=True,
         text=True,
         timeout=900,
