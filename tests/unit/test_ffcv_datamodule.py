@@ -12,13 +12,8 @@ from ffcv.fields import IntField, RGBImageField
 from ffcv.writer import DatasetWriter
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data.ffcv_datamodule import (
-    EpochProgress,
-    FFCVDataModule,
-    FFCVEpochLoader,
-    epoch_order,
-    shard,
-)
+from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader, epoch_order, shard
+from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 

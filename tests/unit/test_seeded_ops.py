@@ -20,11 +20,8 @@ from ffcv.writer import DatasetWriter
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
-from lightning_lars.data.ffcv_datamodule import (
-    EpochProgress,
-    FFCVDataModule,
-    FFCVEpochLoader,
-)
+from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader
+from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 from lightning_lars.data.pipelines import DEFAULT_PIPELINE
 
 ROOT = Path(__file__).resolve().parents[2]
