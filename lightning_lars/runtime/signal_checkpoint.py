@@ -53,11 +53,12 @@ class SignalCheckpoint(L.Callback):
       (the only host-device sync this callback makes) of (the signal seen, steps until the next agreement): a
       rank that got no signal stops at the same step and acts on the same signal (the first in the order above
       that any rank saw: a preemption's requeue is never lost to a SIGTERM on another rank), and every rank
-      picks the same next step, the fewest steps any rank measured to fill ``check_every_s``. Time, not a
-      step count: with heavy accumulation 10 steps can outlast the warning. Where ``trainer.log_every_n_steps``
-      steps fit in that window, the next agreement is the last log step inside it, so the sync falls on a step
-      that reads the device anyway (logging); only where one log interval outlasts ``check_every_s`` does it
-      fall between log steps.
+      picks the same next step, the fewest steps any rank measured to fill ``check_every_s`` (the first
+      agreement, at the first step, times that step from its first batch: the loader's start-up is not step
+      time). Time, not a step count: with heavy accumulation 10 steps can outlast the warning. Where
+      ``trainer.log_every_n_steps`` steps fit in that window, the next agreement is the last log step inside
+      it, so the sync falls on a step that reads the device anyway (logging); only where one log interval
+      outlasts ``check_every_s`` does it fall between log steps.
 
     What follows the agreed stop, on every rank:
 
@@ -82,7 +83,8 @@ class SignalCheckpoint(L.Callback):
         self.check_every_s = check_every_s
         self.num_agreements = 0  # all-reduces made (distributed only)
         self._next_check = 0  # the optimizer step at which all ranks agree next
-        self._checked = (0, 0.0)  # (step, time.monotonic()) of the last agreement
+        # (step, time.monotonic()) of the last agreement; None until the first batch starts
+        self._checked: tuple[int, float] | None = None
         # dict.fromkeys keeps the order and drops a repeat (submitit's signal set to INT or TERM)
         if signal_names is None:
             self.signums = list(dict.fromkeys([*preemption_signals(), signal.SIGINT, signal.SIGTERM]))
@@ -98,7 +100,7 @@ class SignalCheckpoint(L.Callback):
         # they are in place here.
         self._step_seen = trainer.global_step
         self._next_check = trainer.global_step + 1  # the first agreement measures the first step's time
-        self._checked = (trainer.global_step, time.monotonic())
+        self._checked = None  # the clock starts with the first batch (on_train_batch_start)
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in self.signums:
@@ -113,6 +115,13 @@ class SignalCheckpoint(L.Callback):
             self._interrupted = True
         if self.received is None or self.signums.index(signum) < self.signums.index(self.received):
             self.received = signum
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
+        # Not at on_train_start: the loader's start-up (worker processes, FFCV's JIT-compiled pipeline, seconds)
+        # lies between the two, and counted as step time it shrinks the first window below one log interval,
+        # putting the next agreement's host read between log steps.
+        if self._checked is None:
+            self._checked = (trainer.global_step, time.monotonic())
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.global_step == self._step_seen:  # mid-accumulation: the optimizer has not stepped yet
@@ -131,7 +140,8 @@ class SignalCheckpoint(L.Callback):
         in `signums` that any rank saw (None: none), and the fewest steps any rank measured to fill
         ``check_every_s``, so every rank agrees next at the same step."""
         step, now = trainer.global_step, time.monotonic()
-        step_s = (now - self._checked[1]) / max(1, step - self._checked[0])
+        checked_step, checked_at = self._checked or (step, now)  # set by the first batch's start
+        step_s = (now - checked_at) / max(1, step - checked_step)
         steps = max(1, int(self.check_every_s / step_s)) if step_s > 0 else 1
         received = self.received  # read once: the handler may set it between two reads
         # precedence: len(signums) for the first signal, 1 for the last, 0 for none

@@ -193,9 +193,37 @@ class AgreementSteps(SignalCheckpoint):
         (self.folder / f"agreements-rank{trainer.global_rank}.txt").write_text(" ".join(map(str, self.steps)))
 
 
-def test_agreements_fall_on_log_steps_when_a_log_interval_fits_the_window(tmp_path, monkeypatch):
+class SlowStart(SlowSteps):
+    """SlowSteps whose loader takes ``start_up_s`` seconds to give its first batch, as a loader starting worker
+    processes or compiling FFCV's pipeline does: that time is not step time."""
+
+    def __init__(self, start_up_s: float):
+        super().__init__()
+        self.start_up_s = start_up_s
+
+    def train_dataloader(self):
+        return SlowFirstBatch(super().train_dataloader(), self.start_up_s)
+
+
+class SlowFirstBatch:
+    def __init__(self, loader, start_up_s: float):
+        self.loader, self.start_up_s, self.started = loader, start_up_s, False
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):  # a generator: Lightning's iter() probe at set-up runs none of it
+        if not self.started:
+            self.started = True
+            time.sleep(self.start_up_s)
+        yield from self.loader
+
+
+@pytest.mark.parametrize("start_up_s", [0.0, 3.0])
+def test_agreements_fall_on_log_steps_when_a_log_interval_fits_the_window(tmp_path, monkeypatch, start_up_s):
     """log_every_n_steps=5 and 50+ ms steps: 2 s hold >= 5 steps, so after the first agreement (step 1, which
-    measures the step time) every all-reduce and its host read come at a log step, where logging reads anyway."""
+    measures the step time) every all-reduce and its host read come at a log step, where logging reads anyway.
+    A loader that takes 3 s to start (longer than the window) changes nothing: its start-up is not step time."""
     trainer = two_gloo_ranks(
         tmp_path,
         monkeypatch,
@@ -204,7 +232,7 @@ def test_agreements_fall_on_log_steps_when_a_log_interval_fits_the_window(tmp_pa
         log_every_n_steps=5,
         callbacks=[AgreementSteps(tmp_path, check_every_s=2.0)],  # steps under 400 ms: a window of >= 5
     )
-    trainer.fit(SlowSteps())
+    trainer.fit(SlowStart(start_up_s))
     steps = [(tmp_path / f"agreements-rank{rank}.txt").read_text().split() for rank in (0, 1)]
     assert steps[0] == steps[1]  # both ranks took part in the same all-reduces
     first, *later = map(int, steps[0])
