@@ -138,10 +138,15 @@ class HostReadRecorder(L.Callback):
     a device tensor on a GPU). Each is attributed to our code when a frame of ``roots`` (the project's folders)
     is on the stack inside Lightning's ``_run_stage`` (Lightning's own loop is not ours; our hooks, modules and
     optimizers are), else to the first frame outside torch. A read is *quiet* when it happens inside an
-    optimizer step that logs nothing: not the first batch of an epoch, not the hooks after an optimizer step
-    that completes a multiple of ``log_every`` steps (when our checks and Lightning's logging run), not
-    validation. Put it first in ``trainer.callbacks``: its ``on_train_batch_end`` must see the step before
-    the other callbacks' hooks read anything.
+    optimizer step that logs nothing: not the first batch of an epoch, not an optimizer step that completes a
+    multiple of ``log_every`` steps (from its batch start to the hooks after it, when our checks and Lightning's
+    logging run), not validation. Put it first in ``trainer.callbacks``: its ``on_train_batch_end`` must see
+    the step before the other callbacks' hooks read anything.
+
+    A Python number handed to ``LightningModule.log`` is recorded too (kind ``number logged``): Lightning makes
+    it a tensor on the module's device (``torch.tensor(value, device=self.device)``), on CUDA a copy from
+    pageable host memory that waits for the GPU. On a CPU run that copy is free, so this is how a CPU test sees
+    the read a GPU run would make.
     """
 
     def __init__(self, roots: Sequence[Path], log_every: int, cuda_sync_warnings: bool = False):
@@ -200,6 +205,15 @@ class HostReadRecorder(L.Callback):
                 return _original(tensor, *args, **kwargs)
 
             setattr(torch.Tensor, name, wrapped)
+        original_log = L.LightningModule.log
+        self._patched_log = original_log
+
+        def log(module, name, value, *args, **kwargs):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                recorder.record("number logged")
+            return original_log(module, name, value, *args, **kwargs)
+
+        L.LightningModule.log = log
         self._mode = Reads()
         self._mode.__enter__()
         if self.cuda_sync_warnings:
@@ -216,7 +230,9 @@ class HostReadRecorder(L.Callback):
             torch.cuda.set_sync_debug_mode("warn")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._quiet = batch_idx > 0 and trainer.global_step > 0
+        # the step about to run logs (global_step + 1 is its number once done): Lightning and we may read here
+        logs = (trainer.global_step + 1) % self.log_every == 0
+        self._quiet = batch_idx > 0 and trainer.global_step > 0 and not logs
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step % self.log_every == 0:
@@ -235,6 +251,7 @@ class HostReadRecorder(L.Callback):
         self._mode.__exit__(None, None, None)
         for name, original in self._patched.items():
             setattr(torch.Tensor, name, original)
+        L.LightningModule.log = self._patched_log
         self._quiet = False
 
     def quiet_reads(self, ours: bool) -> list[dict]:

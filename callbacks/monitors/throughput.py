@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import lightning as L
+from lightning_lars.callbacks import is_log_step
 
 
 def _batch_size(batch) -> int:
@@ -14,15 +15,14 @@ def _batch_size(batch) -> int:
 
 class ThroughputCallback(L.Callback):
     """Times each training batch; logs ``perf/images_per_sec`` (all devices), ``perf/images_per_sec_per_device``
-    and ``perf/data_wait_fraction`` every ``log_every_n_steps`` batches, and keeps whole-run totals.
+    and ``perf/data_wait_fraction`` at the trainer's log steps, and keeps whole-run totals.
 
     Data wait = time from the end of one training batch to the start of the next (the loader's share);
     compute = start to end of a batch. The first ``skip_batches`` batches (warm-up, compilation) are not counted.
     Validation time between epochs is excluded.
     """
 
-    def __init__(self, log_every_n_steps: int = 50, skip_batches: int = 2):
-        self.log_every_n_steps = log_every_n_steps
+    def __init__(self, skip_batches: int = 2):
         self.skip_batches = skip_batches
         self.images = 0  # per device, counted batches only
         self.compute_s = 0.0
@@ -69,7 +69,7 @@ class ThroughputCallback(L.Callback):
             self.compute_s += now - self._batch_start
             self.images += _batch_size(batch)
         self._batch_end = now
-        if self._seen % self.log_every_n_steps == 0 and self.busy_s > 0:
+        if is_log_step(trainer) and self.busy_s > 0:
             summary = self.summary(trainer.world_size)
             summary.pop("perf/num_images_counted")
             pl_module.log_dict(summary, on_step=True, on_epoch=False, rank_zero_only=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import lightning as L
-from lightning_lars.callbacks import find_callback
+from lightning_lars.callbacks import find_callback, is_log_step
 
 
 class EvaluationSchedule(L.Callback):
@@ -47,7 +47,7 @@ class EvaluationSchedule(L.Callback):
         stepped = trainer.global_step != self._steps_seen  # this micro-batch completed an optimizer update
         self._steps_seen = trainer.global_step
         self._set_next(trainer, stepped)
-        if stepped and self.epoch_at is not None:
+        if stepped and self.epoch_at is not None and is_log_step(trainer):
             pl_module.log(
                 "train/epoch",
                 float(self.epoch_at(trainer.global_step)),

@@ -59,7 +59,7 @@ class SlowFirstBatch(BoringModel):
 def test_the_plotted_throughput_is_the_tables_throughput(tmp_path):
     """The results table's images/s (ThroughputCallback: warm-up batches left out) and report.png's point for the
     same epoch must be one number; a 3-step toy run plotted 9 img/s beside the table's 42."""
-    history, throughput = RunHistory(), ThroughputCallback(log_every_n_steps=1000, skip_batches=1)
+    history, throughput = RunHistory(), ThroughputCallback(skip_batches=1)
     trainer = L.Trainer(
         default_root_dir=tmp_path,
         max_epochs=1,
