@@ -77,6 +77,20 @@ def outside_slurm(monkeypatch) -> None:
             monkeypatch.delenv(name)
 
 
+def entry_point_env(*paths: Path, **extra: str) -> dict[str, str]:
+    """The environment for a subprocess of the entry point: ``paths`` (a folder of probe callbacks a test names
+    with ``+callbacks.NAME._target_=module.Class``), the test helpers (which such probes import) and the checkout
+    importable, offline W&B, no SLURM job of the caller's."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
+    importable = [*map(str, paths), str(TESTS_DIR), str(TESTS_DIR.parent), clean.get("PYTHONPATH", "")]
+    return {
+        **clean,
+        "PYTHONPATH": os.pathsep.join(p for p in importable if p),
+        "WANDB_MODE": "offline",
+        **extra,
+    }
+
+
 def small_conv_net(
     widths: Sequence[int] = (8, 16, 16), last_conv: int | None = 32, classes: int = 10
 ) -> nn.Module:

@@ -1,5 +1,7 @@
-"""GPU checks (`make test-gpu`): skipped without CUDA. They run where only a CUDA torch, lightning, timm,
-torchmetrics and torchvision are installed plus the small wheelhouse (no FFCV: the FFCV variant then says so).
+"""GPU checks (`make test-gpu`, the ``gpu``-marked cases): skipped without CUDA. Where the same check can run on
+the CPU it does, in the fast tier, so its test code is proven before it meets a GPU. They run where only a CUDA
+torch, lightning, timm, torchmetrics and torchvision are installed plus the GPU kit (no FFCV: the FFCV variant
+then says so).
 
 Oracles from outside the code under test: the float64 references of tests/unit (written from the papers'
 equations) for the CUDA path of LARS and LAMB; autocast's own output dtype for mixed precision; the process
@@ -11,17 +13,18 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import entry_point_env, small_mlp
 
-pytestmark = pytest.mark.gpu
+CPU_AND_CUDA = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "tests" / "unit"
+GPU_TESTS = Path(__file__).resolve().parent  # gpu_probe.py: the probes the recipe tests add as callbacks
 
 
 def _unit_module(name: str):
@@ -40,19 +43,34 @@ def _classifier(channels_last: bool, num_classes: int = 10):
     return ImageClassifier("resnet18", num_classes, optimizer, lambda step: 0.5, channels_last=channels_last)
 
 
-@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize(
+    "device, precision",
+    [
+        # Lightning's CPU autocast is bf16 only; ResNet-18 on a CPU takes ~40 s: the slow tier
+        pytest.param("cpu", "bf16-mixed", marks=pytest.mark.slow),
+        pytest.param("cuda", "bf16-mixed", marks=pytest.mark.gpu),
+        pytest.param("cuda", "16-mixed", marks=pytest.mark.gpu),
+    ],
+)
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_mixed_precision_and_channels_last_train_on_cuda(precision, channels_last):
+def test_mixed_precision_and_channels_last_train_on_the_device(device, precision, channels_last):
     import lightning as L
 
     from lightning_lars.data.synthetic import SyntheticDataModule
 
     model = _classifier(channels_last)
     first_conv = model.model.conv1
-    seen = {}
-    first_conv.register_forward_hook(
-        lambda module, inputs, output: seen.update(dtype=output.dtype, weight=module.weight)
-    )
+    seen = {}  # what the first conv saw during training, recorded then: Lightning moves the model back at the end
+
+    def record(module, inputs, output):
+        seen.update(
+            dtype=output.dtype,
+            weight_device=module.weight.device.type,
+            weight_dtype=module.weight.dtype,
+            weight_channels_last=module.weight.is_contiguous(memory_format=torch.channels_last),
+        )
+
+    first_conv.register_forward_hook(record)
     layout = ["channels_last"] if channels_last else ["to_torch_image"]
     data = SyntheticDataModule(
         num_classes=10,
@@ -64,7 +82,7 @@ def test_mixed_precision_and_channels_last_train_on_cuda(precision, channels_las
     )
     before = [p.detach().clone() for p in model.parameters()]
     trainer = L.Trainer(
-        accelerator="gpu",
+        accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         precision=precision,
         max_steps=8,
@@ -77,25 +95,26 @@ def test_mixed_precision_and_channels_last_train_on_cuda(precision, channels_las
     trainer.fit(model, datamodule=data)
 
     assert seen["dtype"] == (torch.bfloat16 if precision == "bf16-mixed" else torch.float16)  # autocast ran
-    assert seen["weight"].is_cuda and seen["weight"].dtype == torch.float32  # fp32 master weights
-    assert seen["weight"].is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert seen["weight_device"] == device and seen["weight_dtype"] == torch.float32  # fp32 master weights
+    assert seen["weight_channels_last"] == channels_last
     losses = [v for k, v in trainer.callback_metrics.items() if k.startswith("train/loss")]
     assert losses and all(torch.isfinite(v) for v in losses)
     moved = sum(not torch.equal(a.cpu(), b.cpu()) for a, b in zip(before, model.parameters()))
     assert moved >= len(before) // 2  # the optimizer stepped (fp16: GradScaler may skip only the first steps)
 
 
+@CPU_AND_CUDA
 @pytest.mark.parametrize("name", ["lars", "lamb"])
-def test_cuda_optimizer_path_matches_the_float64_reference(name):
+def test_float32_optimizer_step_on_the_device_matches_the_float64_reference(name, device):
     from lightning_lars.optim.lamb import LAMB
     from lightning_lars.optim.lars import LARS
     from lightning_lars.optim.param_groups import param_groups
 
     unit = _unit_module(f"test_{name}")
-    model = unit._model(torch.float32)
+    model = small_mlp(dtype=torch.float32)
     start = [p.detach().double() for p in model.parameters()]
     grads = unit._grads(model, len(unit.LRS))
-    model = model.cuda()
+    model = model.to(device)
     adapted = [p.ndim > 1 for p in start]
     if name == "lars":
         optimizer = LARS(
@@ -133,14 +152,15 @@ def test_cuda_optimizer_path_matches_the_float64_reference(name):
             max_grad_norm=0.5,
             bias_correction=True,
         )
-    cuda_grads = [[g.cuda() for g in step] for step in grads]
-    got = unit._run(model, optimizer, cuda_grads, unit.LRS)
-    assert all(p.is_cuda for p in model.parameters())
+    device_grads = [[g.to(device) for g in step] for step in grads]
+    got = unit._run(model, optimizer, device_grads, unit.LRS)
+    assert all(p.device.type == device for p in model.parameters())
     for value, want, before in zip(got, expected, start):
         assert (want - before).abs().max() > 1e-4  # the step is not empty
-        torch.testing.assert_close(value.cpu(), want, rtol=1e-5, atol=1e-6)  # float32 on the GPU
+        torch.testing.assert_close(value.cpu(), want, rtol=1e-5, atol=1e-6)  # float32 on the device
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_bucketed", "fsdp2"])
 def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
     """goyal_8k at toy scale on generated data, bf16, through the entry point, as a user starts it."""
@@ -162,15 +182,14 @@ def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
         f"paths.log_dir={tmp_path}",
         probe,
     ]
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
     done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+        command,
+        cwd=tmp_path,
+        env=entry_point_env(GPU_TESTS),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
@@ -178,6 +197,7 @@ def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
     assert "Results: recipe goyal_8k" in out
 
 
+@pytest.mark.gpu
 def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     """FFCV normalising on the GPU after the copy (uint8 over PCIe) gives the CPU-normalised images."""
     pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
@@ -212,6 +232,7 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     assert torch.equal(batches["gpu"][1], batches["cpu"][1])
 
 
+@pytest.mark.gpu
 def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
     """The recipe through the entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no
     read and no synchronising CUDA call comes from our code on a step that logs nothing; Lightning's are
@@ -235,15 +256,14 @@ def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
         "+callbacks.sync_probe._target_=gpu_probe.HostSyncProbe",
         f"paths.log_dir={tmp_path}",
     ]
-    tests = [str(Path(__file__).parent), str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "SYNC_PROBE_OUT": str(out),
-        "PYTHONPATH": os.pathsep.join(tests),
-    }
     done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+        command,
+        cwd=tmp_path,
+        env=entry_point_env(GPU_TESTS, SYNC_PROBE_OUT=str(out)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     reads = json.loads(out.read_text())
@@ -252,3 +272,19 @@ def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
     print("Lightning's and torch's syncs between log steps:", theirs)
     assert any(r["ours"] and not r["quiet"] for r in reads), "the probe saw none of our reads at log steps"
     assert not ours, ours
+
+
+def test_the_probe_callbacks_import_in_the_entry_points_environment(tmp_path):
+    """The recipe tests above name ``gpu_probe.Class`` as a callback of a subprocess; gpu_probe imports the
+    shared helpers, so that subprocess needs both folders importable (the H200 run failed with "Error locating
+    target 'gpu_probe.ProcessGroupProbe'" when only tests/gpu was)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import gpu_probe; gpu_probe.ProcessGroupProbe(); gpu_probe.HostSyncProbe()"],
+        cwd=tmp_path,
+        env=entry_point_env(GPU_TESTS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
