@@ -4,6 +4,11 @@
 input pipeline taken out (what the loader can feed is measured separately: ``make bench-data``). Each rank
 draws a small pool of batches once (normalised images ~ N(0, 1), uniform labels) from (seed, rank) and cycles
 through it, so a step costs what training costs minus the loader. Accuracy on it means nothing (chance).
+
+The pool lives on the run's device, in the dtype and memory layout the real loaders hand over (FFCV's
+``to_device`` puts float32 channels-last batches there; with ``normalize`` after ``to_device``, uint8 batches
+normalised on the device): a pool in pageable host memory made every step wait for a synchronous copy
+(245 MB a step at 408 images of 224 px), and images/s timed that copy, not the model.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import lightning as L
 import torch
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.pipelines import IMAGENET_MEAN, IMAGENET_STD, TorchNormalize
 from lightning_lars.data.resolution import resolution_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 train split
@@ -82,7 +88,15 @@ class SyntheticDataModule(L.LightningDataModule):
                 "data.no_aug_from_epoch has no effect on synthetic data (no augmentation)", stacklevel=2
             )
         train_ops = (pipeline or {}).get("train") or ["channels_last"]
-        self.channels_last = "channels_last" in train_ops
+        names = [op if isinstance(op, str) else next(iter(op)) for op in train_ops]
+        self.channels_last = "channels_last" in names
+        # the GPU variant of the real pipelines: uint8 to the device, normalised there (pipelines.py)
+        on_device = "normalize" in names and "to_device" in names
+        self.normalize = (
+            TorchNormalize(IMAGENET_MEAN, IMAGENET_STD)
+            if on_device and names.index("normalize") > names.index("to_device")
+            else None
+        )
         self.num_classes, self.batch_size, self.seed = int(num_classes), int(batch_size), int(seed)
         self._num_train, self._num_val, self.pool_size = (
             int(num_train_images),
@@ -100,19 +114,26 @@ class SyntheticDataModule(L.LightningDataModule):
     def num_val_images(self) -> int:
         return self._num_val
 
-    def _world(self) -> tuple[int, int]:
+    def _world(self) -> tuple[int, int, torch.device]:
         trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        if trainer is None:
+            return 0, 1, torch.device("cpu")
+        return trainer.global_rank, trainer.world_size, trainer.strategy.root_device
 
     def _batches(self, split: int, resolution: int, num_images: int, drop_last: bool) -> SyntheticBatches:
-        rank, world_size = self._world()
+        rank, world_size, device = self._world()
+        # drawn on the CPU from (seed, rank): the same pool on every device type
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + rank * 2 + split)
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        shape = (self.batch_size, 3, resolution, resolution)
         pool = []
         for _ in range(self.pool_size):
-            images = torch.randn(self.batch_size, 3, resolution, resolution, generator=generator)
+            if self.normalize is None:
+                images = torch.randn(shape, generator=generator)
+            else:
+                images = torch.randint(256, shape, generator=generator, dtype=torch.uint8)
             labels = torch.randint(self.num_classes, (self.batch_size,), generator=generator)
-            pool.append((images.contiguous(memory_format=memory_format), labels))
+            pool.append((images.contiguous(memory_format=memory_format).to(device), labels.to(device)))
         per_rank = num_images // world_size
         num_batches = per_rank // self.batch_size if drop_last else -(-per_rank // self.batch_size)
         return SyntheticBatches(pool, max(1, num_batches))
@@ -122,3 +143,10 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> SyntheticBatches:
         return self._batches(1, self.val_resolution, self._num_val, drop_last=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """The GPU variant's normalisation on the device, as the FFCV DataModule does it."""
+        if self.normalize is None:
+            return batch
+        images, labels = batch
+        return self.normalize(images), labels
