@@ -16,7 +16,7 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override, except an upper-case
 # name (LARS_DATA_DIR=/data): make exports that to the program's environment, as `export LARS_DATA_DIR=` would.
-MAKE_VARS := recipe src out nodes devices seeds workers args python platform without sweep multirun PY \
+MAKE_VARS := recipe src out kit nodes devices seeds workers args python platform without sweep multirun PY \
              data ratio only epochs px
 # Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
 # MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
@@ -31,7 +31,7 @@ is_override = $(and $(filter command line,$(origin $(1))),$(filter-out $(MAKE_VA
 OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call quote,$(n)=$(value $(n)))))
 
 .PHONY: help install system-deps slurm-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
-        oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit test-gpu bench-gpu \
+        oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit gpu-check test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
 help: ## list the targets
@@ -128,8 +128,12 @@ wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 p
 
 # A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
 gpu-kit: $(STAMP) ## wheels a GPU node still needs, <= 64 MiB: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
-	$(PY) -m lightning_lars.gpu_kit --out $(call quote,$(or $(out),gpu-kit)) --python $(or $(python),3.12) \
+	$(PY) benchmarks/gpu_kit.py --out $(call quote,$(or $(out),gpu-kit)) --python $(or $(python),3.12) \
 	    --platform $(or $(platform),manylinux_2_28_x86_64)
+
+# On the node, from the clone's root, no internet: the kit installed offline, then every GPU part in one job
+gpu-check: ## the one GPU job (<= 9 min): kit install, the MLPerf recipe eager/compiled, JPEGs, bench-gpu, test-gpu [kit=gpu-kit out=DIR]
+	$(GPU_PY) benchmarks/gpu_check.py --kit $(call quote,$(or $(kit),gpu-kit)) $(if $(out),--out $(call quote,$(out)))
 
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
 $(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)

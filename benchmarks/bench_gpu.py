@@ -1,14 +1,16 @@
 """GPU benchmark (`make bench-gpu`): ResNet-50 at 224 px, ours against the plain alternative, in one run.
 
 1. Training images/s: our LightningModule through Lightning's Trainer against a bare PyTorch loop (same timm
-   ResNet-50, same LARS, same GPU-resident batch, bf16 autocast, channels_last), each eager and under
-   ``torch.compile``. The ratio is what the module and Trainer cost.
+   ResNet-50, same LARS, same GPU-resident batch, the same autocast (bf16, or fp16 with a GradScaler as
+   Lightning's 16-mixed has), channels_last), each eager and under ``torch.compile``. The ratio is what the
+   module and Trainer cost.
 2. Optimizer step ms on ResNet-50's parameters: our LARS and LAMB, eager and compiled, against
    ``torch.optim.SGD(fused=True)``, ``AdamW(fused=True)`` and timm's ``Lars(foreach=True)``.
 3. Images/s the loader feeds at 224 px (random resized crop + flip + normalise, batch on the GPU): the
    torchvision DataLoader on generated JPEGs, and FFCV's where FFCV is installed.
 
-    python benchmarks/bench_gpu.py [--batch-size 256 --steps 30 --warmup 10 --skip-compile]
+    python benchmarks/bench_gpu.py [--batch-size 256 --precision bf16-mixed --steps 30 --warmup 10 --skip-compile]
+                                   [--json FILE]   # the numbers and the printed tables, for make gpu-check
 
 Needs only a CUDA torch, torchvision, lightning, timm and torchmetrics plus this package (the small
 wheelhouse); no data and no internet. Without a GPU it stops with one line.
@@ -17,7 +19,10 @@ wheelhouse); no data and no internet. Without a GPU it stops with one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import io
+import json
 import os
 import statistics
 import sys
@@ -56,8 +61,8 @@ def pooled_batches(batch_size: int, steps: int):
     return SyntheticBatches(pool, steps)
 
 
-def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool) -> float:
-    """Our ImageClassifier + LARS through Lightning's Trainer (bf16-mixed); timed over the last ``steps``."""
+def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool, precision: str) -> float:
+    """Our ImageClassifier + LARS through Lightning's Trainer; timed over the last ``steps``."""
     import lightning as L
 
     from lightning_lars.optim.lars import LARS
@@ -88,7 +93,7 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     trainer = L.Trainer(
         accelerator="gpu",
         devices=1,
-        precision="bf16-mixed",
+        precision=precision,
         max_steps=warmup + steps,
         logger=False,
         enable_checkpointing=False,
@@ -101,8 +106,9 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     return batch_size * steps / timer.elapsed
 
 
-def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool) -> float:
-    """The same model, optimizer, precision and batches in a plain PyTorch loop."""
+def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool, precision: str) -> float:
+    """The same model, optimizer, precision and batches in a plain PyTorch loop (fp16: with a GradScaler, as
+    Lightning's 16-mixed)."""
     import timm
 
     from lightning_lars.optim.param_groups import param_groups
@@ -112,15 +118,18 @@ def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     optimizer = lars(param_groups(model, 5e-5))
     forward = torch.compile(model) if compile_model else model
     batches = iter(pooled_batches(batch_size, warmup + steps))
+    dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     for step in range(warmup + steps):
         if step == warmup:
             torch.cuda.synchronize()
             start = time.perf_counter()
         images, labels = next(batches)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=dtype):
             loss = torch.nn.functional.cross_entropy(forward(images), labels)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     return batch_size * steps / (time.perf_counter() - start)
@@ -230,6 +239,13 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default: 10)")
     parser.add_argument("--skip-compile", action="store_true", help="eager only (compiling takes minutes)")
     parser.add_argument("--loader-batches", type=int, default=10, help="timed loader batches (default: 10)")
+    parser.add_argument(
+        "--precision",
+        choices=("bf16-mixed", "16-mixed"),
+        default="bf16-mixed",
+        help="autocast (default bf16)",
+    )
+    parser.add_argument("--json", help="also write the numbers and the printed tables to this file")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         fail(
@@ -242,10 +258,33 @@ def main(argv=None) -> int:
 
     print(
         f"device {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}),"
-        f" lightning {lightning.__version__}, timm {timm.__version__}, batch {args.batch_size}, 224 px, bf16,"
-        " channels_last",
+        f" lightning {lightning.__version__}, timm {timm.__version__}, batch {args.batch_size}, 224 px,"
+        f" {args.precision}, channels_last",
         flush=True,
     )
+    numbers: dict[str, dict] = {"images_per_s": {}, "optimizer_ms": {}, "loader_images_per_s": {}}
+    tables = io.StringIO()  # the tables as printed, for --json
+    with contextlib.redirect_stdout(Tee(sys.stdout, tables)):
+        measure_all(args, numbers)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({**numbers, "tables": tables.getvalue().strip()}, indent=2) + "\n"
+        )
+    return 0
+
+
+class Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+            stream.flush()
+        return len(text)
+
+
+def measure_all(args, numbers: dict) -> None:
 
     print("\n| ResNet-50 training | eager img/s | torch.compile img/s |\n|---|---|---|")
     rates = {}
@@ -253,23 +292,30 @@ def main(argv=None) -> int:
         ("bare PyTorch loop", bare_images_per_s),
         ("ours (Lightning + ImageClassifier)", ours_images_per_s),
     ):
-        eager = measure(args.batch_size, args.steps, args.warmup, compile_model=False)
-        compiled = None if args.skip_compile else measure(args.batch_size, args.steps, args.warmup, True)
+        eager = measure(args.batch_size, args.steps, args.warmup, False, args.precision)
+        compiled = (
+            None
+            if args.skip_compile
+            else measure(args.batch_size, args.steps, args.warmup, True, args.precision)
+        )
         rates[label] = (eager, compiled)
+        numbers["images_per_s"][label] = {"eager": eager, "compiled": compiled}
         print(f"| {label} | {eager:.0f} | {'-' if compiled is None else f'{compiled:.0f}'} |", flush=True)
     (bare_eager, bare_compiled), (ours_eager, ours_compiled) = rates.values()
     ratio_compiled = "-" if ours_compiled is None else f"{ours_compiled / bare_compiled:.3f}"
     print(f"| ours / bare | {ours_eager / bare_eager:.3f} | {ratio_compiled} |")
+    numbers["bare_loop"] = {"eager": bare_eager, "compiled": bare_compiled}
 
     print("\n| optimizer step on ResNet-50 params (fp32) | ms/step (median of 50) |\n|---|---|")
     for name, ms in optimizer_step_ms(50).items():
+        numbers["optimizer_ms"][name] = ms
         print(f"| {name} | {ms if isinstance(ms, str) else f'{ms:.2f}'} |", flush=True)
 
     print("\n| loader, 224 px RandomResizedCrop + flip + normalise, to the GPU | img/s |\n|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, value in loader_images_per_s(args.batch_size, args.loader_batches, Path(tmp)).items():
+            numbers["loader_images_per_s"][name] = value
             print(f"| {name} | {value if isinstance(value, str) else f'{value:.0f}'} |", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,215 +1,122 @@
-"""A GPU node in one call: install the kit offline, run the GPU tests, the GPU benchmark and 200 steps of the MLPerf
-v1.0 recipe on one GPU, eager and compiled, and write one JSON of the numbers.
+"""The GPU kit (``make gpu-kit``): every wheel a GPU node that already has CUDA torch, torchvision, lightning, timm
+and torchmetrics still needs, plus this package's own, in one folder of at most 64 MiB (what a job may carry).
 
-    make gpu-kit                            # here, with internet: gpu-kit/ (wheels, at most 64 MiB)
-    python3 benchmarks/gpu_kit.py [--kit gpu-kit] [--out DIR] [--steps 200] [--parts test-gpu,bench-gpu,train]
-                                            # there, from the clone's root
+    make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]   # or: python benchmarks/gpu_kit.py ...
+    # on the node, from the clone's root: make gpu-check   (benchmarks/gpu_check.py)
 
-On the node: the python that has CUDA torch, torchvision, lightning, timm and torchmetrics (the image's, or a
-venv of it). The kit installs into it with ``pip install --no-index --find-links`` (no internet needed); then
-``make test-gpu``, ``make bench-gpu`` and the two training runs. Results: ``<out>/gpu_kit.json`` (out: --out,
-else $OUT, else gpu-kit-out), with each part's log beside it. Without CUDA each GPU part prints one ``skip:``
-line and the file records it as skipped. Stdlib only until the kit is installed.
+Unlike ``make wheelhouse without=torch`` it also leaves out what those packages bring (numpy and pillow come
+with torchvision): a node with them has them. If the folder still exceeds the limit, wandb (the largest wheel,
+about 20 MiB) is left out and recorded in ``kit.json``; benchmarks/gpu_check.py runs with ``~logger`` either way.
+A packaging tool that runs from a clone, so it lives beside the job it feeds, outside the shipped package.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
-import platform
 import re
-import subprocess
 import sys
-import tempfile
-import time
-import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "nvidia_mlperf10_3264"  # ResNet-50, fp16, 8 GPUs x 408: one GPU's share
-PER_GPU_BATCH = 408
-WARMUP_STEPS = 20  # left out of images/s: cuDNN's autotuning and torch.compile's tracing happen here
-COMPILE_MODES = (False, "default")
-PARTS = ("test-gpu", "bench-gpu", "train")
-# The training run, through the real entry point; atexit records the CUDA memory peak after Lightning is done.
-TRAIN = """\
-import atexit, json, runpy, sys
-import torch
-peak_file = sys.argv[1]
-atexit.register(lambda: open(peak_file, "w").write(json.dumps(torch.cuda.max_memory_allocated() / 2**30)))
-sys.argv = ["lightning_lars.train", *sys.argv[2:]]
-runpy.run_module("lightning_lars.train", run_name="__main__", alter_sys=True)
-"""
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.wheelhouse import (
+    GROUPS,
+    download,
+    installed_closure,
+    project_requirements,
+    project_wheel,
+    this_machine,
+)
+
+LIMIT_MIB = 64  # what a job may carry to the node with the working tree
+WITHOUT = {"torch", "ffcv"}  # the node's image; FFCV compiles against the node's own libraries
+DROPPED_FIRST = "wandb"  # its runs log nothing there (~logger); only a W&B run of test-gpu needs it
+MANIFEST = "kit.json"
+BUILD_BACKEND = (
+    "setuptools>=70.1"  # pyproject's build-system; 70.1: bdist_wheel built in (no `wheel` package)
+)
 
 
-def requirements_of(wheel: Path, left_out: list[str]) -> list[str]:
-    """The wheel's declared requirements (no extras, markers kept), less ``left_out`` (what the node has and what
-    the kit left out for size)."""
-    with zipfile.ZipFile(wheel) as archive:
-        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        lines = archive.read(metadata).decode().splitlines()
-    declared = [line.partition(": ")[2] for line in lines if line.startswith("Requires-Dist: ")]
-    return [
-        r
-        for r in declared
-        if "extra ==" not in r and re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() not in left_out
+def wheels_of(folder: Path, names: set[str]) -> list[Path]:
+    """The wheels in ``folder`` of the distributions ``names`` (canonical names)."""
+    return [w for w in folder.glob("*.whl") if canonicalize_name(w.name.split("-")[0]) in names]
+
+
+def size_mib(folder: Path) -> float:
+    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl")) / 2**20
+
+
+def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
+    """Fill ``out`` with the kit; returns what ``kit.json`` records."""
+    for stale in out.glob("*.whl"):  # a kit from an older lock or target must not mix in
+        stale.unlink()
+    on_the_node = installed_closure(GROUPS["torch"])  # torch, ..., and what they need (numpy, pillow, ...)
+    requirements = [
+        r for r in project_requirements(WITHOUT) if canonicalize_name(Requirement(r).name) not in on_the_node
     ]
-
-
-def pip(arguments: list[str], log) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-index", *arguments], capture_output=True, text=True
-    )
-    log.write(done.stdout + done.stderr)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        sys.exit(f"error: pip install --no-index failed ({tail[0]}); the whole output is in {log.name}")
-
-
-def install(kit: Path, log_path: Path) -> list[str]:
-    """The project's dependencies and pytest from the kit, where the node lacks them (its torch, ... stay as
-    they are), then the project's wheel itself. Returns what the kit left out for size."""
-    manifest = kit / "kit.json"
-    if not manifest.is_file():
-        sys.exit(
-            f"error: {kit} is no GPU kit (no kit.json): make it with `make gpu-kit` on a machine with internet"
+    python = python or this_machine()[0]
+    download(requirements, out, python, platform_tag, WITHOUT)
+    for present in wheels_of(out, on_the_node):  # a dependency of a kept package that the node has
+        present.unlink()
+    # the build backend of the clone's editable install, kept even where the node has one: pip builds in an
+    # isolated environment, which offline can take it only from the kit (about 1 MiB)
+    download([BUILD_BACKEND], out, python, platform_tag, set())
+    wheel = project_wheel(out)
+    left_out = []
+    if size_mib(out) > LIMIT_MIB:
+        for dropped in wheels_of(out, {DROPPED_FIRST}):
+            dropped.unlink()
+        left_out.append(DROPPED_FIRST)
+    if size_mib(out) > LIMIT_MIB:
+        raise UserError(
+            f"the kit is {size_mib(out):.1f} MiB even without {DROPPED_FIRST}, over {LIMIT_MIB} MiB: list"
+            f" {out} by size and leave out what the node already has"
         )
-    kit_info = json.loads(manifest.read_text())
-    wheel, left_out = kit / kit_info["project_wheel"], kit_info["left_out_for_size"]
-    with log_path.open("w") as log:
-        # the node's torch, lightning, ... are taken as they are: pip re-resolving them offline could only fail
-        wanted = requirements_of(wheel, [*left_out, *kit_info["node_has"]])
-        pip(["--find-links", str(kit), *wanted, "pytest"], log)
-        # --no-deps: a dependency left out for size stays unmet; --force-reinstall: the kit's own build runs
-        pip(["--no-deps", "--force-reinstall", str(wheel)], log)
-    note = f" (left out for size: {', '.join(left_out)})" if left_out else ""
-    print(f"installed {wheel.name} and its dependencies from {kit} into {sys.prefix}{note}", flush=True)
-    return left_out
-
-
-def run_part(name: str, command: list[str], log: Path, cuda: bool, wanted: bool = True) -> dict:
-    if not wanted:
-        print(f"skip: {name}: left out by --parts", flush=True)
-        return {"status": "not run", "why": "--parts"}
-    if not cuda:
-        print(f"skip: {name}: no CUDA here (torch.cuda.is_available() is False)", flush=True)
-        return {"status": "skipped", "why": "no CUDA"}
-    print(f"run: {name} (log: {log})", flush=True)
-    start = time.perf_counter()
-    with log.open("w") as out:
-        rc = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
-    seconds = time.perf_counter() - start
-    print(f"  {name}: exit {rc} after {seconds:.0f} s", flush=True)
-    return {"status": "passed" if rc == 0 else "failed", "exit_code": rc, "seconds": round(seconds, 1)}
-
-
-def train_overrides(compile_mode: str | bool, steps: int, log_dir: Path) -> list[str]:
-    """The command line of one timed run: the recipe at one GPU's share, on generated 224 px images."""
-    return [
-        f"recipe={RECIPE}",
-        "data=synthetic",
-        "data.resolution=224",
-        "trainer.accelerator=gpu",
-        "trainer.devices=1",
-        f"batch.global_size={PER_GPU_BATCH}",
-        f"trainer.max_steps={steps}",
-        f"model.compile={str(compile_mode).lower()}",
-        f"+callbacks.throughput.skip_batches={min(WARMUP_STEPS, steps // 2)}",
-        # one evaluation, after the last step, on 2 batches: the recipe's first comes after 3 epochs
-        "evaluation.every_n_epochs=null",
-        f"evaluation.every_n_steps={steps}",
-        "evaluation.offset_epochs=0",
-        "trainer.limit_val_batches=2",
-        "~logger",  # no W&B on an offline node
-        f"paths.log_dir={log_dir}",
-    ]
-
-
-def training(compile_mode: str | bool, steps: int, out: Path, work: Path, cuda: bool, wanted: bool) -> dict:
-    label = "on" if compile_mode else "off"
-    name = f"{RECIPE} data=synthetic, {steps} steps, compile {compile_mode or 'off'}"
-    log_dir, peak_file = work / f"compile-{label}", work / f"peak-{label}.json"
-    command = [sys.executable, "-c", TRAIN, str(peak_file), *train_overrides(compile_mode, steps, log_dir)]
-    log = out / f"train-compile-{label}.log"
-    result = {"compile": compile_mode, **run_part(name, command, log, cuda, wanted)}
-    if result["status"] != "passed":
-        return result
-    found = glob.glob(f"{log_dir}/**/results.json", recursive=True)
-    if not found or not peak_file.is_file():
-        return {**result, "status": "failed", "why": f"no results.json or memory peak: see {log.name}"}
-    images_per_s = json.loads(Path(found[0]).read_text())["metrics"]["perf/images_per_sec"]
-    result.update(
-        images_per_s=round(images_per_s, 1),
-        ms_per_step=round(PER_GPU_BATCH / images_per_s * 1e3, 2),
-        peak_gib=round(json.loads(peak_file.read_text()), 2),
-    )
-    return result
+    manifest = {
+        "python": python,
+        "platform": platform_tag or this_machine()[1],
+        "project_wheel": wheel.name,
+        "node_has": list(GROUPS["torch"]),  # requirements of the project that the installer leaves alone
+        "left_out_for_size": left_out,
+        "size_mib": round(size_mib(out), 1),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kit", default=str(ROOT / "gpu-kit"), help="the folder make gpu-kit wrote")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-kit-out", help="where results go")
-    parser.add_argument("--steps", type=int, default=200, help="training steps per run (default: 200)")
+    parser = argparse.ArgumentParser(prog="python benchmarks/gpu_kit.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="gpu-kit", help="folder to fill (default: gpu-kit)")
+    parser.add_argument("--python", default=None, help="the node's Python, e.g. 3.12 (default: this one)")
     parser.add_argument(
-        "--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default: all)"
+        "--platform",
+        default=None,
+        help="the node's platform tag, e.g. manylinux_2_28_x86_64 (default: this one)",
     )
     args = parser.parse_args(argv)
-    parts = set(args.parts.split(","))
-    if parts - set(PARTS):
-        parser.error(f"--parts takes {', '.join(PARTS)}; got {', '.join(sorted(parts - set(PARTS)))}")
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    left_out = install(Path(args.kit).resolve(), out / "install.log")
-
-    import lightning  # installed (or found) now
-    import torch
-
-    cuda = torch.cuda.is_available()
-    make = ["make", "--no-print-directory", "-C", str(ROOT), f"GPU_PY={sys.executable}"]
-    results = {
-        "device": torch.cuda.get_device_name()
-        if cuda
-        else f"cpu ({platform.processor() or platform.machine()})",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "lightning": lightning.__version__,
-        "python": platform.python_version(),
-        "kit_left_out_for_size": left_out,
-        "parts": {},
-    }
-    results_file = out / "gpu_kit.json"
-
-    def save() -> None:  # after every part: a run stopped by a time limit still leaves what it measured
-        results_file.write_text(json.dumps(results, indent=2) + "\n")
-
-    for part in ("test-gpu", "bench-gpu"):
-        name = f"make {part}"
-        results["parts"][name] = run_part(name, [*make, part], out / f"{part}.log", cuda, part in parts)
-        save()
-    results["training"] = {
-        "recipe": RECIPE,
-        "batch_per_gpu": PER_GPU_BATCH,
-        "resolution_px": 224,
-        "steps": args.steps,
-        "timed_after_steps": min(WARMUP_STEPS, args.steps // 2),
-        "runs": [],
-    }
-    # run outputs (checkpoints of ~100 MB) in a temporary folder: only the numbers come back
-    with tempfile.TemporaryDirectory() as work:
-        for mode in COMPILE_MODES:
-            run = training(mode, args.steps, out, Path(work), cuda, "train" in parts)
-            results["training"]["runs"].append(run)
-            save()
-    save()
-    print(f"results: {results_file}", flush=True)
-    statuses = [
-        *(p["status"] for p in results["parts"].values()),
-        *(r["status"] for r in results["training"]["runs"]),
-    ]
-    return 1 if "failed" in statuses else 0
+    try:
+        if args.python is not None and not re.fullmatch(r"3\.\d+", args.python):
+            raise UserError(f"--python takes a version like 3.12, got {args.python}")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = build(out, args.python, args.platform)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    count = len(list(out.glob("*.whl")))
+    dropped = manifest["left_out_for_size"]
+    note = f"; left out for size: {', '.join(dropped)}" if dropped else ""
+    print(
+        f"gpu kit {out}: {count} wheels, {manifest['size_mib']} MiB, Python {manifest['python']},"
+        f" {manifest['platform']}{note}"
+    )
+    print(
+        f"on the node, from the clone's root: make gpu-check kit={out} (python3 benchmarks/gpu_check.py --kit {out})"
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
-from lightning_lars.config.schema import COMPILE_MODES, MLPERF_ROUNDS
+from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES, MLPERF_ROUNDS
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -230,13 +230,14 @@ def check_kinds(values: dict) -> None:
 
 
 def check_compile(model: Any) -> None:
-    """``model.compile``: false or one of torch.compile's modes (the schema types it Any, see `ModelConfig`)."""
+    """``model.compile``: false, auto or one of torch.compile's modes (the schema types it Any, see
+    `ModelConfig`)."""
     value = model.get("compile", False) if isinstance(model, dict) else False
-    if value is False or _is_left_to_the_run(value) or value in COMPILE_MODES:
+    if value is False or _is_left_to_the_run(value) or value in (COMPILE_AUTO, *COMPILE_MODES):
         return
     raise UserError(
-        f"model.compile={_text(value)}: expected false (eager) or one of {', '.join(COMPILE_MODES)}"
-        " (torch.compile's modes; reduce-overhead uses CUDA graphs, GPU only)"
+        f"model.compile={_text(value)}: expected false (eager), {COMPILE_AUTO} (compiled on CUDA, eager elsewhere)"
+        f" or one of {', '.join(COMPILE_MODES)} (torch.compile's modes; reduce-overhead uses CUDA graphs, GPU only)"
     )
 
 

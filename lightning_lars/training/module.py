@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 from lightning_lars.config import rules
+from lightning_lars.config.schema import COMPILE_AUTO
 from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import param_groups
 
@@ -22,12 +23,17 @@ NORM_LAYERS = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.n
 COMPILE_NEEDS_TORCH = (2, 2)
 
 
-def compile_mode(mode: str | bool | None) -> str | None:
-    """``model.compile`` as torch.compile's ``mode``, or None for eager; a bad value or an old torch is a
-    one-line `UserError`."""
+def compile_mode(mode: str | bool | None, device_type: str | None = None) -> str | None:
+    """``model.compile`` as torch.compile's ``mode`` on ``device_type``, or None for eager; ``auto`` is the
+    default mode on CUDA and eager elsewhere (None while the device is unknown). A bad value or an old torch is
+    a one-line `UserError`."""
     if mode in (False, None, "false"):
         return None
     rules.check_compile({"compile": mode})
+    if mode == COMPILE_AUTO:
+        if device_type != "cuda":
+            return None
+        mode = "default"
     version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
     if version < COMPILE_NEEDS_TORCH or not hasattr(torch.nn.Module, "compile"):
         raise UserError(
@@ -39,7 +45,7 @@ def compile_mode(mode: str | bool | None) -> str | None:
 
 def check_compile_device(mode: str | bool | None, device_type: str) -> None:
     """reduce-overhead records CUDA graphs: on any other device torch would skip them with a warning."""
-    if compile_mode(mode) == "reduce-overhead" and device_type != "cuda":
+    if compile_mode(mode, device_type) == "reduce-overhead" and device_type != "cuda":
         raise UserError(
             f"model.compile=reduce-overhead uses CUDA graphs, and this run is on {device_type}: set"
             " model.compile=default (or max-autotune-no-cudagraphs), or run on a GPU"
@@ -66,7 +72,8 @@ class ImageClassifier(L.LightningModule):
             to the training loss: TF's ``weight_decay * add_n(tf.nn.l2_loss(v))`` over the non-BN variables
             (tensorflow/tpu and Google MLPerf v0.6 ``resnet_main.py``), on top of the optimizer's own decay.
         channels_last: NHWC memory format (faster convolutions with tensor cores / AMP).
-        compile: ``False`` (eager) or a ``torch.compile`` mode (`lightning_lars.config.schema.COMPILE_MODES`).
+        compile: ``False`` (eager), ``"auto"`` (the default mode on CUDA, eager elsewhere) or a
+            ``torch.compile`` mode (`lightning_lars.config.schema.COMPILE_MODES`).
             ``self.model`` is compiled in place (``nn.Module.compile``), lazily at its first forward: the
             state_dict keeps its keys (no ``_orig_mod.``), so compiled and eager runs load each other's
             checkpoints, and the optimizer's groups and the sharding strategies see the same modules.
@@ -100,9 +107,9 @@ class ImageClassifier(L.LightningModule):
             torch.nn.init.zeros_(classifier.bias)
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
-        # Here, not in configure_model: FSDP2Strategy shards the blocks itself only for a module without one.
-        # Compiling is lazy (the first forward traces), so this costs nothing until the model runs.
-        mode = compile_mode(compile)
+        # Here (or in setup for auto, once the device is known), not in configure_model: FSDP2Strategy shards
+        # the blocks itself only for a module without one. Compiling is lazy (the first forward traces).
+        mode = None if compile == COMPILE_AUTO else compile_mode(compile)
         if mode is not None:
             self.model.compile(mode=mode)
         self.optimizer_factory = optimizer
@@ -116,7 +123,11 @@ class ImageClassifier(L.LightningModule):
         self.val_top5 = accuracy(top_k=top5)
 
     def setup(self, stage: str) -> None:
-        check_compile_device(self.hparams.compile, self.trainer.strategy.root_device.type)
+        device_type = self.trainer.strategy.root_device.type
+        check_compile_device(self.hparams.compile, device_type)
+        if self.hparams.compile == COMPILE_AUTO and compile_mode(COMPILE_AUTO, device_type) is not None:
+            if not getattr(self.model, "_compiled_call_impl", None):  # setup runs again for validate/test
+                self.model.compile(mode=compile_mode(COMPILE_AUTO, device_type))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.hparams.channels_last:

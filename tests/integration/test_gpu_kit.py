@@ -1,7 +1,8 @@
-"""The GPU kit's install-and-run path on this CPU machine: `python -m lightning_lars.gpu_kit` builds the kit for this
-interpreter, benchmarks/gpu_kit.py installs it with ``pip install --no-index`` into a fresh venv that borrows this
-environment's torch (a .pth, as a GPU image has torch already), skips each GPU part with one line and writes the
-results file. Downloads the kit's wheels from PyPI (about 40 MiB)."""
+"""The GPU job's install-and-run path on this CPU machine, as a node user runs it: ``make gpu-kit`` builds the kit
+for this interpreter; ``make gpu-check GPU_PY=<venv>`` installs it with ``pip install --no-index`` into a fresh
+venv that borrows this environment's torch (a .pth, as a GPU image has torch already), installs the clone
+editable, skips each GPU part with one line and writes its JSON and markdown. Downloads the kit's wheels from
+PyPI (about 40 MiB)."""
 
 import importlib.util
 import json
@@ -17,11 +18,12 @@ from lightning_lars.recipe.plan import check_command_line
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-GPU_PARTS = 4  # make test-gpu, make bench-gpu, the recipe eager and compiled
+GPU_PARTS = 5  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests
+MAX_FILES = 8  # what a GPU job may bring back
 
 
 def run(command, cwd, timeout=900, offline=False):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT", "MAKEFLAGS", "MAKELEVEL")}
     if offline:  # as on the node: no index or wheel folder from this machine's pip config, only the kit
         env = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     return subprocess.run(
@@ -29,9 +31,9 @@ def run(command, cwd, timeout=900, offline=False):
     )
 
 
-def test_the_kit_installs_offline_and_its_script_skips_each_gpu_part(tmp_path):
+def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_path):
     kit = tmp_path / "kit"
-    built = run([sys.executable, "-m", "lightning_lars.gpu_kit", "--out", str(kit)], cwd=ROOT)
+    built = run([sys.executable, str(ROOT / "benchmarks" / "gpu_kit.py"), "--out", str(kit)], cwd=ROOT)
     assert built.returncode == 0, built.stderr[-3000:]
     manifest = json.loads((kit / "kit.json").read_text())
     assert (kit / manifest["project_wheel"]).is_file()
@@ -47,27 +49,43 @@ def test_the_kit_installs_offline_and_its_script_skips_each_gpu_part(tmp_path):
 
     out = tmp_path / "out"
     done = run(
-        [python, str(ROOT / "benchmarks" / "gpu_kit.py"), "--kit", str(kit), "--out", str(out)],
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "gpu-check",
+            f"GPU_PY={python}",
+            f"kit={kit}",
+            f"out={out}",
+        ],
         tmp_path,
         offline=True,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     skips = [line for line in done.stdout.splitlines() if line.startswith("skip:")]
     assert len(skips) == GPU_PARTS, done.stdout
-    results = json.loads((out / "gpu_kit.json").read_text())
+    results = json.loads((out / "gpu_check.json").read_text())
     assert results["device"].startswith("cpu") and results["torch"] and results["lightning"]
-    runs = results["training"]["runs"]
-    assert [r["compile"] for r in runs] == [False, "default"] and {r["status"] for r in runs} == {"skipped"}
-    where = run([python, "-c", "import lightning_lars; print(lightning_lars.__file__)"], cwd=tmp_path)
-    assert where.stdout.startswith(str(venv)), where.stdout  # the kit's wheel, not this clone's code
+    assert len(results["parts"]) == GPU_PARTS and {p["status"] for p in results["parts"].values()} == {
+        "skipped"
+    }
+    table = (out / "gpu_check.md").read_text()
+    assert all(f"| {name} | skipped |" in table for name in results["parts"])
+    assert len([f for f in out.rglob("*") if f.is_file()]) <= MAX_FILES
+    # the clone itself runs there (editable), with its callbacks, not a copy of it
+    code = "import lightning_lars.callbacks as c; print(c.__file__)"
+    where = run([python, "-c", code], cwd=tmp_path)
+    assert where.stdout.strip() == str(ROOT / "callbacks" / "__init__.py"), where.stdout + where.stderr
 
 
-def test_the_kits_training_runs_compose(tmp_path):
+def test_the_jobs_training_runs_compose(tmp_path):
     """The GPU runs' command lines pass every check a run makes before it builds (schema, rules, the plan)."""
-    spec = importlib.util.spec_from_file_location("gpu_kit_script", ROOT / "benchmarks" / "gpu_kit.py")
+    spec = importlib.util.spec_from_file_location("gpu_check_script", ROOT / "benchmarks" / "gpu_check.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    for mode in script.COMPILE_MODES:
-        cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path))
+    jpegs = ["data=imagefolder", f"data.root={tmp_path}", "data.num_classes=10"]
+    for mode, data in ((False, script.SYNTHETIC), ("default", script.SYNTHETIC), (False, jpegs)):
+        cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path, data))
         assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == 408
-        assert cfg.data.resolution == 224 and cfg.trainer.max_steps == 200
+        assert cfg.trainer.max_steps == 200 and cfg.trainer.precision == script.PRECISION

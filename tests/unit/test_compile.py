@@ -133,14 +133,45 @@ def test_a_torch_too_old_names_the_version_needed(monkeypatch):
     classifier(False)  # eager runs on any torch
 
 
-def test_the_published_recipes_compile_and_the_cpu_runs_stay_eager():
-    """Every published run was a GPU/TPU run: compiled by default. The demo (its bench-speed numbers on a
-    CPU) and any ``debug=toy`` run (seconds, on a CPU) stay eager."""
+def test_the_published_recipes_compile_on_cuda_and_the_cpu_runs_stay_eager():
+    """Every published run was a GPU/TPU run: compiled where the run is on CUDA (``auto``). The demo (its
+    bench-speed numbers on a CPU) and any ``debug=toy`` run (seconds, on a CPU) stay eager anywhere."""
     recipes = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
     assert "demo" in recipes and len(recipes) > 10
     for recipe in recipes:
         cfg, _ = check_command_line([f"recipe={recipe}"])
-        assert cfg.model.compile == (False if recipe == "demo" else "default"), recipe
+        assert cfg.model.compile == (False if recipe == "demo" else "auto"), recipe
     for recipe in ("goyal_8k", "you_alexnet_bn_8k"):  # a ResNet and the AlexNet-BN model config
         cfg, _ = check_command_line([f"recipe={recipe}", "debug=toy"])
         assert cfg.model.compile is False, recipe
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_auto_compiles_on_cuda_and_stays_eager_elsewhere(device, tmp_path):
+    """``model.compile=auto`` through a real fit: dynamo's own counter of compiled frames is the oracle."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    module = classifier("auto")
+    assert (
+        module_file.compile_mode("auto", "cuda") == "default"
+        and module_file.compile_mode("auto", "cpu") is None
+    )
+    generator = torch.Generator().manual_seed(0)
+    images, labels = (
+        torch.randn(8, 3, 32, 32, generator=generator),
+        torch.randint(10, (8,), generator=generator),
+    )
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=8)
+    trainer = L.Trainer(
+        accelerator="gpu" if device == "cuda" else "cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, train_dataloaders=loader)
+    compiled = counters["stats"]["unique_graphs"] > 0
+    assert compiled == (device == "cuda"), dict(counters["stats"])

@@ -33,7 +33,6 @@ ENTRY_POINTS = {
     "train",
     "check",
     "wheelhouse",
-    "gpu_kit",
 }  # lightning_lars/<name>.py: the commands, above every layer
 
 
