@@ -13,6 +13,9 @@ Parts, most valuable first (the job stops adding parts when its budget is spent;
     bench   ``benchmarks/bench_gpu.py`` at the recipe's batch and precision: ours vs the bare loop, eager and
             compiled; the optimizer steps; the loaders.
     tests   ``pytest -m gpu tests/gpu``.
+    precision  the recipe eager at bf16-mixed, beside its 16-mixed run above (bf16 was the slower on the H200).
+    profile    where a step's time goes (benchmarks/profile_steps.py: Lightning's PyTorchProfiler over 20 steps,
+            summed into forward, backward, optimizer, data, our callbacks, idle), eager and compiled.
 On the node: the python with CUDA torch, torchvision, lightning, timm and torchmetrics. The kit installs into
 it with ``pip install --no-index --find-links``, then the clone itself editable (so the clone's code is what
 runs). Output (``--out``, else $OUT, else gpu-check-out): at most 8 files. Without CUDA each part prints one
@@ -39,7 +42,8 @@ RECIPE = "nvidia_mlperf10_3264"  # ResNet-50, 16-mixed, LARS, 8 GPUs x 408: one 
 PER_GPU_BATCH = 408
 PRECISION = "16-mixed"  # the recipe's; bench_gpu runs at it too, so the ratio compares like with like
 WARMUP_STEPS = 20  # left out of images/s: cuDNN's autotuning and torch.compile's tracing happen here
-PARTS = ("recipe", "jpeg", "bench", "tests")
+PARTS = ("recipe", "jpeg", "bench", "tests", "precision", "profile")
+PROFILED_STEPS, PROFILE_AFTER = 20, 20  # steps recorded, and left out before them (warm-up, compilation)
 SYNTHETIC = ["data=synthetic", "data.resolution=224"]
 # The training run, through the real entry point; atexit records the CUDA memory peak after Lightning is done.
 TRAIN = """\
@@ -164,6 +168,11 @@ def markdown(results: dict) -> str:
             lines.append(f"\nrecipe / bare loop ({mode}, same batch and precision): {ratio:.3f}")
     if bench.get("tables"):
         lines += ["", "bench_gpu.py, same job:", "", bench["tables"]]
+    for name, part in results["parts"].items():
+        if part.get("ms_per_step_by_part"):
+            lines += ["", f"{name}: ms per step", "", "| part | host | device |", "|---|---|---|"]
+            for what, ms in part["ms_per_step_by_part"].items():
+                lines.append(f"| {what} | {ms['host_ms']:.2f} | {ms['device_ms']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -273,8 +282,33 @@ def main(argv: list[str] | None = None) -> int:
         if bench_json.is_file():
             result.update(json.loads(bench_json.read_text()))
         job.record("bench", result)
-    tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs", "tests/gpu"]
-    job.record("tests", job.run("tests", tests, out / "test-gpu.log", 150, "tests" in parts))
+        tests = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            "-rs",
+            "tests/gpu",
+        ]
+        job.record("tests", job.run("tests", tests, out / "test-gpu.log", 150, "tests" in parts))
+        overrides = [*train_overrides(False, steps, work / "bf16"), "trainer.precision=bf16-mixed"]
+        result = training(job, "bf16", overrides, work, 90, "precision" in parts)
+        job.record("recipe, data=synthetic, compile off, bf16-mixed", result)
+        for mode, limit in ((False, 90), ("default", 150)):
+            table = work / f"profile-{mode or 'eager'}.json"
+            overrides = train_overrides(mode, PROFILE_AFTER + PROFILED_STEPS + 1, work / f"profile-{mode}")
+            command = [sys.executable, str(ROOT / "benchmarks" / "profile_steps.py"), "--json", str(table)]
+            command += ["--steps", str(PROFILED_STEPS), "--skip", str(PROFILE_AFTER), "--", *overrides]
+            result = job.run(
+                f"profile, compile {mode or 'off'}", command, out / "profile.log", limit, "profile" in parts
+            )
+            if table.is_file():
+                result["ms_per_step_by_part"] = json.loads(table.read_text())
+            job.record(f"profile, compile {mode or 'off'}", result)
     print(f"results: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}", flush=True)
     return 1 if any(p["status"] == "failed" for p in job.results["parts"].values()) else 0
 

@@ -18,7 +18,7 @@ from lightning_lars.recipe.plan import check_command_line
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-GPU_PARTS = 5  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests
+GPU_PARTS = 8  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests, bf16, profile x 2
 MAX_FILES = 8  # what a GPU job may bring back
 
 
@@ -89,3 +89,31 @@ def test_the_jobs_training_runs_compose(tmp_path):
         cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path, data))
         assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == 408
         assert cfg.trainer.max_steps == 200 and cfg.trainer.precision == script.PRECISION
+
+
+def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
+    """benchmarks/profile_steps.py on a CPU at toy scale: Lightning's own profiler events, summed per part."""
+    table = tmp_path / "profile.json"
+    overrides = [
+        "recipe=goyal_8k",
+        "debug=toy",
+        "data=synthetic",
+        "data.num_classes=10",
+        "data.resolution=32",
+        "data.num_train_images=1024",
+        "batch.global_size=32",
+        "model.arch=test_resnet",
+        "~logger",
+        f"paths.log_dir={tmp_path}",
+    ]
+    script = [sys.executable, str(ROOT / "benchmarks" / "profile_steps.py"), "--steps", "4", "--skip", "3"]
+    done = run([*script, "--json", str(table), "--", *overrides], cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| 4 whole steps recorded after 3 |" in done.stdout, done.stdout[-2000:]
+    parts = json.loads(table.read_text())
+    assert {"forward", "backward", "optimizer", "data", "our callbacks", "idle", "wall"} <= set(parts)
+    assert all(parts[p]["host_ms"] > 0 for p in ("forward", "backward", "optimizer", "our callbacks"))
+    # nested ranges counted once: the parts fit in the steps' wall time (the optimizer's closure runs forward
+    # and backward; counted twice they would exceed it)
+    busy = sum(ms["host_ms"] for part, ms in parts.items() if part not in ("wall", "idle"))
+    assert busy <= parts["wall"]["host_ms"] * 1.01 and parts["forward"]["host_ms"] < busy
