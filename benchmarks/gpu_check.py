@@ -14,6 +14,8 @@ Parts, most valuable first (the job stops adding parts when its budget is spent;
             compiled; the optimizer steps; the loaders.
     tests   ``pytest -m gpu tests/gpu``.
     precision  the recipe eager at bf16-mixed, beside its 16-mixed run above (bf16 was the slower on the H200).
+    levers  the moonshot's levers through the recipe: CUDA graphs (reduce-overhead), max-autotune, 816 images
+            per GPU (the H200's 141 GB hold 17 GB at 408), each beside the compiled run at 408.
     profile    where a step's time goes (benchmarks/profile_steps.py: Lightning's PyTorchProfiler over 20 steps,
             summed into forward, backward, optimizer, data, our callbacks, idle), eager and compiled.
 On the node: the python with CUDA torch, torchvision, lightning, timm and torchmetrics. The kit installs into
@@ -42,7 +44,9 @@ RECIPE = "nvidia_mlperf10_3264"  # ResNet-50, 16-mixed, LARS, 8 GPUs x 408: one 
 PER_GPU_BATCH = 408
 PRECISION = "16-mixed"  # the recipe's; bench_gpu runs at it too, so the ratio compares like with like
 WARMUP_STEPS = 20  # left out of images/s: cuDNN's autotuning and torch.compile's tracing happen here
-PARTS = ("recipe", "jpeg", "bench", "tests", "precision", "profile")
+PARTS = ("recipe", "jpeg", "bench", "tests", "precision", "profile", "levers")
+# The moonshot's levers, each beside the recipe compiled with `default` at 408 (compile mode, per-GPU batch)
+LEVERS = (("reduce-overhead", PER_GPU_BATCH), ("max-autotune-no-cudagraphs", PER_GPU_BATCH), ("default", 816))
 PROFILED_STEPS, PROFILE_AFTER = 20, 20  # steps recorded, and left out before them (warm-up, compilation)
 SYNTHETIC = ["data=synthetic", "data.resolution=224"]
 # The training run, through the real entry point; atexit records the CUDA memory peak after Lightning is done.
@@ -177,15 +181,20 @@ def markdown(results: dict) -> str:
 
 
 def train_overrides(
-    compile_mode: str | bool, steps: int, log_dir: Path, data: list[str] = SYNTHETIC
+    compile_mode: str | bool,
+    steps: int,
+    log_dir: Path,
+    data: list[str] = SYNTHETIC,
+    batch: int = PER_GPU_BATCH,
 ) -> list[str]:
-    """The command line of one timed run: the recipe at one GPU's share."""
+    """The command line of one timed run: the recipe at one GPU's share (or ``batch`` images in one pass)."""
     return [
         f"recipe={RECIPE}",
         *data,
         "trainer.accelerator=gpu",
         "trainer.devices=1",
-        f"batch.global_size={PER_GPU_BATCH}",
+        f"batch.global_size={batch}",
+        f"batch.max_per_device={batch}",
         f"trainer.max_steps={steps}",
         f"model.compile={str(compile_mode).lower()}",
         f"+callbacks.throughput.skip_batches={min(WARMUP_STEPS, steps // 2)}",
@@ -200,7 +209,15 @@ def train_overrides(
     ]
 
 
-def training(job: Job, name: str, overrides: list[str], work: Path, limit_s: float, wanted: bool) -> dict:
+def training(
+    job: Job,
+    name: str,
+    overrides: list[str],
+    work: Path,
+    limit_s: float,
+    wanted: bool,
+    batch: int = PER_GPU_BATCH,
+) -> dict:
     """One timed run of the entry point (``overrides`` from train_overrides, run folder under ``work/name``)."""
     log_dir, peak_file = work / name, work / f"{name}-peak.json"
     command = [sys.executable, "-c", TRAIN, str(peak_file), *overrides]
@@ -214,7 +231,7 @@ def training(job: Job, name: str, overrides: list[str], work: Path, limit_s: flo
     return {
         **result,
         "images_per_s": round(images_per_s, 1),
-        "ms_per_step": round(PER_GPU_BATCH / images_per_s * 1e3, 2),
+        "ms_per_step": round(batch / images_per_s * 1e3, 2),
         "peak_gib": round(json.loads(peak_file.read_text()), 2),
     }
 
@@ -309,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             if table.is_file():
                 result["ms_per_step_by_part"] = json.loads(table.read_text())
             job.record(f"profile, compile {mode or 'off'}", result)
+        for mode, batch in LEVERS:
+            name = f"lever-{mode}-{batch}"
+            overrides = train_overrides(mode, steps, work / name, batch=batch)
+            result = training(job, name, overrides, work, 150, "levers" in parts, batch)
+            job.record(f"recipe, data=synthetic, compile {mode}, {batch} per GPU", result)
     print(f"results: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}", flush=True)
     return 1 if any(p["status"] == "failed" for p in job.results["parts"].values()) else 0
 

@@ -18,7 +18,9 @@ from lightning_lars.recipe.plan import check_command_line
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-GPU_PARTS = 8  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests, bf16, profile x 2
+GPU_PARTS = (
+    11  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests, bf16, profile x 2, 3 levers
+)
 MAX_FILES = 8  # what a GPU job may bring back
 
 
@@ -89,6 +91,9 @@ def test_the_jobs_training_runs_compose(tmp_path):
         cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path, data))
         assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == 408
         assert cfg.trainer.max_steps == 200 and cfg.trainer.precision == script.PRECISION
+    for mode, batch in script.LEVERS:  # reduce-overhead is refused on a CPU only when the run is built
+        cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path, batch=batch))
+        assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == batch
 
 
 def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
