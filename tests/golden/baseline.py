@@ -4,7 +4,10 @@
     python tests/golden/baseline.py check    # after it: the same configs (``_target_`` paths mapped through MOVED)
                                              # and the same 20 losses to the printed digits (4 decimals)
 
-The losses need the demo data (``make demo-data``) and run ``make demo``'s command (about 5 min on 2 cores).
+A config is composed in this process as the entry point composes it (the text ``--cfg job`` prints, in a
+second instead of a process a recipe). The losses are ``make demo``'s command for its first 20 steps, each
+printed (``trainer.log_every_n_steps=1``), on the demo data (``make demo-data``, or ``$LARS_DATA_DIR``): under
+a minute on 2 cores. tests/unit/test_golden_baseline.py runs both checks in ``make test``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -51,10 +53,12 @@ def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 def job_config(recipe: str) -> str:
-    done = run([f"recipe={recipe}", "--cfg", "job"], timeout=300)
-    if done.returncode != 0:
-        raise SystemExit(f"recipe={recipe} --cfg job failed: {done.stderr.strip()[-500:]}")
-    return done.stdout
+    """What ``lightning-lars recipe=NAME --cfg job`` prints."""
+    from omegaconf import OmegaConf
+
+    from lightning_lars.config.compose import compose_job
+
+    return OmegaConf.to_yaml(compose_job([f"recipe={recipe}"]))
 
 
 def mapped(text: str) -> str:
@@ -66,8 +70,12 @@ def mapped(text: str) -> str:
     return re.sub(rf"(?<![\w.])({pattern})(?![\w])", lambda m: MOVED[m.group(1)], text)
 
 
-def demo_losses() -> list[tuple[int, str]]:
-    done = run(["recipe=demo"])
+def demo_losses(log_dir: Path | None = None) -> list[tuple[int, str]]:
+    """The demo's first NUM_LOSSES steps, each printed; its run folder under ``log_dir`` (default: logs/)."""
+    where = [f"paths.log_dir={log_dir}"] if log_dir else []
+    done = run(
+        ["recipe=demo", "trainer.log_every_n_steps=1", f"+trainer.max_steps={NUM_LOSSES}", "~logger", *where]
+    )
     if done.returncode != 0:
         raise SystemExit(f"make demo's command failed: {done.stderr.strip()[-2000:]}")
     return [(int(step), loss) for step, loss in LOSS_LINE.findall(done.stdout + done.stderr)][:NUM_LOSSES]
@@ -76,9 +84,8 @@ def demo_losses() -> list[tuple[int, str]]:
 def save(with_losses: bool) -> None:
     CONFIGS.mkdir(parents=True, exist_ok=True)
     names = recipe_names()
-    with ThreadPoolExecutor(2) as pool:
-        for name, text in zip(names, pool.map(job_config, names)):
-            (CONFIGS / f"{name}.yaml").write_text(text)
+    for name in names:
+        (CONFIGS / f"{name}.yaml").write_text(job_config(name))
     print(f"saved {len(names)} configs in {CONFIGS}")
     if with_losses:
         losses = demo_losses()
@@ -89,8 +96,7 @@ def save(with_losses: bool) -> None:
 def config_differences(names: list[str] | None = None) -> list[str]:
     """One line per recipe whose ``--cfg job`` differs from the saved one (after mapping moved paths)."""
     names = names or recipe_names()
-    with ThreadPoolExecutor(2) as pool:
-        now = dict(zip(names, pool.map(job_config, names)))
+    now = {name: job_config(name) for name in names}
     problems = []
     for name in names:
         saved = mapped((CONFIGS / f"{name}.yaml").read_text())
