@@ -2,5 +2,5 @@
 W&B logger and the run's provenance; the README's "Runs of ours" from recipes/runs.jsonl (``runs_table``). A run's
 numbers arrive here as data.
 
-Imports ``core``, ``config`` and ``recipe``.
+Imports ``core``, ``config`` and ``runtime`` (the run folder's file names).
 """

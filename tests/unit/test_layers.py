@@ -9,6 +9,7 @@ layer and the layers below it; ``callbacks`` is the top-level callbacks/ folder,
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,38 @@ def test_every_package_says_what_it_holds_and_may_import():
         if path.name == "__init__.py" and module != "lightning_lars":
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             assert doc, f"{path.relative_to(ROOT)} has no docstring"
+
+
+def declared_imports(package: str) -> tuple[set[str], bool]:
+    """The layers a package's docstring says it imports (its sentence starting "Imports"), and whether that
+    sentence lists them one by one (else it names a range: every layer below it, or up to one)."""
+    doc = ast.get_docstring(ast.parse(MODULES[package].read_text())) or ""
+    sentence = " ".join(doc.split()).partition("Imports ")[2].partition(".")[0]
+    assert sentence, f"{package}: its docstring says nothing of what it imports (a sentence 'Imports ...')"
+    layer = layer_of(package)
+    if sentence.startswith("nothing of ours"):
+        return set(), True
+    if sentence.startswith("every layer below"):
+        return set(LAYERS[:layer]), False
+    if sentence.startswith("every layer up to"):
+        last = re.findall(r"``(\w+)``", sentence)[0]
+        return set(LAYERS[: LAYERS.index(last) + 1]), False
+    return set(re.findall(r"``(\w+)``", sentence.partition(";")[0])), True
+
+
+def test_each_packages_docstring_names_the_layers_it_imports():
+    """The "Imports ..." line of each package's __init__ docstring is true: the package imports no layer it
+    does not name, and names none it does not import."""
+    wrong = []
+    for package in (m for m in MODULES if MODULES[m].name == "__init__.py" and m.count(".") == 1):
+        declared, exact = declared_imports(package)
+        own = [m for m in MODULES if m == package or m.startswith(f"{package}.")]
+        actual = {
+            LAYERS[layer_of(target)]
+            for m in own
+            for target, _, _ in GRAPH[m]
+            if layer_of(target) >= 0 and LAYERS[layer_of(target)] != LAYERS[layer_of(package)]
+        }
+        if not actual <= declared or (exact and actual != declared):
+            wrong.append(f"{package}: says {sorted(declared)}, imports {sorted(actual)}")
+    assert not wrong, "\n".join(wrong)
