@@ -46,11 +46,11 @@ def recipe_parts(recipe: str, overrides: list[str]):
     """The recipe's model config, optimizer partial and LR schedule, as the entry point builds them."""
     from hydra.utils import instantiate
 
-    from lightning_lars.config import compose
+    from lightning_lars.config import schema
     from lightning_lars.recipe.plan import check_command_line, make_plan
 
     cfg, _ = check_command_line([f"recipe={recipe}", *overrides])
-    optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
+    optimizer = instantiate(schema.plain(cfg.optimizer))
     plan = make_plan(cfg, recipe, cfg.epoch_length.num_train_images, 1, 1)
     return cfg, optimizer, plan.base_lr_schedule
 

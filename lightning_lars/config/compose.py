@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.resources
-import inspect
 import itertools
+import typing
 import re
 from pathlib import Path
 
@@ -22,11 +21,11 @@ from hydra.errors import (
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lightning_lars.config import (
+from lightning_lars.config import (  # schema: stores every schema dataclass in the ConfigStore
     recipe_source,
     rules,
     schema,
-)  # schema: stores train_schema in the ConfigStore
+)
 from lightning_lars.config.paths import (  # noqa: F401
     CONF_DIR,
     PACKAGE_DIR,
@@ -136,23 +135,26 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
                 continue
             raise UserError(explain_composition_error(err, user)) from None
     rules.check(cfg)
+    parsed = OverridesParser.create().parse_overrides(given)
+    rules.check_bools(cfg, [(o.key_or_group, o.value()) for o in parsed if not o.is_sweep_override()])
     rewritten = dict(zip(given, user))
     return cfg, [rewritten.get(o, o) for o in overrides]
 
 
 def _takes_without_plus(err: ConfigCompositionException, dotted_key: str) -> bool:
-    """A key the config does not set but its node takes: a Lightning Trainer argument, or one of a schema's
+    """A key the config does not set but its node takes: a Lightning Trainer argument, or one a schema names in
     ``ALSO_TAKES`` (``model.model_kwargs``)."""
     parent, _, name = dotted_key.rpartition(".")
     owner = re.search(r"not in '(\w+)'", str(err.__cause__))
     return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(
-        owner and name in schema.also_takes(owner[1])
+        owner and name in schema.also_takes(schema.schema_class(owner[1]))
     )
 
 
 def explain_composition_error(err: ConfigCompositionException, overrides: list[str] = ()) -> str:
-    """One line for Hydra's composition failure: OmegaConf's reason, which names the ``full_key``, and the fix
-    the schema implies (its type, or its fields for a key it lacks). A config file's mistake names the file."""
+    """One line for Hydra's composition failure: OmegaConf's reason, which names the ``full_key`` and the schema
+    (``object_type``), and the fix the schema implies (its type, or its keys). A config file's mistake names the
+    file."""
     lines = str(err.__cause__ or err).splitlines()
     in_file = re.match(r"In '([^']+)': \w+ raised while composing config:", lines[0])
     if in_file and len(lines) > 1:  # a value in a config file (a user's recipe), not on the command line
@@ -164,36 +166,33 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     given = override.group(1).rstrip("'.") if override else ""  # key=value, or the key alone
     given_key = given.lstrip("+~").partition("=")[0]
     key = full_key.group(1) if full_key else given_key
-    owner = re.search(r"not in '(\w+)'", first)
-    if owner and dataclasses.is_dataclass(getattr(schema, owner.group(1), None)):  # a key the schema lacks
+    owner = re.search(r"not in '(\w+)'", first) or re.search(r"object_type=(\w+)", reason)
+    kind = schema.schema_class(owner.group(1)) if owner else None
+    if "not in" in first or "is not in struct" in first:  # a key the schema or the config does not have
         if key == "recipe" and in_file:
             return (
                 f"{where}the recipe's keys land under 'recipe': start the file with the line"
                 " # @package _global_, or leave its package line out"
             )
-        fields = ", ".join(
-            [f.name for f in dataclasses.fields(getattr(schema, owner.group(1)))]
-            + [f"+{name}" for name in schema.also_takes(owner.group(1))]
-        )
-        inside = key.startswith(given_key) and ("." in key or owner.group(1) == "TrainConfig")
-        shown = key if inside else f"{given_key or owner.group(1)}: {key}"  # an item of a list: its own key
-        return (
-            f"{where}unknown config key '{shown}': nothing reads it; remove it or fix its spelling"
-            f" (its keys: {fields})"
-        )
-    if "is not in struct" in first and key.startswith("trainer.") and key.count(".") == 1:
-        return unknown_argument(key.partition(".")[2])  # Lightning's own argument would have got its + above
-    if "is not in struct" in first:  # a key the config does not set in an open group
-        given = next((o for o in overrides if o.startswith(f"{key}=")), f"{key}=VALUE")
-        return (
-            f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
-            f" lightning_lars.train --cfg job`, or add a key of your own with +{given}"
-        )
-    if full_key:
-        kind = schema.field_type(key)
-        fix = f"; set {key} to {schema.describe(kind)}" if kind is not None else ""
-        return f"{where}{given.lstrip('+') if '=' in given else key}: {first}{fix}"
-    return " ".join(str(err).split())
+        if kind is None and key.startswith("trainer.") and key.count(".") == 1:
+            return unknown_argument(key.partition(".")[2])  # Lightning's own would have got its + above
+        inside = key.startswith(given_key) and ("." in key or kind is schema.TrainConfig)
+        shown = (
+            key if inside or kind is None else f"{given_key or owner.group(1)}: {key}"
+        )  # a list item's key
+        plus = next((o for o in overrides if o.startswith(f"{key}=")), "")
+        return where + schema.unknown_key(shown, kind, plus)
+    field = schema.field_type(key.rpartition(".")[2].partition("[")[0], kind)
+    if field is None:
+        return " ".join(str(err).split())
+    value = f"{where}{(given if '=' in given else key).lstrip('+')}"
+    if kind.__module__ != schema.__name__:  # a group's key: the kind wanted first, as a user thinks of it
+        numeric = set(typing.get_args(field) or [field]) - {type(None)} <= {int, float}
+        wanted = "a number" if numeric else schema.describe(field)
+        return f"{value}: expected {wanted}; set {key} to {schema.describe(field)} ({first})"
+    if issubclass(kind, schema.ModelConfig):
+        return f"{value}: {first}"
+    return f"{value}: {first}; set {key} to {schema.describe(field)}"
 
 
 def _compose(overrides: list[str]) -> DictConfig:
@@ -274,28 +273,6 @@ def explain_instantiation_error(err: Exception) -> str:
     if isinstance(err.__cause__, UserError):
         return str(err.__cause__)
     return text
-
-
-def check_partial(node: str, bound):
-    """Refuse keys a ``_partial_`` target would reject only when first called, mid-training, as a traceback
-    (e.g. ``optimizer=sgd`` under a recipe that sets the LARS-only ``optimizer.form``). Returns ``bound``."""
-    func, keywords = bound, {}
-    while hasattr(func, "func") and hasattr(func, "keywords"):  # Hydra's partial inside functools.partial
-        keywords.update(func.keywords)
-        func = func.func
-    if func is bound:
-        return bound
-    parameters = inspect.signature(func).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return bound
-    for key in keywords:
-        if key not in parameters:
-            name = f"{func.__module__}.{func.__qualname__}"
-            raise UserError(
-                f"unknown config key '{node}.{key}': {name} takes no such argument;"
-                f" remove it with ~{node}.{key}"
-            )
-    return bound
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -1,23 +1,21 @@
-"""What the typed schema (`lightning_lars.config.schema`) cannot say, checked on the composed config: sizes that
-must be positive, keys read only in one mode, one of two keys, the trainer keys that ``evaluation`` replaces, and
-the kinds of values under the open groups (the Trainer's from `trainer_arguments`, the others' from the config
-files). Each failure is a one-line `UserError` naming the key and the fix.
+"""What the typed schemas (`lightning_lars.config.schema`, `lightning_lars.config.groups`) cannot say, checked on
+the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, a bool given as a number,
+sizes that must be positive, keys read only in one mode, one of two keys, the trainer keys that ``evaluation``
+replaces, and the Trainer's values (`trainer_arguments`). Each failure is a one-line `UserError` naming the key
+and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
-import re
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.nodes import BooleanNode
 
-from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
+from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES, MLPERF_ROUNDS
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
@@ -42,13 +40,7 @@ POSITIVE_INTS = {
     "evaluation.every_n_epochs": False,
     "evaluation.every_n_steps": False,
 }
-EXPONENT_WITHOUT_DOT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML was built with it
 SEED_RANGE = 2**32  # numpy's and Lightning's seed_everything accept 0 .. 2**32 - 1
-# Groups whose keys are their `_target_`'s arguments, with no schema: a value given there must have the kind (number
-# or bool) the config files give the key (OmegaConf 2.3 has no int-or-float type, and a float field would print
-# `base_lr: 10` as `10.0`). The Trainer has its own table; the model its schema.
-KIND_CHECKED_GROUPS = ("optimizer", "scheduler", "data", "callbacks", "logger", "strategy")
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
 REPLACED_BY_EVALUATION = {
     "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
@@ -58,11 +50,10 @@ REPLACED_BY_EVALUATION = {
 
 def check(cfg: DictConfig) -> None:
     """Every rule, in the order a user fixes them: keys the schema does not have, then values."""
-    check_schema_keys(cfg)
+    check_keys(cfg)
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     check_trainer(values)
     check_sizes(values)
-    check_kinds(values)
     check_training_values(values)
     check_compile(values.get("model"))
     check_epoch_length(values["epoch_length"])
@@ -71,33 +62,39 @@ def check(cfg: DictConfig) -> None:
     check_mlperf(values["mlperf"])
 
 
-def check_schema_keys(node: Any, where: str = "") -> None:
-    """In the schema's sections: no key the dataclass lacks (``+run.resume=true`` adds one, as Hydra lets ``+``
-    add to any node) and no value left ``???``."""
+def check_keys(node: Any, where: str = "") -> None:
+    """Under a schema: no key it lacks (Hydra's ``+`` adds one past struct mode, ``+run.resume=true``; a file may
+    add one to an open node) and no value left ``???``."""
     if isinstance(node, ListConfig):
         for index in range(len(node)):
-            check_schema_keys(node._get_node(index), f"{where}[{index}]")
+            check_keys(node._get_node(index), f"{where}[{index}]")
         return
-    schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
-    if schema is None or not dataclasses.is_dataclass(schema):
+    if not isinstance(node, DictConfig):
         return
-    fields = [f.name for f in dataclasses.fields(schema)]
-    also = getattr(schema, "ALSO_TAKES", ())
+    kind = OmegaConf.get_type(node)
+    fields = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
     for key in node:
         full_key = f"{where}.{key}" if where else str(key)
-        if key in also:
-            continue
-        if key not in fields:
-            raise UserError(
-                f"unknown config key '{full_key}': nothing reads it; remove it or fix its spelling"
-                f" (its keys: {', '.join([*fields, *(f'+{name}' for name in also)])})"
-            )
+        if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
+            raise UserError(schema.unknown_key(full_key, kind))
         if OmegaConf.is_missing(node, key):
             raise UserError(
                 f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
                 " the recipe)"
             )
-        check_schema_keys(node._get_node(key), full_key)
+        check_keys(node._get_node(key), full_key)
+
+
+def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
+    """OmegaConf turns ``1`` into true for a bool field; a user who wrote a number meant something else."""
+    for key, value in overrides:
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        typed_bool = (
+            isinstance(node, DictConfig) and name in node and isinstance(node._get_node(name), BooleanNode)
+        )
+        if typed_bool and not isinstance(value, bool) and value is not None and "${" not in str(value):
+            raise UserError(f"{key}={_text(value)}: expected true or false")
 
 
 def _raw(values: dict, dotted_key: str) -> Any:
@@ -189,44 +186,6 @@ def check_training_values(values: dict) -> None:
             f"trainer.devices={devices}: expected a number of devices >= 1, -1 (all of this node's), auto, or a"
             " list of device ids such as [0,1]"
         )
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, str) and EXPONENT_WITHOUT_DOT.fullmatch(value):
-        return "number"  # `1e-4`: a float to OmegaConf's YAML loader, a string to YAML 1.1's (PyYAML)
-    return "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "other"
-
-
-def _collect_kinds(prefix: str, node: dict, seen: dict[str, set[str]]) -> None:
-    for key, value in node.items():
-        if isinstance(value, dict):
-            _collect_kinds(f"{prefix}.{key}", value, seen)
-        elif key != "defaults" and not _is_left_to_the_run(value):
-            seen[f"{prefix}.{key}"].add(_kind(value))
-
-
-@functools.cache
-def reference_kinds() -> dict[str, str]:
-    """ "number" or "bool" for each key of `KIND_CHECKED_GROUPS` that conf/<group>/*.yaml and the recipes set only
-    to numbers or only to bools (about 15 ms to read them all with libyaml)."""
-    seen: dict[str, set[str]] = collections.defaultdict(set)
-    for group in KIND_CHECKED_GROUPS:
-        for path in sorted((CONF_DIR / group).glob("*.yaml")):
-            _collect_kinds(group, yaml.load(path.read_text(), Loader=YAML_LOADER) or {}, seen)
-    for path in sorted(RECIPES_DIR.glob("*.yaml")):
-        recipe = yaml.load(path.read_text(), Loader=YAML_LOADER) or {}
-        for group in KIND_CHECKED_GROUPS:
-            _collect_kinds(group, recipe.get(group) or {}, seen)
-    return {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
-
-
-def check_kinds(values: dict) -> None:
-    """``scheduler.base_lr=abc`` or ``callbacks.checkpoint.save_last=maybe`` fails here, not mid-run."""
-    for key, kind in reference_kinds().items():
-        value = _raw(values, key)
-        if not _is_left_to_the_run(value) and _kind(value) != kind:
-            wanted = "a number" if kind == "number" else "true or false"
-            raise UserError(f"{key}={_text(value)}: expected {wanted} (as the config files give {key})")
 
 
 def check_compile(model: Any) -> None:

@@ -22,7 +22,9 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
+
+from lightning_lars.config import groups, run_groups  # the groups' schemas, stored in the ConfigStore
 
 SCHEMA_NAME = "train_schema"
 # torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
@@ -173,15 +175,22 @@ store.store(name="alexnet_bn_model_schema", node=ModelConfig)
 store.store(name="resnet_model_schema", node=ResNetModelConfig)
 
 
-def also_takes(type_name: str) -> tuple[str, ...]:
-    """The keys a schema dataclass (by name, as OmegaConf's messages give it) accepts beyond its fields."""
-    return getattr(getattr(sys.modules[__name__], type_name, None), "ALSO_TAKES", ())
+def schema_class(name: str) -> type | None:
+    """The schema dataclass OmegaConf's messages name (``object_type=LarsOptimizer``), from this module or the
+    groups'."""
+    found = [getattr(module, name, None) for module in (sys.modules[__name__], groups, run_groups)]
+    return next((kind for kind in found if dataclasses.is_dataclass(kind)), None)
 
 
-def field_type(dotted_key: str) -> Any:
-    """The annotation of ``dotted_key`` (``batch.global_size``, ``deviations[0].why``) in the schema, or None
-    where the key is outside it (the groups, ``published``)."""
-    kind: Any = TrainConfig
+def also_takes(kind: type | None) -> tuple[str, ...]:
+    """The keys a schema accepts beyond its fields; ``**``: any key, added with ``+``."""
+    return getattr(kind, "ALSO_TAKES", ())
+
+
+def field_type(dotted_key: str, kind: Any = TrainConfig) -> Any:
+    """The annotation of ``dotted_key`` (``batch.global_size``, ``deviations[0].why``) in the schema ``kind``
+    (the root's by default; a group's, e.g. ``LarsOptimizer``, with the key inside it), or None where the key is
+    outside it (an open group, ``published``)."""
     for part in dotted_key.split("."):
         name, _, index = part.partition("[")
         if not dataclasses.is_dataclass(kind):
@@ -192,9 +201,23 @@ def field_type(dotted_key: str) -> Any:
     return kind
 
 
+def unknown_key(key: str, kind: type | None, given: str = "") -> str:
+    """The one message for a key nothing reads: under a schema, its keys; under a node that takes any key (no
+    schema, or a ``_target_`` with further keywords), the ``+`` that adds one on purpose."""
+    if kind is None or "**" in also_takes(kind):
+        return (
+            f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
+            f" lightning_lars.train --cfg job`, or add a key of your own with +{given or f'{key}=VALUE'}"
+        )
+    keys = [f.name for f in dataclasses.fields(kind)] + [f"+{name}" for name in also_takes(kind)]
+    return f"unknown config key '{key}': nothing reads it; remove it or fix its spelling (its keys: {', '.join(keys)})"
+
+
 def describe(kind: Any) -> str:
     """What a user may write for a value of type ``kind``: "an integer", "one of drop_last, padded, fixed", ..."""
     arguments = [a for a in typing.get_args(kind) if a is not type(None)]
+    if set(arguments) == {int, float}:
+        return "a number" + (" or null" if type(None) in typing.get_args(kind) else "")
     if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(arguments) == 1:
         return f"{describe(arguments[0])} or null"
     if typing.get_origin(kind) is list:
@@ -207,3 +230,9 @@ def describe(kind: Any) -> str:
     return words.get(
         kind, "a value of its type (`python -m lightning_lars.train --cfg job` shows the current one)"
     )
+
+
+def plain(node: Any) -> Any:
+    """``node`` resolved, as Python containers, its Enum values as text: what a ``_target_`` is given (a LARS
+    ``form`` that is a str, not our Enum, in a checkpoint loaded with ``weights_only``)."""
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)

@@ -8,12 +8,10 @@ per epoch, epochs of the run, global batch), bound here.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 
 from hydra.utils import instantiate
 
-from lightning_lars.core.errors import UserError
 from lightning_lars.schedules.phases import EpochClock, LRSchedule
 from lightning_lars.schedules.scaling import scale_lr
 
@@ -29,27 +27,4 @@ def build_lr_schedule(
     shape = dict(scheduler)
     peak_lr = scale_lr(shape.pop("base_lr"), shape.pop("base_batch"), global_size)
     constructor = instantiate(shape)  # functools.partial of the constructor, the shape keys bound
-    _check_keys(constructor)
     return constructor(EpochClock(steps_per_epoch, total_epochs), peak_lr=peak_lr)
-
-
-def _check_keys(constructor) -> None:
-    """A key the constructor does not take, or one it needs and the node lacks, as a one-line error at
-    composition (the plan is made then) instead of a TypeError traceback."""
-    parameters = inspect.signature(constructor.func).parameters
-    name = getattr(constructor.func, "__qualname__", repr(constructor.func))
-    for key in constructor.keywords:
-        if key not in parameters or key in BOUND_HERE:
-            raise UserError(
-                f"unknown config key 'scheduler.{key}': {name} takes no such argument;"
-                f" remove it with ~scheduler.{key}"
-            )
-    for key, parameter in parameters.items():
-        if (
-            key not in BOUND_HERE
-            and parameter.default is inspect.Parameter.empty
-            and key not in constructor.keywords
-        ):
-            raise UserError(
-                f"scheduler.{key} is missing: {name} needs it; set it with +scheduler.{key}=VALUE"
-            )

@@ -16,7 +16,7 @@ from lightning_lars.callbacks.monitors.run_history import RunHistory
 from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups
 from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
-from lightning_lars.config import compose
+from lightning_lars.config import schema
 from lightning_lars.recipe.plan import RecipePlan, make_plan
 from lightning_lars.report import results as report
 from lightning_lars.report.provenance import provenance
@@ -36,7 +36,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     started = time.perf_counter() if started is None else started
     target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
     rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
-    strategy = instantiate(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.name
+    strategy = instantiate(schema.plain(cfg.strategy)) if "_target_" in cfg.strategy else cfg.strategy.name
     # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on a signal
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # preemption, Ctrl-C and SIGTERM: checkpoint at the next step boundary (a second Ctrl-C aborts); one
@@ -73,12 +73,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         cfg.batch.max_per_device,
         cfg.batch.bn_group,
     )
-    datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
+    datamodule = instantiate(schema.plain(cfg.data), batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(
         cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes
     )
     apply_plan(trainer, plan)
-    optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
+    optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
     module = instantiate(cfg.model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from lightning_lars.config import compose as config
-from lightning_lars.config import rules, schema
+from lightning_lars.config import groups, schema
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
 
@@ -283,34 +283,65 @@ def test_a_users_recipe_that_names_another_package_is_told_the_line(tmp_path):
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
 
 
-def test_the_kinds_the_open_groups_are_checked_against_are_the_config_files_as_omegaconf_reads_them():
-    """The rules read the files with libyaml (milliseconds); OmegaConf's own loader, which Hydra composes with, is
-    the oracle: ``1e-4`` is a float to it."""
-    seen: dict[str, set[str]] = {}
+# Arguments the run passes itself, not the config: the parameters and the LR, the schedule's clock and peak LR,
+# the per-device batch and the seed, a process group.
+PASSED_BY_THE_RUN = {"params", "lr", "shard_group", "loss_group", "clock", "peak_lr", "batch_size", "seed"}
+GROUP_FILES = [
+    (group, name, kind)
+    for group, schemas in groups.SCHEMAS.items()
+    for name, kind in schemas.items()
+    if group != "callback"
+]
 
-    def collect(prefix, node):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                collect(f"{prefix}.{key}", value)
-            elif (
-                key != "defaults"
-                and value not in (None, "???")
-                and not (isinstance(value, str) and "${" in value)
-            ):
-                kind = (
-                    "bool"
-                    if isinstance(value, bool)
-                    else "number"
-                    if isinstance(value, (int, float))
-                    else "other"
-                )
-                seen.setdefault(f"{prefix}.{key}", set()).add(kind)
 
-    for group in rules.KIND_CHECKED_GROUPS:
-        for path in (config.CONF_DIR / group).glob("*.yaml"):
-            collect(group, OmegaConf.to_container(OmegaConf.load(path)))
-        for path in config.RECIPES_DIR.glob("*.yaml"):
-            collect(group, OmegaConf.to_container(OmegaConf.load(path)).get(group) or {})
-    expected = {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
-    assert rules.reference_kinds() == expected
-    assert expected["optimizer.weight_decay"] == "number"  # written 1e-4 in conf/optimizer/lars.yaml
+@pytest.mark.parametrize("group, name, kind", GROUP_FILES, ids=lambda v: getattr(v, "__name__", v))
+def test_each_group_file_sets_its_schemas_fields_in_order(group, name, kind):
+    text = yaml.safe_load((config.CONF_DIR / group / f"{name}.yaml").read_text())
+    assert text["defaults"] == [f"/{groups.schema_name(group, name)}@_here_", "_self_"]
+    assert [key for key in text if key != "defaults"] == [f.name for f in dataclasses.fields(kind)]
+
+
+def test_each_default_callback_entry_sets_its_schemas_fields_in_order():
+    text = yaml.safe_load((config.CONF_DIR / "callbacks" / "default.yaml").read_text())
+    entries = {key: value for key, value in text.items() if key != "defaults"}
+    assert text["defaults"] == [f"/{groups.schema_name('callback', n)}@{n}" for n in entries] + ["_self_"]
+    for entry, keys in entries.items():
+        assert list(keys) == [f.name for f in dataclasses.fields(groups.SCHEMAS["callback"][entry])], entry
+
+
+@pytest.mark.parametrize(
+    "kind",
+    {kind for schemas in groups.SCHEMAS.values() for kind in schemas.values()},
+    ids=lambda k: k.__name__,
+)
+def test_each_group_schema_is_its_targets_signature(kind):
+    """Fields plus ALSO_TAKES: the ``_target_``'s arguments that a config may set (the oracle: ``inspect`` on the
+    class or function the config files name). ``**``: further keys are the user's own, added with ``+``."""
+    from hydra.utils import get_object
+
+    targets = {
+        text["_target_"]
+        for group, name, k in GROUP_FILES
+        if k is kind
+        and "_target_" in (text := yaml.safe_load((config.CONF_DIR / group / f"{name}.yaml").read_text()))
+    } | {
+        entry["_target_"]
+        for name, entry in yaml.safe_load(
+            (config.CONF_DIR / "callbacks" / "default.yaml").read_text()
+        ).items()
+        if name != "defaults" and groups.SCHEMAS["callback"][name] is kind
+    }
+    fields = {f.name for f in dataclasses.fields(kind)} - {"_target_", "_partial_", "base_lr", "base_batch"}
+    also = set(kind.ALSO_TAKES) if hasattr(kind, "ALSO_TAKES") else set()
+    for target in targets:
+        parameters = inspect.signature(get_object(target)).parameters
+        takes_more = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        named = (
+            set(parameters)
+            - PASSED_BY_THE_RUN
+            - {p for p in parameters if parameters[p].kind.name.startswith("VAR")}
+        )
+        if "**" in also:
+            assert fields <= named or takes_more, target
+        else:
+            assert fields | also == named and not fields & also, target

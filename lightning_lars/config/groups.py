@@ -1,0 +1,284 @@
+"""The groups a recipe chooses (optimizer, scheduler, data, strategy) as typed dataclasses, one per
+conf/<group>/<name>.yaml, stored in Hydra's ConfigStore as ``<name>_<group>_schema``.
+
+Each file lists its schema first (``defaults: [/<name>_<group>_schema@_here_, _self_]``), so OmegaConf refuses a
+wrong type (``scheduler.base_lr=abc``) or an unknown choice (``optimizer.form=lars``) while Hydra composes, and
+`lightning_lars.config.compose` names the full key and the type wanted. A class's fields are its file's keys in
+the file's order (``--cfg job`` prints them in that order and nothing more); ``ALSO_TAKES`` names the other
+arguments of its ``_target_`` that a recipe or the command line may add: a node with such keys is left open
+(not struct), and `lightning_lars.config.rules` refuses any other key. tests/unit/test_schema.py holds
+fields + ALSO_TAKES equal to the ``_target_``'s signature.
+
+Numbers are ``float | int``: OmegaConf keeps ``base_lr: 10`` as written (a ``float`` field would print 10.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from lightning_lars.config import run_groups
+
+Number = float | int
+
+
+class Implementation(StrEnum):
+    """How LARS and LAMB run their step (`lightning_lars.optim.compiled`)."""
+
+    eager = "eager"  # foreach ops
+    compiled = "compiled"  # one torch.compile'd kernel set (20 s to minutes of compiling at the first step)
+
+
+class LarsForm(StrEnum):
+    """Where LARS applies the LR (`lightning_lars.optim.lars.LARS`)."""
+
+    nvidia = "nvidia"  # outside the momentum buffer
+    mlperf = "mlperf"  # inside it
+    you2017 = "you2017"  # inside it, every tensor adapted and decayed
+    fujitsu = "fujitsu"  # inside it, the decay not scaled by the LR
+
+
+class UpdateRule(StrEnum):
+    FR = "FR"  # Fletcher-Reeves
+    PR = "PR"  # Polak-Ribiere
+
+
+class Preconditioner(StrEnum):
+    bfgs = "bfgs"  # diagonal BFGS
+    none = "none"
+
+
+class LineSearch(StrEnum):
+    step = "step"  # loss checks every line_search_period steps
+    none = "none"
+
+
+@dataclass
+class Optimizer:
+    """Keys every optimizer file sets; the LR comes from the schedule, the parameters from the model."""
+
+    _target_: str = MISSING
+    _partial_: bool = True  # a function of the parameters, called when the model is built
+
+
+@dataclass
+class SGDOptimizer(Optimizer):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("dampening", "maximize", "foreach", "differentiable", "fused")
+    momentum: Number = 0.9
+    nesterov: bool = False
+    weight_decay: Number = 1e-4  # on tensors the model's exclusion rule keeps
+
+
+@dataclass
+class LarsOptimizer(Optimizer):
+    momentum: Number = 0.9
+    weight_decay: Number = 1e-4  # on tensors the exclusion rule keeps; 0 on the excluded ones
+    trust_coefficient: Number = 0.001  # eta
+    eps: Number = 0.0
+    nesterov: bool = False
+    form: LarsForm = LarsForm.mlperf
+    clip: bool = False  # LARC: per-layer LR = min(lr, eta * ||w|| / (||g|| + wd * ||w|| + eps))
+    implementation: Implementation = Implementation.eager
+
+
+@dataclass
+class LambOptimizer(Optimizer):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("bias_correction",)
+    betas: list[Number] = field(default_factory=lambda: [0.9, 0.999])
+    eps: Number = 1e-6
+    weight_decay: Number = 0.01  # decoupled
+    max_grad_norm: Number = 1.0  # global gradient-norm clip before the moments
+    implementation: Implementation = Implementation.eager
+
+
+@dataclass
+class NeumannOptimizer(Optimizer):
+    alpha: Number = 1e-7  # cubic regularizer
+    beta: Number = 1e-5  # repulsive regularizer, times the number of variables
+    gamma: Number = 0.99  # moving average
+    mu_min: Number = 0.5
+    mu_max: Number = 0.9
+    momentum_time_unit: int = 1  # optimizer steps per unit of the momentum schedule's t
+    sgd_steps: int = 0  # SGD warm-up steps
+    reset_steps: int = 0  # first period between resets, in steps
+    reset_growth: int = 2  # factor each period grows by after a reset
+    weight_decay: Number = 0.0
+
+
+@dataclass
+class NlcgOptimizer(Optimizer):
+    update_rule: UpdateRule = UpdateRule.FR
+    precondition: Preconditioner = Preconditioner.bfgs
+    line_search: LineSearch = LineSearch.step
+    line_search_period: int = 5  # steps between loss checks
+    line_search_threshold: Number = 1.0  # scales the 1 %..15 % loss bands
+    trust_coefficient: Number = 0.0  # 0: LARS off
+    weight_decay: Number = 0.0
+
+
+@dataclass
+class RmspropWarmupOptimizer(Optimizer):
+    rmsprop_lr: Number = 3e-4
+    momentum: Number = 0.9
+    alpha: Number = 0.99  # RMSprop's moving-average decay
+    eps: Number = 1e-8
+    weight_decay: Number = 1e-4
+
+
+@dataclass
+class Scheduler:
+    """A schedule's constructor with its shape keys (`lightning_lars.schedules.build`); ``base_lr`` is the LR at
+    ``base_batch`` images per step, scaled linearly to the global batch."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    base_lr: Number = MISSING
+    base_batch: int = 256
+
+
+@dataclass
+class FujitsuScheduler(Scheduler):
+    warmup_epochs: Number = MISSING
+    decay_steps: int = MISSING  # steps of decay after warmup; then flat at base_lr x end_lr_ratio
+    end_lr_ratio: Number = MISSING
+    power: Number = MISSING
+
+
+@dataclass
+class MxnetPolyScheduler(Scheduler):
+    warmup_epochs: Number = MISSING
+    end_lr: Number = 1e-4
+    power: Number = 2.0
+
+
+@dataclass
+class PiecewiseScheduler(Scheduler):
+    boundaries: list[Number] = MISSING  # epochs
+    multipliers: list[Number] = MISSING  # one more than boundaries
+    warmup_epochs: Number = 0
+    start_lr: Number = 0.0
+
+
+@dataclass
+class TfLarsPolyScheduler(Scheduler):
+    warmup_epochs: Number = MISSING
+    total_steps: int = MISSING  # the source's train_steps: the schedule's length
+    num_train_images: int = MISSING
+    global_batch: int = MISSING
+    end_lr: Number = 1e-4
+    power: Number = 2.0
+
+
+@dataclass
+class WarmupCaffePolyScheduler(Scheduler):
+    warmup_epochs: Number = 5
+    start_lr: Number = 0.0
+    power: Number = 2.0
+
+
+@dataclass
+class WarmupLinearScheduler(Scheduler):
+    warmup_epochs: Number = 5
+    start_lr: Number = 0.0
+    end_lr: Number = 0.0
+    warmup_steps: int | None = None  # lengths in steps where the source publishes steps
+    total_steps: int | None = None
+
+
+@dataclass
+class WarmupPolyScheduler(Scheduler):
+    warmup_epochs: Number = 5
+    start_lr: Number = 0.0
+    end_lr: Number = 0.0
+    power: Number = 2.0
+
+
+@dataclass
+class WarmupPolyStepsScheduler(Scheduler):
+    warmup_steps: int = MISSING
+    total_steps: int = MISSING
+    start_lr: Number = 0.0
+    end_lr: Number = 1e-4
+    power: Number = 2.0
+
+
+@dataclass
+class WarmupStepScheduler(Scheduler):
+    warmup_epochs: Number = 5
+    start_lr: Number = 0.0
+    milestones: list[Number] = field(default_factory=lambda: [30, 60, 80])  # epochs
+    gamma: Number = 0.1  # LR factor at each milestone
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "optimizer": {
+        "sgd": SGDOptimizer,
+        "lars": LarsOptimizer,
+        "lamb": LambOptimizer,
+        "neumann": NeumannOptimizer,
+        "nlcg": NlcgOptimizer,
+        "rmsprop_warmup": RmspropWarmupOptimizer,
+    },
+    "scheduler": {
+        "fujitsu": FujitsuScheduler,
+        "mxnet_poly": MxnetPolyScheduler,
+        "piecewise": PiecewiseScheduler,
+        "tf_lars_poly": TfLarsPolyScheduler,
+        "warmup_caffe_poly": WarmupCaffePolyScheduler,
+        "warmup_linear": WarmupLinearScheduler,
+        "warmup_poly": WarmupPolyScheduler,
+        "warmup_poly_steps": WarmupPolyStepsScheduler,
+        "warmup_step": WarmupStepScheduler,
+    },
+    "data": {
+        "demo": run_groups.FFCVDemoData,
+        "imagenet": run_groups.FFCVImageNetData,
+        "imagefolder": run_groups.ImageFolderData,
+        "demo_imagefolder": run_groups.DemoImageFolderData,
+        "synthetic": run_groups.SyntheticData,
+    },
+    "strategy": {
+        "auto": run_groups.AutoStrategy,
+        "ddp": run_groups.DDPStrategy,
+        "ddp_bucketed": run_groups.BucketedDDPStrategy,
+        "ddp_hierarchical": run_groups.TopologyDDPStrategy,
+        "ddp_torus2d": run_groups.TopologyDDPStrategy,
+        "fsdp1": run_groups.FSDP1Strategy,
+        "fsdp2": run_groups.FSDP2Strategy,
+    },
+    "callback": {
+        "throughput": run_groups.TargetOnlyCallback,
+        "checkpoint": run_groups.CheckpointCallback,
+        "progress": run_groups.EveryNStepsCallback,
+        "hparams": run_groups.EveryNStepsCallback,
+        "trust_ratio": run_groups.EveryNStepsCallback,
+        "divergence": run_groups.DivergenceCallback,
+        "time_to_target": run_groups.TimeToTargetCallback,
+        "neumann_evaluation": run_groups.TargetOnlyCallback,
+        "mlperf_log": run_groups.MLPerfLogCallback,
+    },
+    "logger": {"wandb": run_groups.WandbLogger},
+}
+
+
+def schema_name(group: str, name: str) -> str:
+    return f"{name}_{group}_schema"
+
+
+def store_all() -> None:
+    """At the top level, not in a group: ``--help`` lists groups as choices, and these are no choice of the
+    user's. A class with ``ALSO_TAKES`` is stored open, so a recipe file may add those keys."""
+    store = ConfigStore.instance()
+    for group, schemas in SCHEMAS.items():
+        for name, schema in schemas.items():
+            node = OmegaConf.structured(schema)
+            if set(getattr(schema, "ALSO_TAKES", ())) - {"**"}:  # keys a file may add
+                OmegaConf.set_struct(node, False)
+            store.store(name=schema_name(group, name), node=node)
+
+
+store_all()

@@ -1,0 +1,232 @@
+"""The schemas of the groups that set up the run around the optimization: the data module, the strategy, the
+optional callbacks (conf/callbacks/default.yaml, one schema per entry) and the logger. Registered with the
+optimizer's and the scheduler's in `lightning_lars.config.groups`, which says how they are used.
+
+``ALSO_TAKES = ("**",)``: any further key is the user's own, added with ``+`` as in a group without a schema (the
+``_target_`` takes ``**kwargs``, or arguments this config never sets, and says so when it is built); the node
+stays closed, so a misspelt key without ``+`` is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from omegaconf import MISSING
+
+Number = float | int
+
+
+class Compression(StrEnum):
+    """The dtype gradients travel in (on the wire only); null: the gradients' own."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Order(StrEnum):
+    """FFCV's traversal order of the train set."""
+
+    random = "random"
+    quasi_random = "quasi_random"
+    sequential = "sequential"
+
+
+@dataclass
+class Pipeline:
+    """The ops of each split, in order (`lightning_lars.data.pipelines`)."""
+
+    train: list[Any] = MISSING
+    val: list[Any] = MISSING
+
+
+@dataclass
+class Data:
+    _target_: str = MISSING
+
+
+@dataclass
+class FFCVDemoData(Data):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("order", "os_cache", "no_aug_from_epoch", "batches_ahead")
+    train_path: str = MISSING  # a .beton file
+    val_path: str = MISSING
+    num_classes: int = MISSING
+    num_workers: int | None = None  # null: this process's CPU share
+    resolution: int = 224  # train images' side, px
+    val_resolution: int = 224
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    prepare_command: str | None = None  # the command that writes the .beton files
+
+
+@dataclass
+class FFCVImageNetData(Data):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("no_aug_from_epoch", "batches_ahead")
+    train_path: str = MISSING
+    val_path: str = MISSING
+    num_classes: int = MISSING
+    num_workers: int | None = None
+    resolution: int = 224
+    val_resolution: int = 224
+    order: Order = Order.random
+    os_cache: bool = True  # one page-cache copy shared by every rank of the node
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    prepare_command: str | None = None  # the command that writes the .beton files
+
+
+@dataclass
+class ImageFolderData(Data):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("pin_memory", "no_aug_from_epoch", "prepare_command")
+    root: str = MISSING  # <root>/train/<class>/<image> and <root>/val/<class>/<image>
+    num_classes: int = MISSING
+    num_workers: int | None = None  # null: the machine's cores / devices per node
+    resolution: int = 224
+    val_resolution: int = 224
+    pipeline: Pipeline = field(default_factory=Pipeline)
+
+
+@dataclass
+class DemoImageFolderData(ImageFolderData):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("pin_memory", "no_aug_from_epoch")
+    prepare_command: str | None = None
+
+
+@dataclass
+class SyntheticData(Data):
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("val_resolution", "pipeline", "pool_size", "no_aug_from_epoch")
+    num_classes: int = MISSING
+    resolution: int = 224
+    num_train_images: int = 1281167  # the steps per epoch, and so the schedule, stay the recipe's
+    num_val_images: int = 50000
+
+
+@dataclass
+class AutoStrategy:
+    name: str = "auto"  # Lightning's choice: one device, or DDP over several
+
+
+@dataclass
+class DDPStrategy:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)  # any keyword of torch's DistributedDataParallel
+    _target_: str = MISSING
+    gradient_as_bucket_view: bool = True  # grads live in the buckets: one copy less per step
+
+
+@dataclass
+class CommHook:
+    _target_: str = MISSING
+    _partial_: bool = True  # the function itself, not a call of it
+
+
+@dataclass
+class GroupedState:
+    _target_: str = MISSING
+    group_caps_mb: list[Number] | None = None  # MiB per all-reduce, in backward order; the last repeats
+    compression: Compression | None = None
+    compute_grad_norms: bool = False  # true: LARS/LAMB take per-parameter grad norms from the hook
+
+
+@dataclass
+class TopologyState:
+    _target_: str = MISSING
+    group_caps_mb: list[Number] | None = None
+    grid: list[int] | None = None  # [nodes, devices_per_node]; null: the launch's
+    compression: Compression | None = None
+    compute_grad_norms: bool = False
+
+
+@dataclass
+class BucketedDDPStrategy:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    bucket_cap_mb: Number = 1  # DDP's own buckets (MiB), which the hook groups
+    gradient_as_bucket_view: bool = True
+    optimizer_sharding: bool = False  # true: each rank updates 1/N of the tensors (Kumar et al. 2019)
+    ddp_comm_hook: CommHook = field(default_factory=CommHook)
+    ddp_comm_state: GroupedState = field(default_factory=GroupedState)
+
+
+@dataclass
+class TopologyDDPStrategy(BucketedDDPStrategy):
+    ddp_comm_state: TopologyState = field(default_factory=TopologyState)  # type: ignore[assignment]
+
+
+@dataclass
+class FSDP1Strategy:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)  # any keyword of Lightning's FSDPStrategy
+    _target_: str = MISSING
+    min_params_per_unit: int = 1_000_000  # modules of at least this many parameters are wrapped
+
+
+@dataclass
+class FSDP2Strategy:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)  # any keyword of Lightning's ModelParallelStrategy
+    _target_: str = MISSING
+    reshard_after_forward: bool = True  # ZeRO-3 style; false keeps gathered params for backward
+    precision: Any = None  # the trainer's (an int or a string such as 16-mixed)
+
+
+@dataclass
+class TargetOnlyCallback:
+    """throughput, neumann_evaluation: configured by their `_target_` alone."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+
+
+@dataclass
+class CheckpointCallback:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    dirpath: str | None = None
+    save_last: bool = True
+    every_n_epochs: int | None = 1
+    save_on_train_epoch_end: bool = True  # at the end of each pass over the data
+    every_n_train_steps: int | None = None  # also every N optimizer steps
+
+
+@dataclass
+class EveryNStepsCallback:
+    """progress, hparams, trust_ratio: sampled every N optimizer steps; null: trainer.log_every_n_steps."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    every_n_steps: int | None = None
+
+
+@dataclass
+class DivergenceCallback:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    check_every_n_steps: int | None = None  # null: trainer.log_every_n_steps
+    explosion_factor: Number = 3.0  # window-mean loss over this factor x the best window mean
+    min_steps: int = 100  # optimizer steps before explosions are judged
+
+
+@dataclass
+class TimeToTargetCallback:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    target_top1: Number | None = None  # percent; null: record evaluations only
+    stop_at_target: bool = True
+
+
+@dataclass
+class MLPerfLogCallback:
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("**",)
+    _target_: str = MISSING
+    settings: Any = None  # the root's mlperf section
+    dirpath: str | None = None
+
+
+@dataclass
+class WandbLogger:
+    """Open: a recipe or debug file may set ``mode``, and W&B takes any further keyword."""
+
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("mode", "**")
+    _target_: str = MISSING
+    project: str = "lightning-lars"
+    save_dir: str | None = None
+    name: str | None = None
+    probe_timeout_s: Number = 3  # s to wait for a TCP connection to the server
+    init_timeout_s: Number = 30  # s wandb.init may take online before the run goes offline
