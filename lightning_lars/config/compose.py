@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.resources
 import itertools
-import typing
 import re
+import typing
 from pathlib import Path
 
 import yaml

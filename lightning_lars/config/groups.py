@@ -9,14 +9,15 @@ arguments of its ``_target_`` that a recipe or the command line may add: a node 
 (not struct), and `lightning_lars.config.rules` refuses any other key. tests/unit/test_schema.py holds
 fields + ALSO_TAKES equal to the ``_target_``'s signature.
 
-Numbers are ``float | int``: OmegaConf keeps ``base_lr: 10`` as written (a ``float`` field would print 10.0).
+Numbers are ``float | int``: OmegaConf keeps ``base_lr: 10`` as written (a ``float`` field would print 10.0). A list
+of numbers is ``list[Any]``: OmegaConf 2.3 hands a ``list[float | int]``'s items back as nodes, not numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -88,7 +89,7 @@ class LarsOptimizer(Optimizer):
 @dataclass
 class LambOptimizer(Optimizer):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("bias_correction",)
-    betas: list[Number] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[Any] = field(default_factory=lambda: [0.9, 0.999])
     eps: Number = 1e-6
     weight_decay: Number = 0.01  # decoupled
     max_grad_norm: Number = 1.0  # global gradient-norm clip before the moments
@@ -157,8 +158,8 @@ class MxnetPolyScheduler(Scheduler):
 
 @dataclass
 class PiecewiseScheduler(Scheduler):
-    boundaries: list[Number] = MISSING  # epochs
-    multipliers: list[Number] = MISSING  # one more than boundaries
+    boundaries: list[Any] = MISSING  # epochs
+    multipliers: list[Any] = MISSING  # one more than boundaries
     warmup_epochs: Number = 0
     start_lr: Number = 0.0
 
@@ -210,7 +211,7 @@ class WarmupPolyStepsScheduler(Scheduler):
 class WarmupStepScheduler(Scheduler):
     warmup_epochs: Number = 5
     start_lr: Number = 0.0
-    milestones: list[Number] = field(default_factory=lambda: [30, 60, 80])  # epochs
+    milestones: list[Any] = field(default_factory=lambda: [30, 60, 80])  # epochs
     gamma: Number = 0.1  # LR factor at each milestone
 
 

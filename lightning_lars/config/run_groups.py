@@ -121,7 +121,7 @@ class CommHook:
 @dataclass
 class GroupedState:
     _target_: str = MISSING
-    group_caps_mb: list[Number] | None = None  # MiB per all-reduce, in backward order; the last repeats
+    group_caps_mb: list[Any] | None = None  # MiB per all-reduce, in backward order; the last repeats
     compression: Compression | None = None
     compute_grad_norms: bool = False  # true: LARS/LAMB take per-parameter grad norms from the hook
 
@@ -129,7 +129,7 @@ class GroupedState:
 @dataclass
 class TopologyState:
     _target_: str = MISSING
-    group_caps_mb: list[Number] | None = None
+    group_caps_mb: list[Any] | None = None
     grid: list[int] | None = None  # [nodes, devices_per_node]; null: the launch's
     compression: Compression | None = None
     compute_grad_norms: bool = False
