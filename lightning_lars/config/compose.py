@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import itertools
 import re
@@ -20,6 +21,7 @@ from hydra.errors import (
     OverrideParseException,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from lightning_lars.config import (  # schema: stores every schema dataclass in the ConfigStore
     recipe_source,
@@ -145,30 +147,26 @@ def _takes_without_plus(err: ConfigCompositionException, dotted_key: str) -> boo
     """A key the config does not set but its node takes: a Lightning Trainer argument, or one a schema names in
     ``ALSO_TAKES`` (``model.model_kwargs``)."""
     parent, _, name = dotted_key.rpartition(".")
-    owner = re.search(r"not in '(\w+)'", str(err.__cause__))
-    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or bool(
-        owner and name in schema.also_takes(schema.schema_class(owner[1]))
+    return (parent == "trainer" and name in TRAINER_ARGUMENTS) or name in schema.also_takes(
+        getattr(err.__cause__, "object_type", None)
     )
 
 
 def explain_composition_error(err: ConfigCompositionException, overrides: list[str] = ()) -> str:
-    """One line for Hydra's composition failure: OmegaConf's reason, which names the ``full_key`` and the schema
-    (``object_type``), and the fix the schema implies (its type, or its keys). A config file's mistake names the
-    file."""
-    lines = str(err.__cause__ or err).splitlines()
-    in_file = re.match(r"In '([^']+)': \w+ raised while composing config:", lines[0])
-    if in_file and len(lines) > 1:  # a value in a config file (a user's recipe), not on the command line
-        lines = lines[1:]
+    """One line for Hydra's composition failure, from OmegaConf's exception: its reason, the ``full_key``, and the
+    fix its schema (``object_type``) implies, the type wanted or the keys it has. A config file's mistake names
+    the file, which Hydra gives only in its text."""
+    cause = err.__cause__ or err.__context__  # a config file's error: raised inside the except, not from it
+    if not isinstance(cause, OmegaConfBaseException) or not cause.full_key:
+        return " ".join(str(err).split())
+    in_file = re.match(r"In '([^']+)'", str(err))
     where = f"in {in_file.group(1)}.yaml: " if in_file else ""
-    first, reason = lines[0].rstrip("."), "\n".join(lines)
-    full_key = re.search(r"full_key: (\S+)", reason)
-    override = re.search(r"(?:Error merging override|Could not override) '?([^'\s]+)", str(err))
-    given = override.group(1).rstrip("'.") if override else ""  # key=value, or the key alone
-    given_key = given.lstrip("+~").partition("=")[0]
-    key = full_key.group(1) if full_key else given_key
-    owner = re.search(r"not in '(\w+)'", first) or re.search(r"object_type=(\w+)", reason)
-    kind = schema.schema_class(owner.group(1)) if owner else None
-    if "not in" in first or "is not in struct" in first:  # a key the schema or the config does not have
+    override = re.search(r"override '?([^'\s]+)", str(err))  # key=value, or the key alone
+    given = override.group(1).rstrip("'.").lstrip("+") if override else ""
+    given_key = given.lstrip("~").partition("=")[0]
+    key, kind = cause.full_key, cause.object_type if dataclasses.is_dataclass(cause.object_type) else None
+    first = str(cause.msg).splitlines()[0].rstrip(".")
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # a key the schema or the config lacks
         if key == "recipe" and in_file:
             return (
                 f"{where}the recipe's keys land under 'recipe': start the file with the line"
@@ -177,15 +175,13 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
         if kind is None and key.startswith("trainer.") and key.count(".") == 1:
             return unknown_argument(key.partition(".")[2])  # Lightning's own would have got its + above
         inside = key.startswith(given_key) and ("." in key or kind is schema.TrainConfig)
-        shown = (
-            key if inside or kind is None else f"{given_key or owner.group(1)}: {key}"
-        )  # a list item's key
+        shown = key if inside or kind is None else f"{given_key or kind.__name__}: {key}"  # a list item's key
         plus = next((o for o in overrides if o.startswith(f"{key}=")), "")
         return where + schema.unknown_key(shown, kind, plus)
     field = schema.field_type(key.rpartition(".")[2].partition("[")[0], kind)
     if field is None:
         return " ".join(str(err).split())
-    value = f"{where}{(given if '=' in given else key).lstrip('+')}"
+    value = f"{where}{given if '=' in given else key}"
     if kind.__module__ != schema.__name__:  # a group's key: the kind wanted first, as a user thinks of it
         numeric = set(typing.get_args(field) or [field]) - {type(None)} <= {int, float}
         wanted = "a number" if numeric else schema.describe(field)

@@ -64,7 +64,7 @@ def check(cfg: DictConfig) -> None:
 
 def check_keys(node: Any, where: str = "") -> None:
     """Under a schema: no key it lacks (Hydra's ``+`` adds one past struct mode, ``+run.resume=true``; a file may
-    add one to an open node) and no value left ``???``."""
+    add one to an open node) and, in the root's sections, no value left ``???``."""
     if isinstance(node, ListConfig):
         for index in range(len(node)):
             check_keys(node._get_node(index), f"{where}[{index}]")
@@ -77,7 +77,9 @@ def check_keys(node: Any, where: str = "") -> None:
         full_key = f"{where}.{key}" if where else str(key)
         if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
             raise UserError(schema.unknown_key(full_key, kind))
-        if OmegaConf.is_missing(node, key):
+        # a group's ??? (data.root) is the recipe's or the user's to fill: reported where it is read, so that
+        # `--cfg job` still prints what is left to fill
+        if OmegaConf.is_missing(node, key) and getattr(kind, "__module__", None) == schema.__name__:
             raise UserError(
                 f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
                 " the recipe)"

@@ -14,7 +14,6 @@ arguments, checked when it is built.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any, ClassVar
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from lightning_lars.config import groups, run_groups  # the groups' schemas, stored in the ConfigStore
+from lightning_lars.config import groups  # noqa: F401  (stores the groups' schemas in the ConfigStore)
 
 SCHEMA_NAME = "train_schema"
 # torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
@@ -173,13 +172,6 @@ store.store(name=SCHEMA_NAME, node=TrainConfig)
 # at the top level, not in a group: `--help` lists groups as choices, and these are no choice of the user's
 store.store(name="alexnet_bn_model_schema", node=ModelConfig)
 store.store(name="resnet_model_schema", node=ResNetModelConfig)
-
-
-def schema_class(name: str) -> type | None:
-    """The schema dataclass OmegaConf's messages name (``object_type=LarsOptimizer``), from this module or the
-    groups'."""
-    found = [getattr(module, name, None) for module in (sys.modules[__name__], groups, run_groups)]
-    return next((kind for kind in found if dataclasses.is_dataclass(kind)), None)
 
 
 def also_takes(kind: type | None) -> tuple[str, ...]:
