@@ -7,8 +7,9 @@ and `lightning_lars.config.compose` turns its message into one line. The default
 sets them again with the comments a user reads; field order is the order ``--cfg job`` prints.
 
 Checks a type cannot state (positive sizes, one of two keys, a key read only in one mode) are in
-`lightning_lars.config.rules`. The groups (data, model, ...) stay open: their keys are the ``_target_``'s
-arguments, checked when it is built.
+`lightning_lars.config.rules`. The groups are typed by the schema of the file chosen (``model`` here; the optimizer,
+scheduler, data, strategy, callbacks and logger in `lightning_lars.config.groups`); the trainer's keys are checked
+against Lightning's arguments (`lightning_lars.config.trainer_arguments`).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class TrainConfig:
     deviations: list[Deviation] = field(default_factory=list)
     mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)
     published: dict[str, Any] = field(default_factory=dict)
-    # the groups: open nodes, filled by conf/<group>/*.yaml and the recipe
+    # the groups: typed by the schema their conf/<group>/*.yaml file names first (the trainer's: open)
     data: Any = None
     model: Any = None
     optimizer: Any = None
