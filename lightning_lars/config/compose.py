@@ -262,10 +262,8 @@ def explain_instantiation_error(err: Exception) -> str:
     target = re.search(r"target '([^']+)'", text)
     if unexpected:
         where = f"{node.group(1)}." if node else ""
-        return (
-            f"unknown config key '{where}{unexpected.group(1)}': {target.group(1) if target else 'its target'}"
-            " takes no such argument; remove it or fix its spelling"
-        )
+        why = f"{target.group(1) if target else 'its target'} takes no such argument; remove it or fix its spelling"
+        return schema.unknown_key(f"{where}{unexpected.group(1)}", why=why)
     if isinstance(err.__cause__, UserError):
         return str(err.__cause__)
     return text

@@ -194,16 +194,18 @@ def field_type(dotted_key: str, kind: Any = TrainConfig) -> Any:
     return kind
 
 
-def unknown_key(key: str, kind: type | None, given: str = "") -> str:
-    """The one message for a key nothing reads: under a schema, its keys; under a node that takes any key (no
-    schema, or a ``_target_`` with further keywords), the ``+`` that adds one on purpose."""
-    if kind is None or "**" in also_takes(kind):
-        return (
-            f"unknown config key '{key}': the config does not set it; check the spelling against `python -m"
-            f" lightning_lars.train --cfg job`, or add a key of your own with +{given or f'{key}=VALUE'}"
+def unknown_key(key: str, kind: type | None = None, given: str = "", why: str = "") -> str:
+    """The one message for a key nothing reads, with ``why`` or, under a schema, its keys; under a node that takes
+    any key (no schema, or ``**``), the ``+`` that adds one on purpose."""
+    if not why and (kind is None or "**" in also_takes(kind)):
+        why = (
+            "the config does not set it; check the spelling against `python -m lightning_lars.train --cfg job`,"
+            f" or add a key of your own with +{given or f'{key}=VALUE'}"
         )
-    keys = [f.name for f in dataclasses.fields(kind)] + [f"+{name}" for name in also_takes(kind)]
-    return f"unknown config key '{key}': nothing reads it; remove it or fix its spelling (its keys: {', '.join(keys)})"
+    elif not why:
+        keys = [f.name for f in dataclasses.fields(kind)] + [f"+{name}" for name in also_takes(kind)]
+        why = f"nothing reads it; remove it or fix its spelling (its keys: {', '.join(keys)})"
+    return f"unknown config key '{key}': {why}"
 
 
 def describe(kind: Any) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import difflib
 
+from lightning_lars.config.schema import unknown_key
+
 ANYTHING = "anything"
 
 TRAINER_ARGUMENTS: dict[str, tuple | str] = {
@@ -109,4 +111,4 @@ def unknown_argument(name: str) -> str:
     """The one-line error for ``trainer.<name>``, with the nearest real argument (``max_step``: ``max_steps``)."""
     nearest = difflib.get_close_matches(name, TRAINER_ARGUMENTS, n=1)
     hint = f"did you mean trainer.{nearest[0]}?" if nearest else "remove it or fix its spelling"
-    return f"unknown config key 'trainer.{name}': Lightning's Trainer takes no such argument; {hint}"
+    return unknown_key(f"trainer.{name}", why=f"Lightning's Trainer takes no such argument; {hint}")
