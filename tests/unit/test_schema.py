@@ -345,3 +345,21 @@ def test_each_group_schema_is_its_targets_signature(kind):
             assert fields <= named or takes_more, target
         else:
             assert fields | also == named and not fields & also, target
+
+
+def test_a_choice_reaches_its_target_as_text_not_as_the_schemas_enum():
+    """An optimizer's ``form`` goes into its state dict, so into every checkpoint: as our Enum it would need our
+    class to unpickle, which ``torch.load(weights_only=True)`` refuses; the run instantiates from `plain`."""
+    import io
+
+    import torch
+    from hydra.utils import instantiate
+
+    cfg = config.compose_job(["recipe=demo", "optimizer.form=you2017", "optimizer.implementation=eager"])
+    assert isinstance(cfg.optimizer.form, groups.LarsForm)  # typed in the composed config
+    optimizer = instantiate(schema.plain(cfg.optimizer))([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    assert type(optimizer.defaults["form"]) is str and optimizer.defaults["form"] == "you2017"
+    saved = io.BytesIO()
+    torch.save(optimizer.state_dict(), saved)
+    saved.seek(0)
+    assert torch.load(saved, weights_only=True)["param_groups"][0]["form"] == "you2017"
