@@ -128,11 +128,12 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
             cfg = _compose(user)
             break
         except ConfigCompositionException as err:
-            key = re.search(r"Could not override '([^']+)'", str(err))
-            plussed = [f"+{o}" if key and o.startswith(f"{key.group(1)}=") else o for o in user]
-            if (
-                key and plussed != user and _takes_without_plus(err, key.group(1))
-            ):  # not set by the config yet
+            missing = isinstance(
+                err.__cause__, (ConfigAttributeError, ConfigKeyError)
+            )  # not set by the config yet
+            key = err.__cause__.full_key if missing else None
+            plussed = [f"+{o}" if key and o.startswith(f"{key}=") else o for o in user]
+            if plussed != user and _takes_without_plus(err, key):
                 user = plussed
                 continue
             raise UserError(explain_composition_error(err, user)) from None
