@@ -23,7 +23,7 @@ from lightning_lars.config import compose as config
 from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks as preflight
-from lightning_lars.recipe.plan import check_command_line
+from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
 from lightning_lars.runtime import run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
@@ -88,12 +88,22 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
             cfg, accepted = check_command_line(given)
             if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
                 preflight.check_dataset(cfg)
+                check_data_size(cfg, recipe_of(given))
         except UserError as err:
             swept = [o for o, whole in zip(job, overrides) if o is not None and o != whole]
             raise UserError(f"the sweep's job {' '.join(swept)}: {err}" if swept else str(err)) from None
         plussed |= {a.removeprefix("+") for o, a in zip(given, accepted) if a != o}
     keys = {o.partition("=")[0] for o in plussed}
     return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
+
+
+def check_data_size(cfg: DictConfig, recipe: str) -> None:
+    """Data too small for one global batch: refused here, before Hydra makes a run folder and a logger starts
+    (the run plans again on the data's own count, the same way)."""
+    global_size = int(cfg.batch.global_size)
+    images = preflight.count_train_images(cfg, up_to=global_size)
+    if images is not None and images < global_size:
+        make_plan(cfg, recipe, images, devices=None, nodes=1, counted=True)
 
 
 def main() -> None:

@@ -75,7 +75,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     )
     datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(
-        cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes
+        cfg,
+        cfg.recipe_name,
+        datamodule.num_train_images,
+        trainer.num_devices,
+        trainer.num_nodes,
+        counted=True,
     )
     apply_plan(trainer, plan)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))
