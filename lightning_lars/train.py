@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import warnings
+from pathlib import Path
 
 STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
 STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: see preemption.started_here
@@ -18,9 +19,11 @@ STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: 
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.config import compose as config
-from lightning_lars.config.paths import CONF_DIR
+from lightning_lars.config.override_text import quote_plain_text
+from lightning_lars.config.paths import CONF_DIR, unwritable_reason
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks as preflight
 from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
@@ -52,10 +55,13 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:
+        run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
         fail(err)
     except InstantiationException as err:
+        run_folder.discard_refused(cfg.paths.output_dir)
         fail(UserError(config.explain_instantiation_error(err)))
     except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
+        run_folder.discard_refused(cfg.paths.output_dir)
         print(done, file=sys.stderr, flush=True)
     except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
@@ -87,6 +93,7 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
         try:
             cfg, accepted = check_command_line(given)
             if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
+                check_log_dir(cfg)
                 preflight.check_dataset(cfg)
                 check_data_size(cfg, recipe_of(given))
         except UserError as err:
@@ -95,6 +102,21 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
         plussed |= {a.removeprefix("+") for o, a in zip(given, accepted) if a != o}
     keys = {o.partition("=")[0] for o in plussed}
     return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
+
+
+def check_log_dir(cfg: DictConfig) -> None:
+    """A ``paths.log_dir`` no run folder can be made in: refused here, not as Hydra's traceback when it makes the
+    run folder."""
+    try:
+        log_dir = str(cfg.paths.log_dir)
+    except OmegaConfBaseException:  # a value that needs Hydra's runtime: Hydra resolves it
+        return
+    reason = unwritable_reason(Path(log_dir))
+    if reason is not None:
+        raise UserError(
+            f"paths.log_dir={log_dir}: no run folder can be made there ({reason}); set paths.log_dir to a"
+            f" folder you can write, e.g. paths.log_dir={Path.home() / 'lightning-lars-logs'}"
+        )
 
 
 def check_data_size(cfg: DictConfig, recipe: str) -> None:
@@ -109,12 +131,13 @@ def check_data_size(cfg: DictConfig, recipe: str) -> None:
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
     try:
-        overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+        typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+        overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted
         accepted = check_jobs(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
     # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused
-    flags = [a for a in sys.argv[1:] if a not in overrides]
+    flags = [a for a in sys.argv[1:] if a not in typed]
     sys.argv = [sys.argv[0], *flags, *accepted]  # accepted: `trainer.max_steps=1` -> `+trainer.max_steps=1`
     # imports Lightning (~5 s): only once the command line is checked
     from lightning_lars.runtime import preemption

@@ -23,6 +23,7 @@ from hydra.errors import (
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightning_lars.config import (
+    override_text,
     recipe_source,
     rules,
     schema,
@@ -110,6 +111,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     user expects). Hydra checks types against `lightning_lars.config.schema` while it composes, then
     `lightning_lars.config.rules` checks what types cannot say; every mistake is a one-line `UserError`.
     """
+    overrides = [override_text.quote_plain_text(o) for o in overrides]  # data.root=/data/données
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
@@ -202,15 +204,14 @@ def _compose(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="train", overrides=overrides)
     except OverrideParseException:
-        raise UserError(
-            "cannot parse the command line: quote a value that holds '=' or spaces, e.g."
-            " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'"
-        ) from None
+        raise UserError(override_text.parse_error_line(overrides)) from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(
             f"{first} (`python -m lightning_lars.train --help` lists the config groups)"
         ) from None
+    except yaml.MarkedYAMLError as err:  # a config file of the user's (their recipe) that is no YAML
+        raise UserError(recipe_source.yaml_error_line(err)) from None
 
 
 # Hydra's ways to ask for a sweep: the flags, or the override that sets the mode a config can also set.

@@ -66,17 +66,35 @@ ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine 
         ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
     ],
 )
-def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, data_dir, tmp_path):
-    out = tmp_path / "run"
+def test_target_mistakes_are_one_line_and_leave_no_run_folder(override, phrases, data_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run(
+        "-m",
+        "lightning_lars.train",
+        "debug=toy",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={logs}",
+        override,
+    )
+    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    # no empty W&B run, and no run folder: Hydra made logs/demo/runs/<date> for it, the refusal took it back
+    assert not logs.exists() or not list(logs.rglob("*")), sorted(map(str, logs.rglob("*")))
+
+
+def test_a_run_folder_of_the_users_own_is_kept_when_the_run_is_refused(data_dir, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
     done = run(
         "-m",
         "lightning_lars.train",
         "debug=toy",
         f"paths.data_dir={data_dir}",
         f"hydra.run.dir={out}",
-        override,
+        "model.arch=resnet5O",
     )
-    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    assert_one_line_error(done, "timm has no such model", alone=False)
+    assert (out / "notes.txt").read_text() == "mine" and (out / ".hydra").is_dir()
     assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
 
 

@@ -5,12 +5,14 @@ a run folder or a logger exists."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from helpers import assert_one_line_error
 from PIL import Image
 
@@ -69,3 +71,76 @@ def test_data_smaller_than_one_batch_is_refused_before_any_folder_or_logger(give
     )  # no advice to add what was given, nor to swap the user's data for the demo's
     assert not logs.exists()  # no run folder, so no W&B folder either
     assert "W&B" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "log_dir, reason",
+    [
+        (
+            "/proc/lightning-lars-logs",
+            "cannot make a folder in /proc",
+        ),  # a virtual file system, even for root
+        ("{tmp}/a-file/logs", "a-file is a file, not a folder"),
+    ],
+)
+def test_a_log_dir_no_run_folder_can_be_made_in_is_one_line(log_dir, reason, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    log_dir = log_dir.format(tmp=tmp_path)
+    root = image_folder(tmp_path / "images", per_class=1)
+    done = entry_point(
+        "recipe=demo",
+        "debug=toy",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.num_classes=2",
+        f"paths.log_dir={log_dir}",
+        tmp=tmp_path,
+    )
+    assert_one_line_error(
+        done, f"paths.log_dir={log_dir}", reason, "set paths.log_dir to a folder you can write"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "defaults: [goyal_8k]\nbatch:\n  global_size: 64\n   max_per_device: 32\n",  # indented one too far
+        "defaults: [goyal_8k]\nbatch:\n  global_size: [64\n",  # an unclosed list
+    ],
+)
+def test_a_users_recipe_that_is_no_yaml_is_one_line_with_file_line_and_column(text, tmp_path):
+    recipe = tmp_path / "conf" / "recipe" / "mine.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(text)
+    with pytest.raises(yaml.MarkedYAMLError) as parsed:  # the oracle: yaml's own reading of the file
+        yaml.safe_load(text)
+    mark = parsed.value.problem_mark
+    done = entry_point("recipe=mine", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", tmp=tmp_path)
+    assert_one_line_error(done, f"error: {recipe}:{mark.line + 1}:{mark.column + 1}: {parsed.value.problem}")
+
+
+def printed_config(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return yaml.safe_load(done.stdout)
+
+
+@pytest.mark.parametrize("name", ["données", "数据", "Ünïcode folder"])
+def test_a_non_ascii_path_reaches_the_run_as_typed(name, tmp_path):
+    root = tmp_path / name
+    args = ["recipe=demo", "debug=toy", "data=imagefolder", f"data.root={root}", "data.num_classes=2"]
+    # Hydra itself composes the job's config from the command line (--cfg job prints what the run gets)
+    assert printed_config(entry_point(*args, "--cfg", "job", tmp=tmp_path))["data"]["root"] == str(root)
+    image_folder(root, per_class=12)  # the checks before Hydra read the same folder: its 24 images
+    done = entry_point(*args, f"paths.log_dir={tmp_path / 'logs'}", tmp=tmp_path)
+    assert_one_line_error(done, "the data has 24 training images")
+
+
+@pytest.mark.parametrize("value", ["/runs/epoch=0-step=4.ckpt", "/data/#1", "/data/a~b", "/data/(old)"])
+def test_a_value_hydra_reads_only_quoted_names_its_characters_and_the_quoted_form_works(value, tmp_path):
+    done = entry_point("recipe=demo", f"data.root={value}", "--cfg", "job", tmp=tmp_path)
+    line = assert_one_line_error(done, f"cannot parse data.root={value}", "only in a quoted value; write ")
+    for char in "=#~()":
+        assert (f"'{char}'" in line) == (char in value), line
+    advised = shlex.split(line.partition("; write ")[2])
+    again = entry_point("recipe=demo", "data=imagefolder", *advised, "--cfg", "job", tmp=tmp_path)
+    assert printed_config(again)["data"]["root"] == value
