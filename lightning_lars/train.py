@@ -16,6 +16,12 @@ from pathlib import Path
 STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
 STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: see preemption.started_here
 
+from lightning_lars.config import usage
+
+# the usage screen before Hydra, the configs and torch load (~1 s of imports here; Hydra's help took a minute)
+if __name__ == "__main__" or Path(sys.argv[0]).name == "lightning-lars":
+    usage.exit_if_asked(sys.argv[1:])
+
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
@@ -130,6 +136,7 @@ def check_data_size(cfg: DictConfig, recipe: str) -> None:
 
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
+    usage.exit_if_asked(sys.argv[1:])
     try:
         typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
         overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted

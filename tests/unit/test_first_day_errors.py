@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 import yaml
 from helpers import assert_one_line_error
 from PIL import Image
+
+from lightning_lars.config import compose as config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,3 +147,55 @@ def test_a_value_hydra_reads_only_quoted_names_its_characters_and_the_quoted_for
     advised = shlex.split(line.partition("; write ")[2])
     again = entry_point("recipe=demo", "data=imagefolder", *advised, "--cfg", "job", tmp=tmp_path)
     assert printed_config(again)["data"]["root"] == value
+
+
+def test_help_is_a_usage_screen_in_under_two_seconds_without_hydra_or_torch(tmp_path):
+    script = Path(sys.executable).parent / "lightning-lars"  # the console script pip installed
+    started = time.perf_counter()
+    done = subprocess.run([str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert seconds < 2, f"{seconds:.1f} s"
+    screen = done.stdout
+    for phrase in ("recipe=NAME", "make recipes", "make recipe-card", "debug=toy", "--hydra-help", "docs: "):
+        assert phrase in screen, screen
+    for recipe in (ROOT / "recipes").glob("*.yaml"):
+        assert recipe.stem in screen
+    docs = screen.rpartition("docs: ")[2].strip().split(", ")
+    assert docs and all(Path(doc).is_file() for doc in docs), docs
+    assert "Powered by Hydra" not in screen and len(screen.splitlines()) < 60  # no template, no config dump
+    # nothing heavy imported before the screen: python's own import log of the same command
+    traced = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "lightning_lars.train", "-h"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    imported = {line.rpartition("|")[2].strip() for line in traced.stderr.splitlines()}
+    assert traced.stdout == screen
+    assert not {"torch", "hydra", "lightning"} & imported
+
+
+def test_every_key_the_usage_screen_names_composes(tmp_path):
+    screen = entry_point("--help", tmp=tmp_path).stdout
+    keys = screen.partition("common keys:\n")[2].partition("\n\n")[0].splitlines()
+    placeholders = {
+        "DIR": str(tmp_path),
+        "G": "1",
+        "N": "1",
+        "B": "64",
+        "M": "32",
+        "S": "3",
+        "NAME": "imagefolder",
+    }
+    overrides = []
+    for line in keys:
+        for override in line.split("  ")[1].split():
+            key, _, value = override.partition("=")
+            overrides.append(f"{key}={placeholders.get(value, value)}" if value else key)
+    assert "debug=toy" in overrides and "run.ckpt_path=last" in overrides and len(overrides) >= 12
+    cfg = config.check_overrides(["recipe=demo", *overrides])  # the entry point's own composition and checks
+    assert cfg.trainer.max_steps == 3 and cfg.batch.global_size == 64 and cfg.data.root == str(tmp_path)
+    assert "_target_" not in (cfg.get("logger") or {})  # ~logger: no W&B logger is built (training.run)
