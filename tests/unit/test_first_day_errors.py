@@ -199,3 +199,24 @@ def test_every_key_the_usage_screen_names_composes(tmp_path):
     cfg = config.check_overrides(["recipe=demo", *overrides])  # the entry point's own composition and checks
     assert cfg.trainer.max_steps == 3 and cfg.batch.global_size == 64 and cfg.data.root == str(tmp_path)
     assert "_target_" not in (cfg.get("logger") or {})  # ~logger: no W&B logger is built (training.run)
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    command = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}", *args]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
+
+
+def test_a_recipe_card_plot_path_with_a_space_says_how_make_splits_args(tmp_path):
+    path = tmp_path / "my card.png"
+    done = make(
+        "recipe-card", "recipe=demo", f"args=--plot {path}"
+    )  # as typed: args='--plot .../my card.png'
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "card.png: no key=value override" in errors[0] and "make passes args to the shell" in errors[0]
+    assert "Hydra" not in errors[0] and not path.exists()
+    advised = errors[0].partition('args="')[2].partition('" (')[0]  # args="--plot '.../my card.png'"
+    assert make("recipe-card", "recipe=demo", f"args={advised}").returncode == 0
+    with Image.open(path) as card:
+        assert card.format == "PNG"
