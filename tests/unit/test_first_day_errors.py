@@ -220,3 +220,13 @@ def test_a_recipe_card_plot_path_with_a_space_says_how_make_splits_args(tmp_path
     assert make("recipe-card", "recipe=demo", f"args={advised}").returncode == 0
     with Image.open(path) as card:
         assert card.format == "PNG"
+
+
+@pytest.mark.parametrize("recipe", ["demo", "you_resnet50_32k", "google_mlperf07_64k"])
+def test_only_a_recipe_of_an_mlperf_round_ends_its_card_with_mlcommons_reference(recipe):
+    source = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
+    assert source["defaults"].count({"override /optimizer": "lars"}) == 1  # all three are LARS recipes
+    done = make("recipe-card", f"recipe={recipe}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    has_round = (source.get("mlperf") or {}).get("round") is not None  # the recipe file itself says
+    assert ("MLCommons reference" in done.stdout) == has_round, done.stdout[-1500:]
