@@ -53,9 +53,10 @@ slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this 
 (1632, 3264, 4096, 13056, 32768) are epoch counts converted with N/B (training_1.0.0 wrote them in epochs) and
 two (49152, 58880) are whole epochs of N // B steps, which we read as the run's length: each recipe says how it
 reads its entry, and its card shows the value both ways. The card of every LARS recipe of an
-MLPerf round (`mlperf.round`) ends with the reference point at its batch, interpolated between two entries as the RCP checker does, beside
-the recipe's own hyperparameters (`make recipe-card recipe=google_mlperf07_64k`). A golden test
-(`tests/unit/test_golden_rcp.py`) compares every recipe and card with the installed file.
+MLPerf round (`mlperf.round`) ends with the reference point at its batch, interpolated between two entries
+as the RCP checker does, beside the recipe's own hyperparameters
+(`make recipe-card recipe=google_mlperf07_64k`). A golden test (`tests/unit/test_golden_rcp.py`) compares every
+recipe and card with the installed file.
 """
 DEVIATIONS_HEADER = """
 ## Deviations
