@@ -37,7 +37,10 @@ from lightning_lars.runtime import run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
 # val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
-NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured")
+# Its device banner ("GPU available: False, used: False", the same for TPUs) opens every log; the plan line says
+# the devices a run uses, and Lightning still warns of a GPU it does not use. A filter on Lightning's rank-zero
+# logger, which Lightning's docs name for its console output: our own plan lines go through it too.
+NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured", "GPU available: ", "TPU available: ")
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda r: not any(text in r.getMessage() for text in NOISE)
 )
