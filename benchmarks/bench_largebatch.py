@@ -150,7 +150,7 @@ def run_overrides(
             f"~callbacks.{c}"
             for c in "checkpoint progress trust_ratio hparams throughput time_to_target".split()
         ),
-        *(f"++trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
+        *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
 
 
