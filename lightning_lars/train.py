@@ -102,7 +102,7 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
         try:
             cfg, accepted = check_command_line(given)
             if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
-                check_log_dir(cfg)
+                check_log_dir(cfg, given)
                 preflight.check_dataset(cfg)
                 check_data_size(cfg, recipe_of(given))
         except UserError as err:
@@ -113,19 +113,24 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
     return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
 
 
-def check_log_dir(cfg: DictConfig) -> None:
-    """A ``paths.log_dir`` no run folder can be made in: refused here, not as Hydra's traceback when it makes the
-    run folder."""
+def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
+    """A ``paths.log_dir`` (or a ``hydra.run.dir`` given) that no run folder can be made in: refused here, not as
+    Hydra's traceback when it makes the run folder."""
     try:
-        log_dir = str(cfg.paths.log_dir)
+        folders = {"paths.log_dir": str(cfg.paths.log_dir)}
     except OmegaConfBaseException:  # a value that needs Hydra's runtime: Hydra resolves it
-        return
-    reason = unwritable_reason(Path(log_dir))
-    if reason is not None:
-        raise UserError(
-            f"paths.log_dir={log_dir}: no run folder can be made there ({reason}); set paths.log_dir to a"
-            f" folder you can write, e.g. paths.log_dir={Path.home() / 'lightning-lars-logs'}"
-        )
+        folders = {}
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            folders[key] = value.strip("'\"")
+    for key, folder in folders.items():
+        reason = unwritable_reason(Path(folder))
+        if reason is not None:
+            raise UserError(
+                f"{key}={folder}: no run folder can be made there ({reason}); set {key} to a folder you can"
+                f" write, e.g. {key}={Path.home() / 'lightning-lars-logs'}"
+            )
 
 
 def check_data_size(cfg: DictConfig, recipe: str) -> None:

@@ -77,18 +77,17 @@ def test_data_smaller_than_one_batch_is_refused_before_any_folder_or_logger(give
 
 
 @pytest.mark.parametrize(
-    "log_dir, reason",
+    "key, folder, reason",
     [
-        (
-            "/proc/lightning-lars-logs",
-            "cannot make a folder in /proc",
-        ),  # a virtual file system, even for root
-        ("{tmp}/a-file/logs", "a-file is a file, not a folder"),
+        # a virtual file system: no folder can be made in it, even by root
+        ("paths.log_dir", "/proc/lightning-lars-logs", "cannot make a folder in /proc"),
+        ("paths.log_dir", "{tmp}/a-file/logs", "a-file is a file, not a folder"),
+        ("hydra.run.dir", "/proc/my-run", "cannot make a folder in /proc"),
     ],
 )
-def test_a_log_dir_no_run_folder_can_be_made_in_is_one_line(log_dir, reason, tmp_path):
+def test_a_log_dir_no_run_folder_can_be_made_in_is_one_line(key, folder, reason, tmp_path):
     (tmp_path / "a-file").write_text("")
-    log_dir = log_dir.format(tmp=tmp_path)
+    folder = folder.format(tmp=tmp_path)
     root = image_folder(tmp_path / "images", per_class=1)
     done = entry_point(
         "recipe=demo",
@@ -96,12 +95,10 @@ def test_a_log_dir_no_run_folder_can_be_made_in_is_one_line(log_dir, reason, tmp
         "data=imagefolder",
         f"data.root={root}",
         "data.num_classes=2",
-        f"paths.log_dir={log_dir}",
+        f"{key}={folder}",
         tmp=tmp_path,
     )
-    assert_one_line_error(
-        done, f"paths.log_dir={log_dir}", reason, "set paths.log_dir to a folder you can write"
-    )
+    assert_one_line_error(done, f"{key}={folder}", reason, f"set {key} to a folder you can write")
 
 
 @pytest.mark.parametrize(
