@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
+    HydraException,
     MissingConfigException,
     OverrideParseException,
 )
@@ -69,10 +70,8 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     for override in searchpath_overrides(overrides):
         try:
             value = OverridesParser.create().parse_override(override).value()
-        except OverrideParseException:
-            raise UserError(
-                f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]"
-            ) from None
+        except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
+            raise UserError(override_text.parse_error_line([override])) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")
             if scheme == "pkg":

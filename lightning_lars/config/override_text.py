@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 _PARSER = OverridesParser.create()
+COMPOUND = ("[", "{")  # a list or a dict: Hydra's syntax around the values
 
 
 def _parses_to(override: str, value: str) -> bool:
@@ -37,8 +38,8 @@ def quote_plain_text(override: str) -> str:
     """``key=value`` with a non-ASCII ``value`` that Hydra cannot parse unquoted, as ``key='value'`` (which Hydra
     reads as exactly ``value``); every other override unchanged."""
     key, equals, value = override.partition("=")
-    if not equals or value.isascii() or _parses(override):
-        return override
+    if not equals or value.isascii() or value.startswith(COMPOUND) or _parses(override):
+        return override  # a list or dict is Hydra's syntax: its elements are quoted one by one (parse_error_line)
     for quote in ("'", '"'):
         quoted = f"{key}={quote}{value}{quote}"
         if quote not in value and _parses_to(quoted, value):
@@ -53,7 +54,17 @@ def parse_error_line(overrides: list[str]) -> str:
         if _parses(override):
             continue
         key, _, value = override.partition("=")
-        needs = sorted({c for c in value if not _parses(f"k=a{c}b")})
+        # in a list or dict, the characters of its elements (its brackets and commas are the syntax)
+        text = value[1:-1].replace(",", "") if value.startswith(COMPOUND) else value
+        needs = sorted({c for c in text if not _parses(f"k=a{c}b")})
+        if needs and value.startswith(COMPOUND):
+            shown = " ".join(f"'{c}'" for c in needs)
+            quoted = ",".join(f'"{e.strip()}"' for e in value[1:-1].split(","))
+            example = f"{key}=[{quoted}]" if value.startswith("[") and '"' not in value else f'{key}=["a é",b]'
+            return (
+                f"cannot parse {override}: Hydra reads {shown} only in a quoted value; quote each element that"
+                f" holds them: {shlex.quote(example)}"
+            )
         if needs and '"' not in value:
             shown = " ".join(f"'{c}'" if c != "'" else '"\'"' for c in needs)
             fix = shlex.quote(f'{key}="{value}"')

@@ -227,3 +227,25 @@ def test_only_a_recipe_of_an_mlperf_round_ends_its_card_with_mlcommons_reference
     assert done.returncode == 0, done.stderr[-2000:]
     has_round = (source.get("mlperf") or {}).get("round") is not None  # the recipe file itself says
     assert ("MLCommons reference" in done.stdout) == has_round, done.stdout[-1500:]
+
+
+def test_a_list_with_a_non_ascii_element_names_the_quoted_list_that_works(tmp_path):
+    conf = tmp_path / "mes recettes é"
+    (conf / "recipe").mkdir(parents=True)
+    (conf / "recipe" / "mine.yaml").write_text("defaults: [demo]\nbatch:\n  global_size: 96\n")
+    override = f"hydra.searchpath=[file://{conf}]"
+    done = entry_point("recipe=mine", override, "--cfg", "job", tmp=tmp_path)
+    line = assert_one_line_error(
+        done, f"cannot parse {override}", "'é'", "quote each element that holds them: "
+    )
+    advised = shlex.split(line.partition("holds them: ")[2])
+    assert printed_config(entry_point("recipe=mine", *advised, "--cfg", "job", tmp=tmp_path))["batch"] == {
+        "global_size": 96,
+        **{
+            k: v
+            for k, v in printed_config(entry_point("recipe=demo", "--cfg", "job", tmp=tmp_path))[
+                "batch"
+            ].items()
+            if k != "global_size"
+        },
+    }
