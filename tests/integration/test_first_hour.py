@@ -362,3 +362,22 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_the_batch_advised_for_a_tiny_image_folder_trains(tmp_path):
+    """24 images under debug=toy (batch 64): the one-line refusal names a global batch, and that batch trains."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            folder = tmp_path / "tiny" / split / label
+            folder.mkdir(parents=True)
+            for n in range(12):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{n}.jpg")
+    logs = tmp_path / "logs"
+    args = ["debug=toy", "data=imagefolder", f"data.root={tmp_path / 'tiny'}", "data.num_classes=2"]
+    refused = run("-m", "lightning_lars.train", *args, f"paths.log_dir={logs}")
+    line = assert_one_line_error(refused, "the data has 24 training images", "set batch.global_size=")
+    advised = line.partition("set ")[2].partition(" (")[0]  # batch.global_size=N
+    done = run("-m", "lightning_lars.train", *args, advised, f"paths.log_dir={logs}", "~logger")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert len(list(logs.glob("demo/runs/*/results.json"))) == 1
