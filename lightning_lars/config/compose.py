@@ -239,10 +239,9 @@ def sweep_jobs(overrides: list[str]) -> list[list[str | None]]:
                     choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
                 else:
                     choices.append([None])
-    except OverrideParseException:
+    except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
         raise UserError(
-            "cannot parse the command line: a sweep is key=a,b (or range(0,3), choice(a,b)); quote a value"
-            " that holds ',' or spaces, e.g. 'data.root=\"/a,b\"'"
+            f"{override_text.parse_error_line(overrides)} (a sweep is key=a,b, range(0,3) or choice(a,b))"
         ) from None
     return [list(job) for job in itertools.product(*choices)]
 

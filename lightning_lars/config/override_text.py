@@ -10,6 +10,7 @@ Hydra's own parser.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -38,8 +39,8 @@ def quote_plain_text(override: str) -> str:
     """``key=value`` with a non-ASCII ``value`` that Hydra cannot parse unquoted, as ``key='value'`` (which Hydra
     reads as exactly ``value``); every other override unchanged."""
     key, equals, value = override.partition("=")
-    if not equals or value.isascii() or value.startswith(COMPOUND) or _parses(override):
-        return override  # a list or dict is Hydra's syntax: its elements are quoted one by one (parse_error_line)
+    if not equals or value.isascii() or value.startswith(COMPOUND) or "," in value or _parses(override):
+        return override  # a list, dict or sweep is Hydra's syntax: its elements are quoted one by one
     for quote in ("'", '"'):
         quoted = f"{key}={quote}{value}{quote}"
         if quote not in value and _parses_to(quoted, value):
@@ -55,12 +56,21 @@ def parse_error_line(overrides: list[str]) -> str:
             continue
         key, _, value = override.partition("=")
         # in a list or dict, the characters of its elements (its brackets and commas are the syntax)
-        text = value[1:-1].replace(",", "") if value.startswith(COMPOUND) else value
-        needs = sorted({c for c in text if not _parses(f"k=a{c}b")})
+        text = (value[1:-1] if value.startswith(COMPOUND) else value).replace(",", "")
+        # choice(1,2 or range(3: Hydra's function syntax, mistyped; Hydra's own reason below says where
+        needs = [] if re.match(r"\w+\(", value) else sorted({c for c in text if not _parses(f"k=a{c}b")})
+        if needs and "," in value and not value.startswith(COMPOUND) and '"' not in value:  # a sweep a,b
+            quoted = ",".join(f'"{e}"' for e in value.split(","))
+            return (
+                f"cannot parse {override}: Hydra reads {' '.join(repr(c) for c in needs)} only in a quoted"
+                f" value; quote each value of the sweep: {shlex.quote(f'{key}={quoted}')}"
+            )
         if needs and value.startswith(COMPOUND):
             shown = " ".join(f"'{c}'" for c in needs)
             quoted = ",".join(f'"{e.strip()}"' for e in value[1:-1].split(","))
-            example = f"{key}=[{quoted}]" if value.startswith("[") and '"' not in value else f'{key}=["a é",b]'
+            example = (
+                f"{key}=[{quoted}]" if value.startswith("[") and '"' not in value else f'{key}=["a é",b]'
+            )
             return (
                 f"cannot parse {override}: Hydra reads {shown} only in a quoted value; quote each element that"
                 f" holds them: {shlex.quote(example)}"

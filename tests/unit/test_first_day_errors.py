@@ -249,3 +249,17 @@ def test_a_list_with_a_non_ascii_element_names_the_quoted_list_that_works(tmp_pa
             if k != "global_size"
         },
     }
+
+
+def test_a_sweep_over_non_ascii_paths_names_the_quoted_sweep_hydra_expands(tmp_path):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    done = entry_point("-m", "recipe=demo", "data=imagefolder", "data.root=/a/é,/b/ü", tmp=tmp_path)
+    line = assert_one_line_error(done, "cannot parse data.root=/a/é,/b/ü", "quote each value of the sweep: ")
+    (advised,) = shlex.split(line.partition("of the sweep: ")[2].partition(" (")[0])
+    parser = (
+        OverridesParser.create()
+    )  # the oracle: Hydra's own reading of the advice, job by job as its sweeper
+    sweep = parser.parse_override(advised)
+    jobs = [parser.parse_override(f"data.root={value}").value() for value in sweep.sweep_string_iterator()]
+    assert sweep.is_sweep_override() and jobs == ["/a/é", "/b/ü"]
