@@ -151,7 +151,8 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert {"epoch0-step4.ckpt", "epoch1-step6.ckpt", "epoch1-step7.ckpt", "last.ckpt"} <= set(names)
     assert resume.load_meta(folder / "last.ckpt")["global_step"] == 7  # the final state, off the 2-step grid
     runs = sorted((logs / "demo" / "runs").iterdir())
-    assert len(runs) == 3 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
+    # the first run's folder and the resumed run's: the refused run (model.arch changed) took its folder back
+    assert len(runs) == 2 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
     assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
 
 
