@@ -17,12 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
+    HydraException,
     MissingConfigException,
     OverrideParseException,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightning_lars.config import (
+    override_text,
     recipe_source,
     rules,
     schema,
@@ -68,10 +70,8 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     for override in searchpath_overrides(overrides):
         try:
             value = OverridesParser.create().parse_override(override).value()
-        except OverrideParseException:
-            raise UserError(
-                f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]"
-            ) from None
+        except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
+            raise UserError(override_text.parse_error_line([override])) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")
             if scheme == "pkg":
@@ -110,6 +110,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     user expects). Hydra checks types against `lightning_lars.config.schema` while it composes, then
     `lightning_lars.config.rules` checks what types cannot say; every mistake is a one-line `UserError`.
     """
+    overrides = [override_text.quote_plain_text(o) for o in overrides]  # data.root=/data/données
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
@@ -202,15 +203,14 @@ def _compose(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="train", overrides=overrides)
     except OverrideParseException:
-        raise UserError(
-            "cannot parse the command line: quote a value that holds '=' or spaces, e.g."
-            " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'"
-        ) from None
+        raise UserError(override_text.parse_error_line(overrides)) from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(
             f"{first} (`python -m lightning_lars.train --help` lists the config groups)"
         ) from None
+    except yaml.MarkedYAMLError as err:  # a config file of the user's (their recipe) that is no YAML
+        raise UserError(recipe_source.yaml_error_line(err)) from None
 
 
 # Hydra's ways to ask for a sweep: the flags, or the override that sets the mode a config can also set.
@@ -239,10 +239,9 @@ def sweep_jobs(overrides: list[str]) -> list[list[str | None]]:
                     choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
                 else:
                     choices.append([None])
-    except OverrideParseException:
+    except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
         raise UserError(
-            "cannot parse the command line: a sweep is key=a,b (or range(0,3), choice(a,b)); quote a value"
-            " that holds ',' or spaces, e.g. 'data.root=\"/a,b\"'"
+            f"{override_text.parse_error_line(overrides)} (a sweep is key=a,b, range(0,3) or choice(a,b))"
         ) from None
     return [list(job) for job in itertools.product(*choices)]
 

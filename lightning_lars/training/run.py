@@ -55,6 +55,9 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         else False
     )  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
+    # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
+    # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
+    summary = {} if "enable_model_summary" in cfg.trainer else {"enable_model_summary": False}
     # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
     trainer = instantiate(
         cfg.trainer,
@@ -64,6 +67,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         plugins=plugins,
         check_val_every_n_epoch=None,
         val_check_interval=1,
+        **summary,
     )
 
     batch = plan_batch(
@@ -75,7 +79,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     )
     datamodule = instantiate(cfg.data, batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(
-        cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes
+        cfg,
+        cfg.recipe_name,
+        datamodule.num_train_images,
+        trainer.num_devices,
+        trainer.num_nodes,
+        counted=True,
     )
     apply_plan(trainer, plan)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))

@@ -66,17 +66,35 @@ ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine 
         ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
     ],
 )
-def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, data_dir, tmp_path):
-    out = tmp_path / "run"
+def test_target_mistakes_are_one_line_and_leave_no_run_folder(override, phrases, data_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run(
+        "-m",
+        "lightning_lars.train",
+        "debug=toy",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={logs}",
+        override,
+    )
+    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    # no empty W&B run, and no run folder: Hydra made logs/demo/runs/<date> for it, the refusal took it back
+    assert not logs.exists() or not list(logs.rglob("*")), sorted(map(str, logs.rglob("*")))
+
+
+def test_a_run_folder_of_the_users_own_is_kept_when_the_run_is_refused(data_dir, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
     done = run(
         "-m",
         "lightning_lars.train",
         "debug=toy",
         f"paths.data_dir={data_dir}",
         f"hydra.run.dir={out}",
-        override,
+        "model.arch=resnet5O",
     )
-    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    assert_one_line_error(done, "timm has no such model", alone=False)
+    assert (out / "notes.txt").read_text() == "mine" and (out / ".hydra").is_dir()
     assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
 
 
@@ -133,7 +151,8 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert {"epoch0-step4.ckpt", "epoch1-step6.ckpt", "epoch1-step7.ckpt", "last.ckpt"} <= set(names)
     assert resume.load_meta(folder / "last.ckpt")["global_step"] == 7  # the final state, off the 2-step grid
     runs = sorted((logs / "demo" / "runs").iterdir())
-    assert len(runs) == 3 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
+    # the first run's folder and the resumed run's: the refused run (model.arch changed) took its folder back
+    assert len(runs) == 2 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
     assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
 
 
@@ -344,3 +363,22 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_the_batch_advised_for_a_tiny_image_folder_trains(tmp_path):
+    """24 images under debug=toy (batch 64): the one-line refusal names a global batch, and that batch trains."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            folder = tmp_path / "tiny" / split / label
+            folder.mkdir(parents=True)
+            for n in range(12):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{n}.jpg")
+    logs = tmp_path / "logs"
+    args = ["debug=toy", "data=imagefolder", f"data.root={tmp_path / 'tiny'}", "data.num_classes=2"]
+    refused = run("-m", "lightning_lars.train", *args, f"paths.log_dir={logs}")
+    line = assert_one_line_error(refused, "the data has 24 training images", "set batch.global_size=")
+    advised = line.partition("set ")[2].partition(" (")[0]  # batch.global_size=N
+    done = run("-m", "lightning_lars.train", *args, advised, f"paths.log_dir={logs}", "~logger")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert len(list(logs.glob("demo/runs/*/results.json"))) == 1
