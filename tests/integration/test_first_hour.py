@@ -109,7 +109,8 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
             first.send_signal(signal.SIGINT)
             break
     stdout, stderr = first.communicate(timeout=600)
-    assert first.returncode == 0 and "Traceback" not in stdout + stderr, stderr[-3000:]
+    assert first.returncode == 128 + signal.SIGINT, (first.returncode, stderr[-3000:])  # a shell's 130
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
     assert "weights_only" not in stdout + stderr  # Lightning's notice at every save without the argument
     (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGINT at step" in ln]
     command = shlex.split(stopped.split("resume with: ", 1)[1])
@@ -135,6 +136,46 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     runs = sorted((logs / "demo" / "runs").iterdir())
     assert len(runs) == 3 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
     assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
+
+
+def test_ctrl_c_twice_within_a_second_says_which_steps_are_lost(data_dir, tmp_path):
+    """The second Ctrl-C stops at once, without a save: one line names the steps lost since the last
+    checkpoint and resumes from it; the exit status is still Ctrl-C's 130. ResNet-50 makes a step take
+    seconds on a CPU, so both signals land inside one step."""
+    args = [
+        "recipe=demo",
+        "debug=toy",
+        "model.arch=resnet50",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "trainer.max_steps=6",  # 160 images, batch 64: 2 steps per epoch
+        "trainer.max_epochs=3",
+        "trainer.log_every_n_steps=1",
+        "callbacks.checkpoint.every_n_train_steps=2",
+        "~logger",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lightning_lars.train", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in first.stdout:  # two real Ctrl-Cs inside step 4
+        if line.startswith("[train] epoch") and " step 3/6 " in line:
+            first.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            first.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 128 + signal.SIGINT, (first.returncode, stderr[-3000:])
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    (said,) = [ln for ln in stderr.splitlines() if "Ctrl-C twice" in ln]
+    assert "stopped at step 3 without a save, losing the 1 step since the last checkpoint (step 2;" in said
+    saved = Path(shlex.split(said.split("resume from it with: ", 1)[1])[-1].removeprefix("run.ckpt_path="))
+    assert resume.load_meta(saved)["global_step"] == 2
+    assert not list(saved.parent.glob("signal-*"))  # nothing saved after the signals
 
 
 def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_path):

@@ -4,12 +4,14 @@ Real entry point, SIGKILL, run.ckpt_path=last (the runs of resume_runs.py, with 
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
-from resume_runs import ROOT, env, make_demo_data, train_command
+from resume_runs import OVERRIDES, ROOT, env, make_demo_data, train_command
 
 from lightning_lars.report import mlperf
 
@@ -66,5 +68,47 @@ def test_killed_and_resumed_run_writes_one_continuous_log(tmp_path_factory, tmp_
     reference = mlperf.read_events(reference_dir / "mlperf.log")
     assert shape(events) == shape(reference)  # one run_start, no replayed epoch twice, the same accuracies
     assert [e["time_ms"] for e in events] == sorted(e["time_ms"] for e in events)
+    messages = mlperf.compliance_messages(run_dir / "mlperf.log", "1.0.0")
+    assert len(messages) == 1 and "eval_accuracy : v['value'] >= 0.7590" in messages[0], messages
+
+
+def test_ctrl_c_then_the_printed_resume_command_continue_one_log(tmp_path_factory, tmp_path):
+    """As a user resumes: Ctrl-C, then the command the run printed, which runs in a new run folder (Hydra's
+    timestamp): the events go on in the first folder's log, the new folder gets none, and the checker reads
+    one run with one run_start and one run_stop."""
+    shared = tmp_path_factory.getbasetemp() / "resume_runs"
+    make_demo_data(shared)
+    logs = tmp_path / "logs"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={logs}", *MLPERF],
+        cwd=ROOT, env=env(shared), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in first.stdout:  # a real Ctrl-C inside epoch 1 (steps 1-6)
+        if line.startswith("[train] epoch") and " step 3/12 " in line:
+            first.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 128 + signal.SIGINT, (first.returncode, stderr[-3000:])
+    (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGINT at step" in ln]
+    command = shlex.split(stopped.split("resume with: ", 1)[1])
+    (run_dir,) = (logs / "demo" / "runs").iterdir()
+    before = mlperf.read_events(run_dir / "mlperf.log")
+    assert "run_start" in [e["key"] for e in before] and "run_stop" not in [e["key"] for e in before]
+
+    resumed = subprocess.run(
+        command, cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False
+    )
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-3000:]
+    assert f"MLPerf log continues: {run_dir / 'mlperf.log'}" in output
+    runs = sorted((logs / "demo" / "runs").iterdir())
+    assert len(runs) == 2 and not (runs[1] / "mlperf.log").exists()  # the resume ran in a folder of its own
+
+    events = mlperf.read_events(run_dir / "mlperf.log")
+    assert events[: len(before)] == before
+    keys = [e["key"] for e in events]
+    assert keys.count("run_start") == keys.count("run_stop") == keys.count("init_start") == 1
+    starts = [e["metadata"]["epoch_num"] for e in events if e["key"] == "epoch_start"]
+    assert starts == [1, 2]  # epoch 1 was interrupted and resumed: not started twice
     messages = mlperf.compliance_messages(run_dir / "mlperf.log", "1.0.0")
     assert len(messages) == 1 and "eval_accuracy : v['value'] >= 0.7590" in messages[0], messages
