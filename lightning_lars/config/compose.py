@@ -120,6 +120,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
                 " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )
     given = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    rules.check_overrides_not_set_by_the_run(given)
     # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
     user = given + searchpath_overrides(overrides)
     while True:
