@@ -128,6 +128,7 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
         -3000:
     ]
+    assert "whose config differs" not in resumed.stdout + resumed.stderr  # the same config: nothing to say
     folder = saved.parent
     names = sorted(p.name for p in folder.glob("*.ckpt"))
     assert "epoch0-step5.ckpt" in names  # the epoch trigger, beside the step trigger (2, 4, 6)
@@ -176,6 +177,25 @@ def test_ctrl_c_twice_within_a_second_says_which_steps_are_lost(data_dir, tmp_pa
     saved = Path(shlex.split(said.split("resume from it with: ", 1)[1])[-1].removeprefix("run.ckpt_path="))
     assert resume.load_meta(saved)["global_step"] == 2
     assert not list(saved.parent.glob("signal-*"))  # nothing saved after the signals
+
+
+def test_resuming_a_named_checkpoint_with_another_global_batch_says_what_changes(data_dir, tmp_path):
+    """run.ckpt_path=last refuses a run of another config; a checkpoint named by its path is resumed as asked,
+    and one line says which keys differ from its run's config and what that does to the schedule and data."""
+    args = ["recipe=demo", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path / 'logs'}"]
+    first = run("-m", "lightning_lars.train", *args, "~logger")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (saved,) = (tmp_path / "logs" / "demo" / "runs").glob("*/checkpoints/last.ckpt")
+    step = resume.load_meta(saved)["global_step"]
+    again = run(
+        "-m", "lightning_lars.train", *args, "~logger", f"run.ckpt_path={saved}", "batch.global_size=32"
+    )
+    assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
+    (said,) = [ln for ln in (again.stdout + again.stderr).splitlines() if "whose config differs" in ln]
+    assert f"run.ckpt_path={saved}: resuming step {step} of a run whose config differs:" in said
+    assert "batch.global_size (64 -> 32)" in said
+    assert "the LR schedule, the epoch count and the evaluation steps are planned for this config" in said
+    assert "the loader continues its epoch after the images it had consumed" in said
 
 
 def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_path):
