@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -94,8 +93,12 @@ class MLPerfLog(L.Callback):
         logger.propagate, logger.handlers = False, []  # into the file only, not the console
         logger.setLevel(logging.INFO)
         logger.addHandler(logging.FileHandler(self.path, mode="a"))
-        # file names in the metadata relative to the folder holding callbacks/ (the checkout or site-packages)
-        self._mllog = MLLogger(logger=logger, default_stack_offset=2, root_dir=str(Path(__file__).parents[2]))
+        if self.round.startswith("0.6"):  # v0.6's own line format: the only one its checker parses
+            self._mllog = mlperf.V06Logger(logger)
+        else:  # file names in the metadata relative to the folder holding callbacks/ (checkout or site-packages)
+            self._mllog = MLLogger(
+                logger=logger, default_stack_offset=2, root_dir=str(Path(__file__).parents[2])
+            )
         if self._logged_before:
             rank_zero_info(f"[lightning-lars] MLPerf log continues: {self.path}")
 
@@ -264,8 +267,16 @@ def _events(path: Path) -> set[tuple[str, float | None]]:
         return seen
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            event = json.loads(line.split(mlperf.TOKEN, 1)[1])
-        except (IndexError, ValueError):  # not an event, or cut off by a kill: nothing to skip
+            event = mlperf.parse_line(line)
+        except (
+            IndexError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+        ):  # cut off by a kill: nothing to skip
+            continue
+        if event is None:  # not an event
             continue
         metadata = event.get("metadata") or {}
         seen.add((event["key"], next((metadata[k] for k in NUMBERING if k in metadata), None)))

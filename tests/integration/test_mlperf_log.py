@@ -93,6 +93,9 @@ def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monk
         "lars_opt_base_learning_rate", value.get("opt_base_learning_rate")
     )  # and ends below its peak (a warmup outlasting the run once logged a point of the warmup here)
 
+    if round_ == "0.6.0":  # v0.6's own line format: the package's 0.6.0 parser reads every line
+        lines, errors = mlp_parser.parse_file(str(log), ruleset="0.6.0")
+        assert errors == [] and [line.key for line in lines] == keys
     messages = mlperf.compliance_messages(log, round_)
     assert len(messages) == 1 and ACCURACY_RULE[round_] in messages[0], (name, messages)
 
