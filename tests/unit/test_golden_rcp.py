@@ -108,11 +108,22 @@ def test_recipe_values_are_the_entry(name):
 
 
 def test_published_statistics_are_the_checkers():
+    """What the project states for each entry (the recipe's published epochs, the card's reference point) is the
+    checker's own RCP Mean, Stdev and Min Epochs (``RCP_Checker.rcp_data``), and the checker's documented
+    statistics (`stats`) give the same numbers from the file."""
     checker = RCP_Checker("training", "4.0.0", "resnet", verbose=False)
     for name, entry in RCPS.items():
-        mean, stdev = stats(entry["Epochs to converge"])
-        assert checker.rcp_data[name]["RCP Mean"] == pytest.approx(mean)
-        assert checker.rcp_data[name]["RCP Stdev"] == pytest.approx(stdev)
+        record, runs = checker.rcp_data[name], entry["Epochs to converge"]
+        assert recipe(name).published.epochs == (
+            f"{record['RCP Mean']:.4g} +- {record['RCP Stdev']:.3g} (n={len(runs)})"
+        )
+        point = reference_points.reference_point(name)
+        assert (point.mean_epochs, point.stdev_epochs, point.min_epochs) == (
+            record["RCP Mean"], record["RCP Stdev"], record["Min Epochs"]
+        )  # fmt: skip
+        assert point.batch == entry["BS"] and point.epochs_to_converge == tuple(runs)
+        mean, stdev = stats(runs)
+        assert record["RCP Mean"] == pytest.approx(mean) and record["RCP Stdev"] == pytest.approx(stdev)
 
 
 @pytest.mark.parametrize("name", sorted(RCPS))
