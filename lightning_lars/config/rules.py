@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
 from lightning_lars.config.schema import COMPILE_MODES, MLPERF_ROUNDS
+from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -49,51 +50,11 @@ SEED_RANGE = 2**32  # numpy's and Lightning's seed_everything accept 0 .. 2**32 
 # or bool) the config files give the key (OmegaConf 2.3 has no int-or-float type, and a float field would print
 # `base_lr: 10` as `10.0`). The Trainer has its own table; the model its schema.
 KIND_CHECKED_GROUPS = ("optimizer", "scheduler", "data", "callbacks", "logger", "strategy")
-# Keys the run sets itself, whatever a config gives them: a value there would be accepted and ignored (Hydra's
-# `+` adds any key). Each names the key that sets it and how.
-SET_BY_THE_RUN = {
-    "optimizer.lr": (
-        "scheduler.base_lr",
-        "the schedule sets every step's LR from it (the LR at scheduler.base_batch images per step, scaled"
-        " linearly to batch.global_size)",
-    ),
-    "data.batch_size": (
-        "batch.global_size",
-        "the plan splits it over devices and accumulation steps (batch.max_per_device caps a device's batch)",
-    ),
-    "data.seed": ("seed", "the run passes it to the data module"),
-    "trainer.accumulate_grad_batches": (
-        "batch.global_size",
-        "the plan accumulates what it needs beyond batch.max_per_device x devices",
-    ),
-    "trainer.strategy": ("strategy", "strategy=NAME picks it (conf/strategy: ddp, fsdp2, ...)"),
-    "trainer.callbacks": ("callbacks", "callbacks.NAME.* configures each one"),
-    "trainer.logger": ("logger", "logger=wandb or ~logger for none"),
-}
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
 REPLACED_BY_EVALUATION = {
     "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
     "val_check_interval": "set evaluation.every_n_steps (and evaluation.offset_steps) instead",
 }
-
-
-def set_by_the_run(key: str) -> str | None:
-    """The one-line refusal of ``key`` (with or without Hydra's ``+``/``~``) when the run sets it itself."""
-    key = key.lstrip("+~").partition("=")[0]
-    if key not in SET_BY_THE_RUN:
-        return None
-    source, how = SET_BY_THE_RUN[key]
-    return (
-        f"{key} is not read: the run sets it from {source}; {how}; set {source} instead and leave out {key}"
-    )
-
-
-def check_overrides_not_set_by_the_run(overrides: list[str]) -> None:
-    """Before composing: ``optimizer.lr=-0.1`` is refused for what it is, not as a key that needs a ``+``."""
-    for override in overrides:
-        refusal = set_by_the_run(override)
-        if refusal is not None:
-            raise UserError(refusal)
 
 
 def check(cfg: DictConfig) -> None:

@@ -15,7 +15,7 @@
   finished (its ``results.json``) ends the search with `run_folder.Finished`: nothing to train.
 - a path: that checkpoint, as the user asked; a missing or damaged file is a one-line `UserError`. Where the
   config of the run it was saved in differs, one warning line names the keys and what the change does to
-  the schedule and the data position (`changed_config_notice`).
+  the schedule and the data position (`lightning_lars.runtime.config_change`).
 
 A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
 directory ``*.ckpt/`` of torch.distributed.checkpoint shards plus Lightning's ``meta.pt`` (everything but the
@@ -37,7 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
-from lightning_lars.runtime import run_folder
+from lightning_lars.runtime import config_change, run_folder
 from lightning_lars.runtime.preemption import scheduled_job_id
 
 log = logging.getLogger(__name__)
@@ -209,10 +209,6 @@ def differences_from_run(cfg: DictConfig, folder: Path, run_dir: Path) -> list[s
     return config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
 
 
-def _shown(differs: list[str]) -> str:
-    return "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
-
-
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
     a one-line error naming the keys that differ and how to resume anyway."""
@@ -243,7 +239,7 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
             continue
         raise UserError(
             f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
-            f" {path}, is from a run whose config differs: {_shown(differs)}; resume it anyway with"
+            f" {path}, is from a run whose config differs: {config_change.shown(differs)}; resume it anyway with"
             f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh"
         )
     return None
@@ -285,38 +281,13 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     folder = checkpoint_run_folder(path)
     differs = differences_from_run(cfg, folder, run_dir) if folder.resolve() != run_dir.resolve() else []
     if differs:  # the user named the file: resumed as asked, saying what the changes do
-        log.warning(changed_config_notice(path, int(meta["global_step"]), differs))
+        log.warning(config_change.notice(path, int(meta["global_step"]), differs))
     return str(path)
 
 
 def checkpoint_run_folder(path: Path) -> Path:
     """The run folder a checkpoint was saved in: ``<run>/checkpoints/*.ckpt`` or ``<run>/hpc_ckpt_<n>.ckpt``."""
     return path.parent.parent if path.parent.name == "checkpoints" else path.parent
-
-
-# Keys whose change re-plans what a step means: the schedule and the epochs are functions of the global step
-PLAN_KEYS = ("batch.global_size", "epoch_length.", "scheduler.", "evaluation.", "trainer.max_")
-
-
-def changed_config_notice(path: Path, step: int, differs: list[str]) -> str:
-    """One line: the checkpoint's step, the keys that differ from its run's config and what that does."""
-    effects = []
-    if any(d.startswith(PLAN_KEYS) for d in differs):
-        effects.append(
-            f"the LR schedule, the epoch count and the evaluation steps are planned for this config and"
-            f" continue from step {step}, which now falls at another point of them (the checkpoint holds no"
-            " schedule: the step alone sets the LR)"
-        )
-    if any(d.startswith(("batch.", "data.")) for d in differs):
-        effects.append(
-            "the loader continues its epoch after the images it had consumed (FFCV; torchvision loaders"
-            " restart the epoch), in the batches of this config"
-        )
-    what = "; ".join(effects) or "the rest of the run follows this config"
-    return (
-        f"run.ckpt_path={path}: resuming step {step} of a run whose config differs: {_shown(differs)}; {what};"
-        " to continue that run unchanged, give its values (its .hydra/overrides.yaml)"
-    )
 
 
 def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path | None:
