@@ -72,11 +72,11 @@ def hydra_main(cfg: DictConfig) -> None:
     except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
         run_folder.discard_refused(cfg.paths.output_dir)
         print(done, file=sys.stderr, flush=True)
-    except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
+    except preemption.Preempted as stop:  # stopped on a signal: 0 for a requeue, 130 Ctrl-C, 143 SIGTERM
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
         if stop.then is not None:  # submitit's handler: rank 0 requeues the job, then exits
             stop.then()
-        if stop.exit_status:  # SIGTERM: the scheduler expects a killed job's status (143), not success
+        if stop.exit_status:  # Ctrl-C, SIGTERM: the shell and schedulers expect a killed process's status
             sys.exit(stop.exit_status)
 
 

@@ -37,6 +37,7 @@ from lightning_lars.config.paths import (  # noqa: F401
     is_checkout,
     run_root,
 )
+from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run
 from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, unknown_argument
 from lightning_lars.core.errors import UserError
 
@@ -121,6 +122,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
                 " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )
     given = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    check_overrides_not_set_by_the_run(given)
     # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
     user = given + searchpath_overrides(overrides)
     while True:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES, MLPERF_ROUNDS
+from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -60,6 +61,9 @@ def check(cfg: DictConfig) -> None:
     """Every rule, in the order a user fixes them: keys the schema does not have, then values."""
     check_schema_keys(cfg)
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    for key in SET_BY_THE_RUN:  # a recipe of the user's that sets one
+        if _raw(values, key) is not None:
+            raise UserError(set_by_the_run(key))
     check_trainer(values)
     check_sizes(values)
     check_kinds(values)

@@ -49,14 +49,15 @@ them: `mlperf_logging/rcp_checker/training_4.0.0/rcps_resnet.json` in the mlperf
 not say (LARS form, epoch count, schedule shape, input pipeline, label smoothing) comes from MLCommons' reference
 implementation (mlcommons/training `image_classification/tensorflow2`) or is marked as our choice. The published
 result is the entry's epochs to 75.9 % top-1 as the RCP checker counts them (mean without the fastest and the
-slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this file, but five entries
-(1632, 3264, 4096, 13056, 32768) are epoch counts converted with N/B (training_1.0.0 wrote them in epochs) and
-two (49152, 58880) are whole epochs of N // B steps, which we read as the run's length: each recipe says how it
-reads its entry, and its card shows the value both ways. The card of every LARS recipe of an
-MLPerf round (`mlperf.round`) ends with the reference point at its batch, interpolated between two entries
-as the RCP checker does, beside the recipe's own hyperparameters
-(`make recipe-card recipe=google_mlperf07_64k`). A golden test (`tests/unit/test_golden_rcp.py`) compares every
-recipe and card with the installed file.
+slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this file. The reference logs `(N
+// B) x train_epochs - warmup_steps + 1` (its `lars_util.py`); only resnet_ref_1632's value is one of those
+(37 epochs) and is read as written. Four (3264, 4096, 13056, 32768) are epoch counts converted with N/B
+(training_1.0.0 wrote them in epochs), read as the run's epochs; two (49152, 58880) are whole epochs of N // B
+steps, read as the run's length; three (8192, 65536, 67840) are read as decay steps, our choice. Each recipe
+shows why from the reference code, and its card shows the value both ways. The card of every LARS recipe of an
+MLPerf round (`mlperf.round`) ends with the reference point at its batch, interpolated between two entries as
+the RCP checker does, beside the recipe's own hyperparameters (`make recipe-card recipe=google_mlperf07_64k`).
+A golden test (`tests/unit/test_golden_rcp.py`) compares every recipe and card with the installed file.
 """
 DEVIATIONS_HEADER = """
 ## Deviations

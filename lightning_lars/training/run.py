@@ -3,6 +3,7 @@ plan and the LR scaling made explicit before anything trains (lightning-hydra-te
 
 from __future__ import annotations
 
+import signal
 import time
 
 import lightning as L
@@ -131,7 +132,17 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
         run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    except (
+        SystemExit
+    ):  # Lightning's exit after a KeyboardInterrupt: ours, the second Ctrl-C, says what it lost
+        signals = [c for c in trainer.callbacks if isinstance(c, SignalCheckpoint) and c.aborted]
+        if not signals:
+            raise
+        raise preemption.Preempted(
+            signals[0].abort_message(trainer), exit_status=128 + signal.SIGINT
+        ) from None
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
