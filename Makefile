@@ -16,8 +16,10 @@ APT_PACKAGES := libturbojpeg0-dev libopencv-dev pkg-config
 recipe ?= demo
 # Every command-line `key=value` that is not one of make's own variables is a Hydra override, except an upper-case
 # name (LARS_DATA_DIR=/data): make exports that to the program's environment, as `export LARS_DATA_DIR=` would.
+# None of make's own may be a key or group of the config (data, model, seed, ...): make would keep it from the
+# program (bench-largebatch's data set is bench_data= for that reason).
 MAKE_VARS := recipe src out kit nodes devices seeds workers args python platform without sweep multirun PY \
-             data ratio only epochs px
+             bench_data ratio only epochs px
 # Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
 # MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
 # from it (make lists them last first); each value comes whole from its variable, unexpanded (a Hydra ${...}
@@ -36,7 +38,7 @@ OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call q
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Hydra overrides ride along: make recipe=goyal_8k trainer.devices=8 batch.max_per_device=64"
+	@echo "  Hydra overrides ride along, config groups too: make recipe=goyal_8k data=imagefolder data.root=DIR trainer.devices=8"
 
 system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -187,8 +189,8 @@ bench-startup: $(STAMP) demo-data ## seconds to a one-line error and to the end 
 bench-speed: $(STAMP) ## model.compile: our module vs a bare loop (demo, eager/compiled), ResNet-50 224 px fp32/bf16 [args=...]
 	$(PY) benchmarks/bench_speed.py $(args)
 
-bench-largebatch: $(STAMP) $(if $(data),,demo-data) ## recipes at a small vs a large batch (ratio x N): make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb" epochs=8 px=32]
-	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --data "$(or $(data),data/demo)" --ratio $(or $(ratio),0.1) --seeds $(or $(seeds),2) $(if $(epochs),--epochs $(epochs)) $(if $(px),--resolution $(px)) $(if $(only),--only $(only))
+bench-largebatch: $(STAMP) $(if $(bench_data),,demo-data) ## recipes at a small vs a large batch (ratio x N): make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb" epochs=8 px=32]
+	PYTHONPATH=. $(PY) benchmarks/bench_largebatch.py --data $(call quote,$(or $(bench_data),data/demo)) --ratio $(or $(ratio),0.1) --seeds $(or $(seeds),2) $(if $(epochs),--epochs $(epochs)) $(if $(px),--resolution $(px)) $(if $(only),--only $(only))
 
 format: $(STAMP) ## ruff format + fix (the rules: pyproject.toml [tool.ruff])
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .

@@ -10,7 +10,7 @@ recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it st
 one verdict per large-batch arm (gap to small-batch SGD, 95 % Welch CI over seeds), the README's "Runs of
 ours" and its plot (lightning_lars/report/runs_table.py).
 
-    make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
+    make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
 """
 

@@ -11,24 +11,36 @@ import os
 import sys
 import time
 import warnings
+from pathlib import Path
 
 STARTED = time.perf_counter()  # before the heavy imports: the plan line reports the start-up time
 STARTED_PID = os.getpid()  # a submitit job runs hydra_main in another process: see preemption.started_here
 
+from lightning_lars.config import usage
+
+# the usage screen before Hydra, the configs and torch load (~1 s of imports here; Hydra's help took a minute)
+if __name__ == "__main__" or Path(sys.argv[0]).name == "lightning-lars":
+    usage.exit_if_asked(sys.argv[1:])
+
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.config import compose as config
-from lightning_lars.config.paths import CONF_DIR
+from lightning_lars.config.override_text import quote_plain_text
+from lightning_lars.config.paths import CONF_DIR, unwritable_reason
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks as preflight
-from lightning_lars.recipe.plan import check_command_line
+from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
 from lightning_lars.runtime import run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
 # val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
-NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured")
+# Its device banner ("GPU available: False, used: False", the same for TPUs) opens every log; the plan line says
+# the devices a run uses, and Lightning still warns of a GPU it does not use. A filter on Lightning's rank-zero
+# logger, which Lightning's docs name for its console output: our own plan lines go through it too.
+NOISE = ("litlogger", "`Trainer(val_check_interval=1)` was configured", "GPU available: ", "TPU available: ")
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda r: not any(text in r.getMessage() for text in NOISE)
 )
@@ -52,16 +64,19 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:
+        run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
         fail(err)
     except InstantiationException as err:
+        run_folder.discard_refused(cfg.paths.output_dir)
         fail(UserError(config.explain_instantiation_error(err)))
     except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
+        run_folder.discard_refused(cfg.paths.output_dir)
         print(done, file=sys.stderr, flush=True)
-    except preemption.Preempted as stop:  # checkpointed on a signal: a planned stop, exit code 0
+    except preemption.Preempted as stop:  # stopped on a signal: 0 for a requeue, 130 Ctrl-C, 143 SIGTERM
         print(f"preempted: {stop}", file=sys.stderr, flush=True)
         if stop.then is not None:  # submitit's handler: rank 0 requeues the job, then exits
             stop.then()
-        if stop.exit_status:  # SIGTERM: the scheduler expects a killed job's status (143), not success
+        if stop.exit_status:  # Ctrl-C, SIGTERM: the shell and schedulers expect a killed process's status
             sys.exit(stop.exit_status)
 
 
@@ -87,7 +102,9 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
         try:
             cfg, accepted = check_command_line(given)
             if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
+                check_log_dir(cfg, given)
                 preflight.check_dataset(cfg)
+                check_data_size(cfg, recipe_of(given))
         except UserError as err:
             swept = [o for o, whole in zip(job, overrides) if o is not None and o != whole]
             raise UserError(f"the sweep's job {' '.join(swept)}: {err}" if swept else str(err)) from None
@@ -96,15 +113,46 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
     return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
 
 
+def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
+    """A ``paths.log_dir`` (or a ``hydra.run.dir`` given) that no run folder can be made in: refused here, not as
+    Hydra's traceback when it makes the run folder."""
+    try:
+        folders = {"paths.log_dir": str(cfg.paths.log_dir)}
+    except OmegaConfBaseException:  # a value that needs Hydra's runtime: Hydra resolves it
+        folders = {}
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            folders[key] = value.strip("'\"")
+    for key, folder in folders.items():
+        reason = unwritable_reason(Path(folder))
+        if reason is not None:
+            raise UserError(
+                f"{key}={folder}: no run folder can be made there ({reason}); set {key} to a folder you can"
+                f" write, e.g. {key}={Path.home() / 'lightning-lars-logs'}"
+            )
+
+
+def check_data_size(cfg: DictConfig, recipe: str) -> None:
+    """Data too small for one global batch: refused here, before Hydra makes a run folder and a logger starts
+    (the run plans again on the data's own count, the same way)."""
+    global_size = int(cfg.batch.global_size)
+    images = preflight.count_train_images(cfg, up_to=global_size)
+    if images is not None and images < global_size:
+        make_plan(cfg, recipe, images, devices=None, nodes=1, counted=True)
+
+
 def main() -> None:
     """Checks the command line first so that every mistake is one line, never a traceback."""
+    usage.exit_if_asked(sys.argv[1:])
     try:
-        overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+        typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+        overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted
         accepted = check_jobs(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
     # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused
-    flags = [a for a in sys.argv[1:] if a not in overrides]
+    flags = [a for a in sys.argv[1:] if a not in typed]
     sys.argv = [sys.argv[0], *flags, *accepted]  # accepted: `trainer.max_steps=1` -> `+trainer.max_steps=1`
     # imports Lightning (~5 s): only once the command line is checked
     from lightning_lars.runtime import preemption

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import time
 from pathlib import Path
 
 import lightning as L
@@ -24,7 +24,9 @@ NUMBERING = ("epoch_num", "first_epoch_num")
 class MLPerfLog(L.Callback):
     """Writes the MLPerf events of a run, in MLPerf's 1-based epoch count, to ``<run dir>/mlperf.log``.
 
-    * ``setup``: ``cache_clear``, ``init_start`` and the ``submission_*`` keys (from ``mlperf.*``);
+    * ``setup``: ``cache_clear``, ``init_start`` and the ``submission_*`` keys (from ``mlperf.*``), timed there
+      and written at ``on_train_start``: only then has Lightning restored the checkpoint (``trainer.ckpt_path``),
+      which names the folder whose log a resumed run continues;
     * ``on_train_start``: the hyperparameters as the run really uses them: ``global_batch_size`` (device batch x
       devices x accumulation), ``train_samples`` / ``eval_samples`` (the data module's images, the val limit
       applied), ``opt_name`` and each ``lars_*`` value (the optimizer's adapted param group and the LR schedule
@@ -36,9 +38,11 @@ class MLPerfLog(L.Callback):
       target, ``aborted`` when training ends below it. A run stopped by a signal logs no ``run_stop``.
 
     v0.6 logged ``opt_base_learning_rate`` and ``opt_learning_rate_warmup_epochs`` where later rounds log
-    ``lars_opt_*``; the keys follow ``round``. A resumed run (the same run folder) appends to the log and skips
-    every event the log already holds (``run_start`` and the replayed epochs included), so a run interrupted
-    any number of times leaves one continuous log. ``round`` None: nothing is written.
+    ``lars_opt_*``; the keys follow ``round``. A resumed run appends to the log of the run folder its checkpoint
+    lies in (whatever folder the resume itself runs in: ``run.ckpt_path=last`` or the printed resume command
+    start a new one) and skips every event the log already holds (``run_start`` and the replayed epochs
+    included), so a run interrupted any number of times leaves one continuous log. ``round`` None: nothing is
+    written.
     """
 
     def __init__(self, settings=None, dirpath: str = "."):
@@ -50,6 +54,8 @@ class MLPerfLog(L.Callback):
         self.dirpath = Path(dirpath)
         self.path: Path | None = None
         self._mllog = None
+        # (kind, key, value, metadata, time in ms) logged before the log is opened; None: nothing to write
+        self._pending: list[tuple] | None = None
         self._logged_before: set[tuple[str, float | None]] = set()
         self._block: int | None = None
         self._epoch: int | None = None
@@ -87,24 +93,31 @@ class MLPerfLog(L.Callback):
         logger.propagate, logger.handlers = False, []  # into the file only, not the console
         logger.setLevel(logging.INFO)
         logger.addHandler(logging.FileHandler(self.path, mode="a"))
-        # file names in the metadata relative to the folder holding callbacks/ (the checkout or site-packages)
-        self._mllog = MLLogger(logger=logger, default_stack_offset=2, root_dir=str(Path(__file__).parents[2]))
+        if self.round.startswith("0.6"):  # v0.6's own line format: the only one its checker parses
+            self._mllog = mlperf.V06Logger(logger)
+        else:  # file names in the metadata relative to the folder holding callbacks/ (checkout or site-packages)
+            self._mllog = MLLogger(
+                logger=logger, default_stack_offset=2, root_dir=str(Path(__file__).parents[2])
+            )
         if self._logged_before:
             rank_zero_info(f"[lightning-lars] MLPerf log continues: {self.path}")
 
-    def _log(self, kind: str, key: str, value=None, **metadata) -> None:
+    def _log(self, kind: str, key: str, value=None, time_ms: int | None = None, **metadata) -> None:
         if self._mllog is None:
+            if self._pending is not None:  # before on_train_start: written then, at this time
+                self._pending.append((kind, key, value, metadata, int(time.time() * 1e3)))  # mllog's clock
             return
         number = next((metadata[k] for k in NUMBERING if k in metadata), None)
         if (key, number) in self._logged_before:  # written before the resume: a replayed step
             return
-        getattr(self._mllog, kind)(key=key, value=value, metadata=metadata or None)
+        getattr(self._mllog, kind)(key=key, value=value, metadata=metadata or None, time_ms=time_ms)
 
     # -- the run -------------------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage):
         if stage != "fit" or self._mllog is not None:
             return
-        self._open(trainer)
+        # Lightning sets trainer.ckpt_path after setup (when it restores): the log opens at on_train_start
+        self._pending = [] if self.round is not None and trainer.is_global_zero else None
         self._log("event", "cache_clear", True)
         self._log("start", "init_start")
         s = self.settings
@@ -121,6 +134,11 @@ class MLPerfLog(L.Callback):
             self._log("event", key, value)
 
     def on_train_start(self, trainer, pl_module):
+        if self._mllog is None and self._pending is not None:
+            self._open(trainer)  # the checkpoint is restored: trainer.ckpt_path names a resumed run's folder
+            pending, self._pending = self._pending, None
+            for kind, key, value, metadata, time_ms in pending:
+                self._log(kind, key, value, time_ms=time_ms, **metadata)
         if self._mllog is None:  # no mlperf.round, another rank, or no mlperf-logging: nothing to write
             return
         self._steps_seen = trainer.global_step
@@ -249,8 +267,16 @@ def _events(path: Path) -> set[tuple[str, float | None]]:
         return seen
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            event = json.loads(line.split(mlperf.TOKEN, 1)[1])
-        except (IndexError, ValueError):  # not an event, or cut off by a kill: nothing to skip
+            event = mlperf.parse_line(line)
+        except (
+            IndexError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+        ):  # cut off by a kill: nothing to skip
+            continue
+        if event is None:  # not an event
             continue
         metadata = event.get("metadata") or {}
         seen.add((event["key"], next((metadata[k] for k in NUMBERING if k in metadata), None)))

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
     ConfigCompositionException,
+    HydraException,
     MissingConfigException,
     OverrideParseException,
 )
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from lightning_lars.config import (  # schema: stores every schema dataclass in the ConfigStore
+    override_text,
     recipe_source,
     rules,
     schema,
@@ -36,6 +38,7 @@ from lightning_lars.config.paths import (  # noqa: F401
     is_checkout,
     run_root,
 )
+from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run, set_by_the_run
 from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, unknown_argument
 from lightning_lars.core.errors import UserError
 
@@ -69,10 +72,8 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     for override in searchpath_overrides(overrides):
         try:
             value = OverridesParser.create().parse_override(override).value()
-        except OverrideParseException:
-            raise UserError(
-                f"cannot parse {override}: write hydra.searchpath=[file:///abs/path/to/conf]"
-            ) from None
+        except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
+            raise UserError(override_text.parse_error_line([override])) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")
             if scheme == "pkg":
@@ -111,6 +112,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     user expects). Hydra checks types against `lightning_lars.config.schema` while it composes, then
     `lightning_lars.config.rules` checks what types cannot say; every mistake is a one-line `UserError`.
     """
+    overrides = [override_text.quote_plain_text(o) for o in overrides]  # data.root=/data/données
     known = recipe_names(user_recipe_dirs(overrides))
     for override in overrides:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
@@ -121,6 +123,7 @@ def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
                 " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )
     given = [o for o in overrides if not o.startswith(("hydra.", "hydra/", "-"))]
+    check_overrides_not_set_by_the_run(given)
     # hydra.searchpath stays: it decides which config folders compose sees (a user's own recipes)
     user = given + searchpath_overrides(overrides)
     while True:
@@ -173,6 +176,8 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
                 f"{where}the recipe's keys land under 'recipe': start the file with the line"
                 " # @package _global_, or leave its package line out"
             )
+        if set_by_the_run(key):  # a user's recipe file that sets optimizer.lr: not unknown, the run's own
+            return where + set_by_the_run(key)
         if kind is None and key.startswith("trainer.") and key.count(".") == 1:
             return unknown_argument(key.partition(".")[2])  # Lightning's own would have got its + above
         inside = key.startswith(given_key) and ("." in key or kind is schema.TrainConfig)
@@ -198,15 +203,14 @@ def _compose(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="train", overrides=overrides)
     except OverrideParseException:
-        raise UserError(
-            "cannot parse the command line: quote a value that holds '=' or spaces, e.g."
-            " 'run.ckpt_path=\"/runs/epoch=0-step=4.ckpt\"'"
-        ) from None
+        raise UserError(override_text.parse_error_line(overrides)) from None
     except MissingConfigException as err:
         first = str(err).splitlines()[0]
         raise UserError(
             f"{first} (`python -m lightning_lars.train --help` lists the config groups)"
         ) from None
+    except yaml.MarkedYAMLError as err:  # a config file of the user's (their recipe) that is no YAML
+        raise UserError(recipe_source.yaml_error_line(err)) from None
 
 
 # Hydra's ways to ask for a sweep: the flags, or the override that sets the mode a config can also set.
@@ -235,10 +239,9 @@ def sweep_jobs(overrides: list[str]) -> list[list[str | None]]:
                     choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
                 else:
                     choices.append([None])
-    except OverrideParseException:
+    except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
         raise UserError(
-            "cannot parse the command line: a sweep is key=a,b (or range(0,3), choice(a,b)); quote a value"
-            " that holds ',' or spaces, e.g. 'data.root=\"/a,b\"'"
+            f"{override_text.parse_error_line(overrides)} (a sweep is key=a,b, range(0,3) or choice(a,b))"
         ) from None
     return [list(job) for job in itertools.product(*choices)]
 

@@ -170,6 +170,8 @@ class TfLarsPolyScheduler(Scheduler):
     total_steps: int = MISSING  # the source's train_steps: the schedule's length
     num_train_images: int = MISSING
     global_batch: int = MISSING
+    source_num_train_images: int | None = None  # N and B at which the source counted total_steps: a run of
+    source_global_batch: int | None = None  # other N / B (debug=toy) spans the same TF epochs
     end_lr: Number = 1e-4
     power: Number = 2.0
 

@@ -7,6 +7,8 @@ folders; nothing is linked).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -40,14 +42,21 @@ def run_root() -> Path:
 OmegaConf.register_new_resolver("project_root", lambda: str(run_root()), replace=True)
 
 
+# Each folder fresh_folder made in this process -> the outermost folder it made for it (the folder itself, or a
+# parent that did not exist yet, e.g. logs/<recipe>/ on a recipe's first run): what a refused run takes back.
+MADE_HERE: dict[Path, Path] = {}
+
+
 def fresh_folder(path: str) -> str:
     """``path``, made here, or ``path-2``, ``path-3``, ... when a run already made it: mkdir is atomic, so two
     runs started in the same second (folders are named to the second) get a folder each, never one between
     them."""
     candidate, n = Path(path), 1
     while True:
+        outermost = next((p for p in reversed(candidate.parents) if not p.exists()), candidate)
         try:
             candidate.mkdir(parents=True)
+            MADE_HERE[candidate.resolve()] = outermost.resolve()
             return str(candidate)
         except FileExistsError:
             n += 1
@@ -57,3 +66,19 @@ def fresh_folder(path: str) -> str:
 # `${fresh_folder:...}` in conf/hydra: cached per config, as Hydra's ${now:} is, so the folder is claimed once
 # per run; a sweep's jobs get the cache of the sweep's config (Hydra's load_sweep_config): one sweep folder.
 OmegaConf.register_new_resolver("fresh_folder", fresh_folder, use_cache=True, replace=True)
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why no run folder can be made under ``folder`` (missing parents are made), or None where one can. A
+    folder is made and removed to find out: permissions alone miss a read-only or virtual file system (/proc),
+    and root passes every permission check."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lightning-lars-probe-", dir=existing))
+    except OSError as err:
+        return f"cannot make a folder in {existing}: {err.strerror}"
+    return None

@@ -10,6 +10,7 @@ recipes must always carry. Hydra reads files through the config source registere
 
 from __future__ import annotations
 
+import yaml
 from hydra._internal.core_plugins.file_config_source import FileConfigSource
 from hydra._internal.core_plugins.importlib_resources_config_source import (
     ImportlibResourcesConfigSource,
@@ -50,3 +51,16 @@ def install() -> None:
     registry = SourcesRegistry.instance()
     for source in (RecipeFileSource, RecipePackageSource):
         registry.types[source.scheme()] = source
+
+
+def yaml_error_line(err: yaml.MarkedYAMLError) -> str:
+    """``<file>:<line>:<column>: <yaml's message>`` (1-based, as editors count), with where the construct
+    yaml was reading began when yaml names it."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}: " if mark is not None else ""
+    context = ""
+    if err.context and err.problem:
+        started = err.context_mark
+        at = f" at line {started.line + 1}, column {started.column + 1}" if started is not None else ""
+        context = f" ({err.context}{at})"
+    return f"{where}{err.problem or err.context}{context}"

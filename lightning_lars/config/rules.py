@@ -17,6 +17,7 @@ from omegaconf.nodes import BooleanNode
 
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES, MLPERF_ROUNDS
+from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
     TRAINER_TARGET,
@@ -50,8 +51,13 @@ REPLACED_BY_EVALUATION = {
 
 def check(cfg: DictConfig) -> None:
     """Every rule, in the order a user fixes them: keys the schema does not have, then values."""
-    check_keys(cfg)
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    for (
+        key
+    ) in SET_BY_THE_RUN:  # a recipe of the user's that sets one (before: under a schema it is unknown too)
+        if _raw(values, key) is not None:
+            raise UserError(set_by_the_run(key))
+    check_keys(cfg)
     check_trainer(values)
     check_sizes(values)
     check_training_values(values)

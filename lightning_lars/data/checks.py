@@ -144,3 +144,28 @@ def check_num_classes(manifest_path: Path, num_classes: int) -> None:
             f"data.num_classes={num_classes} but the prepared data in {manifest_path.parent} has"
             f" {prepared} classes ({manifest_path.name}): set data.num_classes={prepared}"
         )
+
+
+# torchvision's ImageFolder takes these (torchvision.datasets.folder.IMG_EXTENSIONS), matched case-insensitively
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def count_train_images(cfg: DictConfig, up_to: int) -> int | None:
+    """The training images of ``cfg``'s data, counted up to ``up_to`` (an ImageNet tree is 1.28 M files: only
+    whether it holds one global batch matters here); None where the data is not on disk (synthetic) or its
+    path needs Hydra's runtime. A ``.beton`` says its count in its header."""
+    data = cfg.get("data") or {}
+    root = _plain_value(data, "root")
+    if not needs_ffcv(data.get("_target_")) and root:
+        found = 0
+        for folder in sorted(os.scandir(Path(root) / "train"), key=lambda e: e.name):
+            # ImageFolder walks each class folder to any depth, following links
+            for _, _, names in os.walk(folder.path, followlinks=True) if folder.is_dir() else ():
+                found += sum(1 for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+                if found >= up_to:
+                    return found
+        return found
+    path = _plain_value(data, "train_path")
+    if isinstance(path, str) and path.endswith(".beton") and os.path.isfile(path):
+        return read_num_samples(path, PREPARE.format(out=Path(path).parent))
+    return None

@@ -2,9 +2,9 @@
 
 For comparison with the FFCV path (``make bench-data``) and for users without FFCV. It takes the same
 ``pipeline`` config as ``FFCVDataModule`` and maps each op to its torchvision twin, so both loaders apply the
-same crop, flip and normalisation. Being a torch ``DataLoader``, Lightning injects a ``DistributedSampler``
-under DDP (which pads ranks with repeated samples up to equal length: a baseline, not an exact-epoch loader)
-and reseeds it per epoch; mid-epoch resume is not supported (Lightning warns on such a checkpoint).
+same crop, flip and normalisation. The train loader is a torch ``DataLoader`` that shards the epoch itself
+(the FFCV loader's order and whole steps, no padded ranks) and resumes mid-epoch exactly
+(`lightning_lars.data.resumable_loader`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
 from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
 from lightning_lars.data.resolution import resolution_schedule
+from lightning_lars.data.resumable_loader import EpochSampler, ResumableDataLoader, SeededSamples
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
 
@@ -134,24 +135,34 @@ class TorchvisionDataModule(L.LightningDataModule):
             return int(self.num_workers)
         return default_num_workers(self.trainer)
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def _loader_options(self) -> dict:
         workers = self._workers()
-        dataset = self._dataset(split)
-        if not train:  # class by class on disk: a fixed permutation makes any prefix sample every class
-            dataset = Subset(dataset, val_order(len(dataset)).tolist())
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=train,
-            drop_last=train,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            generator=torch.Generator().manual_seed(self.seed),
-        )
+        return {
+            "batch_size": self.batch_size,
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": self.pin_memory and torch.cuda.is_available(),
+        }
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        """Resumable mid-epoch, exactly (`lightning_lars.data.resumable_loader`): the epoch's order and each
+        sample's crop and flip follow from (seed, epoch, sample index); whole optimizer steps only."""
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        accumulation = trainer.accumulate_grad_batches if trainer is not None else 1
+        dataset = self._dataset("train")
+        sampler = EpochSampler(
+            len(dataset),
+            seed=self.seed,
+            rank=rank,
+            world_size=world,
+            step_images=self.batch_size * world * accumulation,
+        )
+        return ResumableDataLoader(
+            SeededSamples(dataset, self.seed), sampler=sampler, drop_last=True, **self._loader_options()
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
+        # class by class on disk: a fixed permutation makes any prefix sample every class
+        dataset = Subset(self._dataset("val"), val_order(len(self._dataset("val"))).tolist())
+        return DataLoader(dataset, shuffle=False, **self._loader_options())

@@ -125,17 +125,26 @@ def torchrun_command(
     ]
 
 
-def partition_cpus(partition: str | None, which=shutil.which) -> int | None:
-    """Cores per node of ``partition`` (the smallest node), from ``sinfo``; None where sinfo is missing."""
+def partition_cpus(partition: str | None, which=shutil.which) -> tuple[int | None, str]:
+    """(cores per node of ``partition``, the smallest node's, from ``sinfo``; why not, where None): sinfo
+    missing, failing (a login node with a broken SLURM config: its own last line of stderr), or listing no
+    node."""
     if not which("sinfo"):
-        return None
+        return None, "sinfo is not on PATH here"
     command = ["sinfo", "--noheader", "--format=%c"] + ([f"--partition={partition}"] if partition else [])
     try:
-        output = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    counts = [int(n.rstrip("+")) for n in output.split() if n.rstrip("+").isdigit()]
-    return min(counts) if counts else None
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"`{' '.join(command)}` did not answer in 30 s"
+    except OSError as err:
+        return None, f"`{' '.join(command)}` could not start: {err.strerror}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1].strip()
+        return None, f"`{' '.join(command)}` failed (exit {done.returncode}): {last}"
+    counts = [int(n.rstrip("+")) for n in done.stdout.split() if n.rstrip("+").isdigit()]
+    if not counts:
+        return None, f"`{' '.join(command)}` listed no node"
+    return min(counts), ""
 
 
 def choose_launcher(nodes: int, env=os.environ, which=shutil.which) -> str:
@@ -192,10 +201,12 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
         ]
     if launcher == "slurm":
         # never this machine's count: a login node's cores say nothing of the compute nodes'
-        cpus_per_node = args.cpus_per_node or partition_cpus(args.partition, which)
+        cpus_per_node, why = args.cpus_per_node, ""
+        if cpus_per_node is None:
+            cpus_per_node, why = partition_cpus(args.partition, which)
         if cpus_per_node is None:
             raise UserError(
-                "cannot tell the cores of a compute node: sinfo is not on PATH here; pass --cpus-per-node N"
+                f"cannot tell the cores of a compute node: {why}; pass --cpus-per-node N"
                 " (make ... args='--cpus-per-node N'), the cores of one node, shared by its GPUs' tasks"
             )
         return launcher, sbatch_script(

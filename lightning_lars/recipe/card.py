@@ -255,13 +255,18 @@ def is_lars(cfg: DictConfig) -> bool:
     return str(cfg.optimizer.get("_target_", "")).rsplit(".", 1)[-1] == "LARS"
 
 
+def has_mlperf_round(cfg: DictConfig) -> bool:
+    """The recipe follows an MLPerf round (``mlperf.round``: the MLPerf recipes and the reference points)."""
+    return (cfg.get("mlperf") or {}).get("round") is not None
+
+
 def show(name: str, devices: int = 1, nodes: int = 1, overrides=(), plot_path: str | None = None) -> str:
     cfg = compose_recipe(name, list(overrides))
     plan = make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)
     text = card(plan, devices, nodes)
     if name.startswith(rcp.RECIPE_PREFIX):  # its card needs the RCP file: an error names the install
         text += "\n" + "\n".join(_entry_lines(plan))
-    if is_lars(cfg):
+    if is_lars(cfg) and has_mlperf_round(cfg):  # the RCPs judge MLPerf runs: nothing to say of the demo's
         try:
             text += "\n" + "\n".join(_comparison_lines(plan))
         except UserError as missing:  # mlperf-logging is optional: the rest of the card stands without it

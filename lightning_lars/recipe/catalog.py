@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -48,13 +49,15 @@ them: `mlperf_logging/rcp_checker/training_4.0.0/rcps_resnet.json` in the mlperf
 not say (LARS form, epoch count, schedule shape, input pipeline, label smoothing) comes from MLCommons' reference
 implementation (mlcommons/training `image_classification/tensorflow2`) or is marked as our choice. The published
 result is the entry's epochs to 75.9 % top-1 as the RCP checker counts them (mean without the fastest and the
-slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this file, but five entries
-(1632, 3264, 4096, 13056, 32768) are epoch counts converted with N/B (training_1.0.0 wrote them in epochs) and
-two (49152, 58880) are whole epochs of N // B steps, which we read as the run's length: each recipe says how it
-reads its entry, and its card shows the value both ways. The card of every LARS recipe
-ends with the reference point at its batch, interpolated between two entries as the RCP checker does, beside
-the recipe's own hyperparameters (`make recipe-card recipe=google_mlperf07_64k`). A golden test
-(`tests/unit/test_golden_rcp.py`) compares every recipe and card with the installed file.
+slowest run, stdev of all). `opt_learning_rate_decay_steps` is in steps in this file. The reference logs `(N
+// B) x train_epochs - warmup_steps + 1` (its `lars_util.py`); only resnet_ref_1632's value is one of those
+(37 epochs) and is read as written. Four (3264, 4096, 13056, 32768) are epoch counts converted with N/B
+(training_1.0.0 wrote them in epochs), read as the run's epochs; two (49152, 58880) are whole epochs of N // B
+steps, read as the run's length; three (8192, 65536, 67840) are read as decay steps, our choice. Each recipe
+shows why from the reference code, and its card shows the value both ways. The card of every LARS recipe of an
+MLPerf round (`mlperf.round`) ends with the reference point at its batch, interpolated between two entries as
+the RCP checker does, beside the recipe's own hyperparameters (`make recipe-card recipe=google_mlperf07_64k`).
+A golden test (`tests/unit/test_golden_rcp.py`) compares every recipe and card with the installed file.
 """
 DEVIATIONS_HEADER = """
 ## Deviations
@@ -135,6 +138,20 @@ def markdown(runs_path: Path = RUNS_FILE) -> str:
     return text + RUNS_HEADER + "\n".join(_table(RUN_COLUMNS, run_rows(runs_path))) + "\n"
 
 
+def check_split_words(overrides: list[str], plot: str | None) -> None:
+    """A word that is no ``key=value`` is the rest of a value split at its spaces: make hands ``args`` to the
+    shell unquoted, so ``args='--plot my card.png'`` arrives as ``--plot my`` and ``card.png``."""
+    stray = [word for word in overrides if "=" not in word]
+    if not stray:
+        return
+    whole = shlex.quote(" ".join([plot, *stray]) if plot else " ".join(stray))
+    option = f"--plot {whole}" if plot else whole
+    raise UserError(
+        f"{' '.join(stray)}: no key=value override, the rest of a value split at its spaces; make passes args"
+        f' to the shell as words, so quote the value inside it: args="{option}" (a command line: {option})'
+    )
+
+
 def show_main(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser(
@@ -148,6 +165,7 @@ def show_main(argv: list[str]) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.max_epochs=30")
     args = parser.parse_intermixed_args(argv)  # make puts args="--plot F" before the overrides
     try:
+        check_split_words(args.overrides, args.plot)
         known = recipe_names(user_recipe_dirs(args.overrides))  # with the user's own, on hydra.searchpath
         if args.name not in known and args.name.startswith(reference_points.RECIPE_PREFIX):
             raise reference_points.unknown_reference(args.name)

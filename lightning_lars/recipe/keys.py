@@ -11,6 +11,7 @@ import math
 from omegaconf import DictConfig
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.schedules.scaling import MIN_BN_SPAN, largest_global_size
 
 
 def count_steps_per_epoch(
@@ -37,8 +38,12 @@ def recipe_error(recipe: str, key: str, problem: str) -> UserError:
     return UserError(f"recipe {recipe}: {key} {problem}")
 
 
-def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: int) -> tuple[str, int, str]:
-    """(mode, steps per epoch, how they were counted) from ``epoch_length``; one-line errors naming the key."""
+def epoch_length(
+    recipe: str, cfg: DictConfig, num_images: int, global_batch: int, world: int = 1, counted: bool = False
+) -> tuple[str, int, str]:
+    """(mode, steps per epoch, how they were counted) from ``epoch_length``; one-line errors naming the key.
+    ``counted``: ``num_images`` was counted in the data (else it is ``epoch_length.num_train_images``);
+    ``world``: the devices the global batch is split over (1 where not known yet)."""
     spec = cfg.epoch_length
     mode = getattr(spec.mode, "name", spec.mode)  # the schema's EpochMode; a plain str in a hand-made config
     workers, steps = spec.get("workers"), spec.get("steps")
@@ -60,11 +65,32 @@ def epoch_length(recipe: str, cfg: DictConfig, num_images: int, global_batch: in
         text = f"drop_last: {num_images} // {global_batch}"
     per_epoch = count_steps_per_epoch(num_images, global_batch, mode, workers, steps)
     if per_epoch < 1:
+        images = (
+            f"the data has {num_images} training images"
+            if counted
+            else f"epoch_length.num_train_images={num_images}"
+        )
         raise UserError(
-            f"recipe {recipe}: global batch {global_batch} exceeds the {num_images} training images;"
-            " set batch.global_size=N with N at most the dataset size (e.g. debug=toy)"
+            f"recipe {recipe}: {images}, fewer than one global batch of {global_batch} (every step takes a"
+            f" full batch): {fitting_batch_advice(cfg, num_images, world, mode, workers, steps)}"
         )
     return mode, per_epoch, text
+
+
+def fitting_batch_advice(cfg: DictConfig, num_images: int, world: int, mode: str, workers, steps) -> str:
+    """The largest global batch that gives ``num_images`` at least one step and plans (the configured BN span,
+    the cap per device), as the setting that makes it; without the BN span where none fits with it."""
+    batch = cfg.batch
+    cap, bn_group = batch.get("max_per_device"), batch.get("bn_group")
+    for group in (bn_group, None) if bn_group is not None else (None,):
+        limit = num_images
+        while (size := largest_global_size(limit, world, cap, group)) is not None:
+            fits = mode != "padded" or size % workers == 0
+            if fits and count_steps_per_epoch(num_images, size, mode, workers, steps) >= 1:
+                also = " batch.bn_group=null" if group != bn_group else ""
+                return f"set batch.global_size={size}{also} (the largest that fits {num_images} images)"
+            limit = size - 1
+    return f"a global batch needs at least {MIN_BN_SPAN} images for BN: give the run more training images"
 
 
 def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps: int) -> list[int]:

@@ -205,11 +205,17 @@ def configured_world(trainer: DictConfig) -> int | None:
 
 
 def make_plan(
-    cfg: DictConfig, recipe: str, num_train_images: int, devices: int | None, nodes: int
+    cfg: DictConfig,
+    recipe: str,
+    num_train_images: int,
+    devices: int | None,
+    nodes: int,
+    counted: bool = False,
 ) -> RecipePlan:
-    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images. ``devices=None``
-    (the composition checks) leaves out the callbacks' planned values: reading them imports every callback
-    module, so Lightning, before the data files are checked; the run and the card read them."""
+    """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images (``counted``: in the
+    data, else the recipe's ``epoch_length.num_train_images``). ``devices=None`` (the composition checks) leaves
+    out the callbacks' planned values: reading them imports every callback module, so Lightning, before the data
+    files are checked; the run and the card read them."""
     deviations = OmegaConf.to_container(cfg.deviations, resolve=True)  # four strings each: config.schema
     batch = cfg.batch
     world = configured_world(cfg.trainer) if devices is None else None
@@ -221,7 +227,9 @@ def make_plan(
         plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
     else:
         plan = plan_batch(batch.global_size, devices, nodes, batch.max_per_device, batch.bn_group)
-    mode, per_epoch, text = epoch_length(recipe, cfg, num_train_images, plan.global_size)
+    mode, per_epoch, text = epoch_length(
+        recipe, cfg, num_train_images, plan.global_size, plan.world_size, counted
+    )
     growth = _batch_growth(cfg)
     batch_growth = BatchGrowth.from_table(per_epoch, growth.growth) if growth is not None else None
     max_epochs = cfg.trainer.get("max_epochs")

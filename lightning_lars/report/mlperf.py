@@ -5,12 +5,14 @@ interpolation between batch sizes, the p-value rule) on the epochs to converge o
 ``mlperf-logging`` is the optional extra ``lightning-lars[mlperf]`` (make installs it); without it the callers
 say so in one line (`MISSING`). Two limits of the package, met here:
 
-* its 0.6.0 ruleset parses only v0.6's line format (``:::MLL <seconds> <key>: <json>``, the retired
-  ``mlperf_compliance`` package's), which ``mllog`` does not write: every line of our log is a parse error
-  there. The v0.6 rules themselves are applied to the lines as the 0.7.0 parser reads them, with the time
-  converted from milliseconds to the seconds v0.6 counted (its 20-minute init limit is ``20 * 60``);
+* its 0.6.0 ruleset parses only v0.6's line format (``:::MLL <seconds> <key>: {"value": ..., "metadata": ...}``,
+  the retired ``mlperf_compliance`` package's), which ``mllog`` does not write: a v0.6 round's log is written in
+  that format (`V06Logger`), so the package's 0.6.0 checker judges it unchanged. A v0.6 log that an earlier
+  version wrote with ``mllog`` is judged as before: the v0.6 rules on the lines as the 0.7.0 parser reads them,
+  the time converted from milliseconds to the seconds v0.6 counted (its 20-minute init limit is ``20 * 60``);
 * RCPs start with v1.0 (``rcp_checker`` refuses 0.6.0 and 0.7.0): runs of earlier rounds are judged against
-  the v1.0 RCPs, and the verdict says so.
+  the v1.0 RCPs, and the verdict says so; the RCP checker reads only ``mllog`` lines, so it gets a v0.6 log's
+  events rewritten in that format (the same keys, values, metadata and times).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,7 @@ except ImportError:
     mlp_compliance = mlp_parser = rcp_checker = None
 
 TOKEN = ":::MLLOG "
+TOKEN_V06 = ":::MLL "  # mlperf_compliance's line, the 0.6.0 parser's: ":::MLL <seconds> <key>: <json>"
 MISSING = "mlperf-logging is not installed: pip install 'lightning-lars[mlperf]' (make installs it)"
 FIRST_RCP_ROUND = "1.0.0"  # rcp_checker's oldest ruleset
 
@@ -78,21 +82,62 @@ def _require() -> None:
         raise UserError(f"judging an MLPerf log needs the MLPerf checkers; {MISSING}")
 
 
+class V06Logger:
+    """``mllog.MLLogger``'s ``start``/``end``/``event`` for a v0.6 round: each event one line of v0.6's format,
+    ``:::MLL <seconds, 3 decimals> <key>: {"value": ..., "metadata": {...}}``, into ``logger``."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger = logger
+
+    def _line(self, key: str, value=None, metadata=None, time_ms: float | None = None) -> None:
+        seconds = (time.time() * 1e3 if time_ms is None else time_ms) / 1e3
+        self.logger.info(
+            f"{TOKEN_V06}{seconds:.3f} {key}: {json.dumps({'value': value, 'metadata': metadata or {}})}"
+        )
+
+    start = end = event = _line
+
+
+def parse_line(line: str) -> dict | None:
+    """The event of one log line, ``mllog``'s or v0.6's (its event type from the key: ``*_start``, ``*_stop``);
+    None for a line that is not an event; raises ValueError, KeyError, TypeError or IndexError for a damaged one."""
+    if TOKEN.strip() in line:
+        event = json.loads(line.split(TOKEN, 1)[1])
+        event["key"], event["metadata"]  # noqa: B018  (both are what the checkers read)
+        return event
+    if TOKEN_V06 not in line:
+        return None
+    seconds, rest = line.split(TOKEN_V06, 1)[1].split(" ", 1)
+    key, _, payload = rest.partition(": ")
+    body = json.loads(payload)
+    kind = (
+        "INTERVAL_START"
+        if key.endswith("_start")
+        else "INTERVAL_END"
+        if key.endswith("_stop")
+        else "POINT_IN_TIME"
+    )
+    return {"namespace": "", "time_ms": round(float(seconds) * 1e3), "event_type": kind, "key": key,
+            "value": body["value"], "metadata": dict(body["metadata"])}  # fmt: skip
+
+
+def is_v06_log(path: Path) -> bool:
+    return any(TOKEN_V06 in line for line in Path(path).read_text(encoding="latin-1").splitlines())
+
+
 def read_events(path: Path) -> list[dict]:
-    """The events of an mllog file; a line that starts an event but is not one stops with its file:line."""
+    """The events of an mllog or v0.6 log; a line that starts an event but is not one stops with its file:line."""
     events = []
     for number, line in enumerate(Path(path).read_text(encoding="latin-1").splitlines(), start=1):
-        if TOKEN.strip() not in line:
-            continue
         try:
-            event = json.loads(line.split(TOKEN, 1)[1])
-            event["key"], event["metadata"]  # noqa: B018  (both are what the checkers read)
-        except (IndexError, ValueError, KeyError, TypeError) as error:
+            event = parse_line(line)
+        except (IndexError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise UserError(
                 f"{path}:{number}: not an MLPerf log line ({type(error).__name__}: {error}): {line[:100]!r};"
                 " remove or repair that line (the checkers cannot read the log past it)"
             ) from None
-        events.append(event)
+        if event is not None:
+            events.append(event)
     return events
 
 
@@ -102,7 +147,7 @@ def compliance_messages(path: Path, round_: str) -> list[str]:
     _require()
     read_events(path)  # a damaged line: one error naming it, before the checker's own parse
     checker = mlp_compliance.make_checker("training", round_, quiet=False, werror=False)
-    if round_ == "0.6.0":
+    if round_ == "0.6.0" and not is_v06_log(path):  # written with mllog by an earlier version
         lines, errors = mlp_parser.parse_file(str(path), ruleset="0.7.0")
         lines = [line._replace(timestamp=line.timestamp / 1e3) for line in lines]  # ms -> v0.6's seconds
         if errors:
@@ -168,9 +213,15 @@ def rcp_verdict(logs: list[Path], round_: str, workdir: Path) -> RcpVerdict:
     workdir.mkdir(parents=True, exist_ok=True)
     for old in workdir.glob("result_*.txt"):
         old.unlink()
-    for index, log in enumerate(logs):
-        read_events(log)  # names a damaged line; the checker's own reader would stop with a traceback
-        shutil.copyfile(log, workdir / f"result_{index}.txt")
+    copies = [workdir / f"result_{index}.txt" for index in range(len(logs))]
+    for log, copy in zip(logs, copies):
+        events = read_events(
+            log
+        )  # names a damaged line; the checker's own reader would stop with a traceback
+        if is_v06_log(log):  # the RCP checker reads mllog's lines only
+            copy.write_text("".join(f"{TOKEN}{json.dumps(e)}\n" for e in events))
+        else:
+            shutil.copyfile(log, copy)
     if len(logs) < 3:
         note = "; ".join(
             filter(
@@ -182,7 +233,7 @@ def rcp_verdict(logs: list[Path], round_: str, workdir: Path) -> RcpVerdict:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     try:  # the checker logs through the root logger: its lines are collected here, not printed
-        read = [rcp_checker.read_submission_file(str(log), ruleset, False) for log in logs]
+        read = [rcp_checker.read_submission_file(str(copy), ruleset, False) for copy in copies]
         epochs, batch = [r[1] for r in read], (read[0][2] if read else -1)
         passed, message, _ = rcp_checker.check_directory(
             str(workdir), "training", ruleset, False, False, rcp_pass="pruned_rcps"

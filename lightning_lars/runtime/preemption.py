@@ -34,8 +34,9 @@ class Preempted(Exception):
     """The run stopped on purpose after a signal checkpoint; the message says where it is and how it resumes.
 
     ``then``: what the entry point runs once fit has unwound (submitit's requeue handler), or None.
-    ``exit_status``: the process's exit status: 0 for a requeue or Ctrl-C (a planned stop), 128 + 15 = 143 for
-    SIGTERM, which schedulers (scancel, Kubernetes) send to end a job: they expect a killed job's status.
+    ``exit_status``: the process's exit status: 0 for a requeue (a planned stop), 128 + the signal for Ctrl-C
+    (130) and SIGTERM (143): a shell, and the schedulers that send SIGTERM to end a job (scancel, Kubernetes),
+    expect the status of a process that signal ended.
     """
 
     def __init__(self, message: str, then: Callable[[], None] | None = None, exit_status: int = 0):

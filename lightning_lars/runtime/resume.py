@@ -13,7 +13,9 @@
   Damaged files (truncated, not a checkpoint) are skipped with a counted warning. An earlier run that a live
   process still holds (`lightning_lars.runtime.run_folder`) is a one-line error, never resumed; one that
   finished (its ``results.json``) ends the search with `run_folder.Finished`: nothing to train.
-- a path: that checkpoint; a missing or damaged file is a one-line `UserError`.
+- a path: that checkpoint, as the user asked; a missing or damaged file is a one-line `UserError`. Where the
+  config of the run it was saved in differs, one warning line names the keys and what the change does to
+  the schedule and the data position (`lightning_lars.runtime.config_change`).
 
 A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
 directory ``*.ckpt/`` of torch.distributed.checkpoint shards plus Lightning's ``meta.pt`` (everything but the
@@ -35,7 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
-from lightning_lars.runtime import run_folder
+from lightning_lars.runtime import config_change, run_folder
 from lightning_lars.runtime.preemption import scheduled_job_id
 
 log = logging.getLogger(__name__)
@@ -193,20 +195,28 @@ def write_resolved_config(cfg: DictConfig) -> None:
     write_text_atomic(out / RESOLVED_FILE, yaml.safe_dump(values, sort_keys=False))
 
 
+def differences_from_run(cfg: DictConfig, folder: Path, run_dir: Path) -> list[str]:
+    """`config_differences` between ``cfg`` and the config of the run in ``folder`` (as Hydra wrote it, then
+    resolved: the same text may name another ``$LARS_DATA_DIR``); none where the folder holds no config."""
+    saved = saved_config(folder)
+    if saved is None:
+        return []
+    differs = config_differences(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), saved)
+    resolved, saved_resolved = _resolved(cfg), saved_config(folder, RESOLVED_FILE)
+    if differs or resolved is None or saved_resolved is None:
+        return differs
+    runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
+    return config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
+
+
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
     a one-line error naming the keys that differ and how to resume anyway."""
-    current, resolved = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), _resolved(cfg)
     runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
     matching, other = [], []
     for folder in search_folders(run_dir, runs_dir):
-        saved = saved_config(folder) if folder.resolve() != run_dir.resolve() else None
-        differs = config_differences(current, saved) if saved is not None else []
-        saved_resolved = saved_config(folder, RESOLVED_FILE) if saved is not None and not differs else None
-        if (
-            resolved is not None and saved_resolved is not None
-        ):  # same text; an environment variable may differ
-            differs = config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
+        own = folder.resolve() == run_dir.resolve()
+        differs = [] if own else differences_from_run(cfg, folder, run_dir)
         (other if differs else matching).append((folder, differs))
     for folder, _ in matching:  # newest first: a live run or a finished one ends the search
         # this run's own folder (a pinned hydra.run.dir) is resumed whatever it holds: the user named it
@@ -227,10 +237,9 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
         path = newest_good([folder])
         if path is None:
             continue
-        shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
         raise UserError(
             f"run.ckpt_path=last: no checkpoint of a run with this config; the newest of this recipe,"
-            f" {path}, is from a run whose config differs: {shown}; resume it anyway with"
+            f" {path}, is from a run whose config differs: {config_change.shown(differs)}; resume it anyway with"
             f" run.ckpt_path={path} and the same overrides, or leave out run.ckpt_path to start afresh"
         )
     return None
@@ -264,12 +273,21 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
             " for the newest checkpoint of this recipe"
         )
     try:
-        load_meta(path)
+        meta = load_meta(path)
     except DamagedCheckpoint as error:
         raise UserError(
             f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the newest good one"
         ) from None
+    folder = checkpoint_run_folder(path)
+    differs = differences_from_run(cfg, folder, run_dir) if folder.resolve() != run_dir.resolve() else []
+    if differs:  # the user named the file: resumed as asked, saying what the changes do
+        log.warning(config_change.notice(path, int(meta["global_step"]), differs))
     return str(path)
+
+
+def checkpoint_run_folder(path: Path) -> Path:
+    """The run folder a checkpoint was saved in: ``<run>/checkpoints/*.ckpt`` or ``<run>/hpc_ckpt_<n>.ckpt``."""
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
 
 
 def run_folder_of(cfg: DictConfig, ckpt_path: str) -> Path | None:

@@ -13,10 +13,12 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from lightning_lars.config.paths import MADE_HERE
 from lightning_lars.core.errors import UserError
 
 LOCK_FILE = ".run.lock"
@@ -77,6 +79,35 @@ def holding(folder: str | Path) -> Iterator[None]:
     finally:
         for held in set(_held) - before:
             release(held)
+
+
+# What a run writes into its folder before it trains: Hydra's .hydra/ and train.log, the lock, and the resolved
+# config (lightning_lars.runtime.resume's RESOLVED_FILE). Anything else (checkpoints/, wandb/) is a run's record.
+BEFORE_TRAINING = frozenset({".hydra", "train.log", LOCK_FILE, "resolved_config.yaml"})
+
+
+def discard_refused(folder: str | Path) -> bool:
+    """Remove ``folder`` and the parents made with it, for a run refused before it trained: only a folder this
+    process made (``${fresh_folder:}``, never a ``hydra.run.dir`` of the user's) and that holds nothing but
+    `BEFORE_TRAINING`. Returns whether it was removed."""
+    folder = Path(folder).resolve()
+    outermost = MADE_HERE.get(folder)
+    if outermost is None or not holds_locks() or not folder.is_dir():
+        return False
+    if any(entry.name not in BEFORE_TRAINING for entry in folder.iterdir()):
+        return False
+    release(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    MADE_HERE.pop(folder)
+    if outermost != folder:
+        for parent in folder.parents:
+            try:
+                parent.rmdir()  # only while empty: another run's folder beside it keeps it
+            except OSError:
+                break
+            if parent == outermost:
+                break
+    return True
 
 
 def live_holder(folder: str | Path) -> str | None:

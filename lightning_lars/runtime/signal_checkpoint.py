@@ -4,7 +4,8 @@ On SIGUSR1 (our sbatch's warning before preemption, ``--signal=SIGUSR1@90``) or 
 an optimizer-step boundary agreed by all ranks, then stops the run with `Preempted`. The requeue is Lightning's
 (``SLURMEnvironment(auto_requeue=True)``) or submitit's own handler, run at that boundary or after fit instead
 of inside the signal, where it would catch the step half done. The same callback makes Ctrl-C (SIGINT) save the
-same way and print the resume command (twice: stop now), and SIGTERM save and exit 143.
+same way and print the resume command, exiting 130 as a shell expects after Ctrl-C (twice: stop now, and say
+which steps that loses), and SIGTERM save and exit 143.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from lightning_lars.runtime import resume
 from lightning_lars.runtime.checkpoint_io import checkpoint_io, one_line
 from lightning_lars.runtime.checkpointing import distributed
 from lightning_lars.runtime.preemption import (
@@ -45,8 +47,9 @@ class SignalCheckpoint(L.Callback):
     (`lightning_lars.runtime.preemption.preemption_signals`: SIGUSR1, what our sbatch asks for,
     ``--signal=SIGUSR1@90``, Lightning's requeue signal, and submitit's, ``SUBMITIT_PREEMPT_SIGNAL``, default
     USR2: hydra-submitit-launcher's jobs get ``--signal=USR2@<signal_delay_s>``), then SIGINT (Ctrl-C; a second
-    one stops at once, without a save) and SIGTERM (``scancel``, a job's time limit: exit status 143). The
-    handler only records the signal. Then, at the end of a batch that stepped the optimizer:
+    one stops at once, without a save: `abort_message` says what that lost) and SIGTERM (``scancel``, a job's time
+    limit); both exit as the shell reports a process they killed, 128 + the signal (130, 143). The handler only
+    records the signal. Then, at the end of a batch that stepped the optimizer:
 
     - one process: checked at every step (a Python flag, no synchronisation);
     - distributed: about every ``check_every_s`` seconds all ranks agree, at a step boundary, in one all-reduce
@@ -92,6 +95,7 @@ class SignalCheckpoint(L.Callback):
             self.signums = preemption_signals(signal_names)
         self.received: int | None = None  # the signal this rank acts on: the first of `signums` it has seen
         self._interrupted = False  # a Ctrl-C came: the next one stops at once
+        self.aborted = False  # the second Ctrl-C came: the run stopped without a save
         self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
         self._step_seen = -1
 
@@ -110,7 +114,8 @@ class SignalCheckpoint(L.Callback):
 
     def _record(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT:
-            if self._interrupted:  # Ctrl-C twice: stop now, without a save
+            if self._interrupted:  # Ctrl-C twice: stop now, without a save (Lightning then exits 1)
+                self.aborted = True  # the entry point says what was lost and exits 130 (abort_message)
                 raise KeyboardInterrupt
             self._interrupted = True
         if self.received is None or self.signums.index(signum) < self.signums.index(self.received):
@@ -192,13 +197,34 @@ class SignalCheckpoint(L.Callback):
             io and io.num_failed_writes > failed_before
         ):  # disk full or gone: the older checkpoints still count
             where = f"checkpoint NOT written ({one_line(io.last_error)}), the newest earlier one is used"
-        status = (
-            128 + signal.SIGTERM if signum == signal.SIGTERM else 0
-        )  # a killed job's status, as the shell's
+        # Ctrl-C and SIGTERM: the status a shell gives a process the signal ended (130, 143); a requeue: 0
+        status = 128 + signum if signum in (signal.SIGINT, signal.SIGTERM) else 0
         raise Preempted(
             f"signal {name} at step {trainer.global_step}: {where}; {next_step}",
             then=then,
             exit_status=status,
+        )
+
+    def abort_message(self, trainer: L.Trainer) -> str:
+        """One line after the second Ctrl-C: the step it stopped at, the steps since the newest checkpoint that
+        loads (lost) and the command that resumes from that checkpoint."""
+        step = trainer.global_step
+        folder = (
+            trainer.checkpoint_callback.dirpath
+            if trainer.checkpoint_callback and trainer.checkpoint_callback.dirpath
+            else trainer.default_root_dir
+        )
+        newest = resume.newest_good([Path(folder)])
+        if newest is None:
+            return (
+                f"Ctrl-C twice: stopped at step {step} without a save, losing all {step} steps: no checkpoint"
+                " was written yet (press Ctrl-C once to save first)"
+            )
+        saved = int(resume.load_meta(newest)["global_step"])
+        lost = f"{step - saved} step{'s' if step - saved != 1 else ''}"
+        return (
+            f"Ctrl-C twice: stopped at step {step} without a save, losing the {lost} since the last checkpoint"
+            f" (step {saved}; press Ctrl-C once to save first); resume from it with: {resume_command(newest)}"
         )
 
     def _restore_handlers(self) -> None:

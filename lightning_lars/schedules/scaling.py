@@ -96,6 +96,15 @@ def nearest_global_sizes(global_size: int, world: int, cap: int | None, bn_group
     return found
 
 
+def largest_global_size(limit: int, world: int, cap: int | None, bn_group: int | None) -> int | None:
+    """The largest global batch of at most ``limit`` images that plans on ``world`` devices (a multiple of the
+    device count whose BN span ``bn_group`` can be formed), or None."""
+    for size in range(limit - limit % world, 0, -world):
+        if (bn_group is None or bn_group <= size) and _first_plan(size, world, cap, bn_group) is not None:
+            return size
+    return None
+
+
 def plan_batch(
     global_size: int,
     devices: int,

@@ -100,6 +100,13 @@ class TFLarsPoly(LRSchedule):
 
     The decay denominator is ``total_steps - w_steps + 1`` (logged as ``lars_opt_learning_rate_decay_steps``),
     so the LR never reaches ``end_lr`` within the run: ``decay_end_step`` is one past it.
+
+    ``total_steps`` is the source's ``train_steps``, counted at the source's ``N_s / B_s`` steps per TF epoch
+    (``source_num_train_images``, ``source_global_batch``); the warmup counts epochs of the run's ``N / B``. A run
+    on other data or another batch (``debug=toy``: 5,000 images in batches of 64) spans the same TF epochs: its
+    ``train_steps`` is ``total_steps x (N / B) / (N_s / B_s)``, rounded; without the source's counts, or at
+    them, it is ``total_steps`` itself. Kept at the source's, a toy run's 31-epoch warmup (2,421 steps of 64 of
+    5,000 images) outlasted the 1,738 steps and left a negative decay length.
     """
 
     warmup_epochs: int
@@ -108,6 +115,18 @@ class TFLarsPoly(LRSchedule):
     global_batch: int
     end_lr: float = 0.0001
     power: float = 2.0
+    source_num_train_images: int | None = None
+    source_global_batch: int | None = None
+
+    @property
+    def train_steps(self) -> int:
+        """The source's ``train_steps`` in this run's steps (the class docstring)."""
+        if self.source_num_train_images is None or self.source_global_batch is None:
+            return self.total_steps
+        ratio = (self.num_train_images / self.global_batch) / (
+            self.source_num_train_images / self.source_global_batch
+        )
+        return int(round(self.total_steps * ratio))
 
     @property
     def warmup_steps(self) -> int:
@@ -116,7 +135,7 @@ class TFLarsPoly(LRSchedule):
 
     @property
     def decay_end_step(self) -> int:
-        return self.warmup_steps + (self.total_steps - self.warmup_steps + 1)
+        return self.warmup_steps + (self.train_steps - self.warmup_steps + 1)
 
     def __call__(self, step: int) -> float:
         current_epoch = step / (self.num_train_images / self.global_batch)
@@ -126,7 +145,7 @@ class TFLarsPoly(LRSchedule):
         return tf_polynomial_decay(
             max(1, step - warmup_steps),
             learning_rate=self.peak_lr,
-            decay_steps=self.total_steps - warmup_steps + 1,
+            decay_steps=self.train_steps - warmup_steps + 1,
             end_learning_rate=self.end_lr,
             power=self.power,
         )
@@ -143,6 +162,8 @@ class TFLarsPoly(LRSchedule):
         global_batch: int,
         end_lr: float = 0.0001,
         power: float = 2.0,
+        source_num_train_images: int | None = None,
+        source_global_batch: int | None = None,
     ) -> TFLarsPoly:
         """``tf_lars_poly.yaml``: the source's own counts (N, B, train_steps), not the clock's."""
         return cls(
@@ -154,6 +175,8 @@ class TFLarsPoly(LRSchedule):
             global_batch=global_batch,
             end_lr=end_lr,
             power=power,
+            source_num_train_images=source_num_train_images,
+            source_global_batch=source_global_batch,
         )
 
 

@@ -3,6 +3,7 @@ plan and the LR scaling made explicit before anything trains (lightning-hydra-te
 
 from __future__ import annotations
 
+import signal
 import time
 
 import lightning as L
@@ -55,6 +56,9 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         else False
     )  # ~logger: no logging at all
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
+    # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
+    # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
+    summary = {} if "enable_model_summary" in cfg.trainer else {"enable_model_summary": False}
     # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
     trainer = instantiate(
         cfg.trainer,
@@ -64,6 +68,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         plugins=plugins,
         check_val_every_n_epoch=None,
         val_check_interval=1,
+        **summary,
     )
 
     batch = plan_batch(
@@ -75,7 +80,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     )
     datamodule = instantiate(schema.plain(cfg.data), batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(
-        cfg, cfg.recipe_name, datamodule.num_train_images, trainer.num_devices, trainer.num_nodes
+        cfg,
+        cfg.recipe_name,
+        datamodule.num_train_images,
+        trainer.num_devices,
+        trainer.num_nodes,
+        counted=True,
     )
     apply_plan(trainer, plan)
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
@@ -122,7 +132,17 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
         run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    except (
+        SystemExit
+    ):  # Lightning's exit after a KeyboardInterrupt: ours, the second Ctrl-C, says what it lost
+        signals = [c for c in trainer.callbacks if isinstance(c, SignalCheckpoint) and c.aborted]
+        if not signals:
+            raise
+        raise preemption.Preempted(
+            signals[0].abort_message(trainer), exit_status=128 + signal.SIGINT
+        ) from None
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -95,6 +95,37 @@ def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
     assert not (tmp_path / "logs").exists()  # refused before Hydra made a run folder
 
 
+@pytest.mark.parametrize(
+    "override, source",
+    [
+        ("+optimizer.lr=0.1", "scheduler.base_lr"),  # Hydra's + would add it, and the schedule overwrite it
+        ("optimizer.lr=-0.1", "scheduler.base_lr"),  # once answered with the advice to add that +
+        ("++optimizer.lr=0.1", "scheduler.base_lr"),
+        ("+data.batch_size=48", "batch.global_size"),
+        ("trainer.accumulate_grad_batches=4", "batch.global_size"),  # a Trainer argument: once given its +
+    ],
+)
+def test_a_key_the_run_sets_itself_is_refused_naming_the_key_that_sets_it(override, source, tmp_path):
+    key = override.lstrip("+").partition("=")[0]
+    line = assert_one_line_error(
+        entry_point("recipe=goyal_8k", override, tmp=tmp_path), f"{key} is not read", f"set {source} instead"
+    )
+    assert "+" not in line  # no advice to add it
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_users_recipe_that_sets_the_optimizers_lr_is_refused(tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "recipe").mkdir(parents=True)
+    (conf / "recipe" / "mine.yaml").write_text("defaults: [goyal_8k]\noptimizer: {lr: 0.2}\n")
+    line = assert_one_line_error(
+        entry_point("recipe=mine", f"hydra.searchpath=[file://{conf}]", tmp=tmp_path),
+        "optimizer.lr is not read",
+        "set scheduler.base_lr instead",
+    )
+    assert "+" not in line
+
+
 def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared, tmp_path):
     make_demo_data(shared)
     (tmp_path / "data" / "demo").mkdir(parents=True)

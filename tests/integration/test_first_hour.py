@@ -66,17 +66,35 @@ ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine 
         ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
     ],
 )
-def test_target_mistakes_are_one_line_and_leave_no_wandb_run(override, phrases, data_dir, tmp_path):
-    out = tmp_path / "run"
+def test_target_mistakes_are_one_line_and_leave_no_run_folder(override, phrases, data_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run(
+        "-m",
+        "lightning_lars.train",
+        "debug=toy",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={logs}",
+        override,
+    )
+    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    # no empty W&B run, and no run folder: Hydra made logs/demo/runs/<date> for it, the refusal took it back
+    assert not logs.exists() or not list(logs.rglob("*")), sorted(map(str, logs.rglob("*")))
+
+
+def test_a_run_folder_of_the_users_own_is_kept_when_the_run_is_refused(data_dir, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
     done = run(
         "-m",
         "lightning_lars.train",
         "debug=toy",
         f"paths.data_dir={data_dir}",
         f"hydra.run.dir={out}",
-        override,
+        "model.arch=resnet5O",
     )
-    assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
+    assert_one_line_error(done, "timm has no such model", alone=False)
+    assert (out / "notes.txt").read_text() == "mine" and (out / ".hydra").is_dir()
     assert not list(out.rglob("wandb")), "an empty W&B run was left behind"
 
 
@@ -109,7 +127,8 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
             first.send_signal(signal.SIGINT)
             break
     stdout, stderr = first.communicate(timeout=600)
-    assert first.returncode == 0 and "Traceback" not in stdout + stderr, stderr[-3000:]
+    assert first.returncode == 128 + signal.SIGINT, (first.returncode, stderr[-3000:])  # a shell's 130
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
     assert "weights_only" not in stdout + stderr  # Lightning's notice at every save without the argument
     (stopped,) = [ln for ln in stderr.splitlines() if "signal SIGINT at step" in ln]
     command = shlex.split(stopped.split("resume with: ", 1)[1])
@@ -127,14 +146,75 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
         -3000:
     ]
+    assert "whose config differs" not in resumed.stdout + resumed.stderr  # the same config: nothing to say
     folder = saved.parent
     names = sorted(p.name for p in folder.glob("*.ckpt"))
     assert "epoch0-step5.ckpt" in names  # the epoch trigger, beside the step trigger (2, 4, 6)
     assert {"epoch0-step4.ckpt", "epoch1-step6.ckpt", "epoch1-step7.ckpt", "last.ckpt"} <= set(names)
     assert resume.load_meta(folder / "last.ckpt")["global_step"] == 7  # the final state, off the 2-step grid
     runs = sorted((logs / "demo" / "runs").iterdir())
-    assert len(runs) == 3 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
+    # the first run's folder and the resumed run's: the refused run (model.arch changed) took its folder back
+    assert len(runs) == 2 and not (runs[-1] / "checkpoints").exists()  # one run's checkpoints, one folder
     assert (runs[-1] / "report.png").is_file() and "report.png" in resumed.stdout
+
+
+def test_ctrl_c_twice_within_a_second_says_which_steps_are_lost(data_dir, tmp_path):
+    """The second Ctrl-C stops at once, without a save: one line names the steps lost since the last
+    checkpoint and resumes from it; the exit status is still Ctrl-C's 130. ResNet-50 makes a step take
+    seconds on a CPU, so both signals land inside one step."""
+    args = [
+        "recipe=demo",
+        "debug=toy",
+        "model.arch=resnet50",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "trainer.max_steps=6",  # 160 images, batch 64: 2 steps per epoch
+        "trainer.max_epochs=3",
+        "trainer.log_every_n_steps=1",
+        "callbacks.checkpoint.every_n_train_steps=2",
+        "~logger",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lightning_lars.train", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in first.stdout:  # two real Ctrl-Cs inside step 4
+        if line.startswith("[train] epoch") and " step 3/6 " in line:
+            first.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            first.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 128 + signal.SIGINT, (first.returncode, stderr[-3000:])
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    (said,) = [ln for ln in stderr.splitlines() if "Ctrl-C twice" in ln]
+    assert "stopped at step 3 without a save, losing the 1 step since the last checkpoint (step 2;" in said
+    saved = Path(shlex.split(said.split("resume from it with: ", 1)[1])[-1].removeprefix("run.ckpt_path="))
+    assert resume.load_meta(saved)["global_step"] == 2
+    assert not list(saved.parent.glob("signal-*"))  # nothing saved after the signals
+
+
+def test_resuming_a_named_checkpoint_with_another_global_batch_says_what_changes(data_dir, tmp_path):
+    """run.ckpt_path=last refuses a run of another config; a checkpoint named by its path is resumed as asked,
+    and one line says which keys differ from its run's config and what that does to the schedule and data."""
+    args = ["recipe=demo", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path / 'logs'}"]
+    first = run("-m", "lightning_lars.train", *args, "~logger")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (saved,) = (tmp_path / "logs" / "demo" / "runs").glob("*/checkpoints/last.ckpt")
+    step = resume.load_meta(saved)["global_step"]
+    again = run(
+        "-m", "lightning_lars.train", *args, "~logger", f"run.ckpt_path={saved}", "batch.global_size=32"
+    )
+    assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
+    (said,) = [ln for ln in (again.stdout + again.stderr).splitlines() if "whose config differs" in ln]
+    assert f"run.ckpt_path={saved}: resuming step {step} of a run whose config differs:" in said
+    assert "batch.global_size (64 -> 32)" in said
+    assert "the LR schedule, the epoch count and the evaluation steps are planned for this config" in said
+    assert "the loader continues its epoch after the images it had consumed" in said
 
 
 def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_path):
@@ -344,3 +424,22 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_the_batch_advised_for_a_tiny_image_folder_trains(tmp_path):
+    """24 images under debug=toy (batch 64): the one-line refusal names a global batch, and that batch trains."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            folder = tmp_path / "tiny" / split / label
+            folder.mkdir(parents=True)
+            for n in range(12):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{n}.jpg")
+    logs = tmp_path / "logs"
+    args = ["debug=toy", "data=imagefolder", f"data.root={tmp_path / 'tiny'}", "data.num_classes=2"]
+    refused = run("-m", "lightning_lars.train", *args, f"paths.log_dir={logs}")
+    line = assert_one_line_error(refused, "the data has 24 training images", "set batch.global_size=")
+    advised = line.partition("set ")[2].partition(" (")[0]  # batch.global_size=N
+    done = run("-m", "lightning_lars.train", *args, advised, f"paths.log_dir={logs}", "~logger")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert len(list(logs.glob("demo/runs/*/results.json"))) == 1

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,35 @@ def test_demo_trains_from_the_working_folder(installed):
     # data/ and logs/ default to the working folder when installed, not to the clone
     assert (work / "data" / "demo" / "train.beton").is_file()
     assert list(work.glob("logs/demo/runs/*/results.json")), sorted(p.name for p in work.rglob("*"))[:20]
+
+
+def test_the_wheel_build_declares_every_config_folder_and_ships_every_yaml(tmp_path):
+    """setuptools warns with a 30-line "Package would be ignored" wall for each data folder that Python could
+    import but `packages` does not list (12 config groups, twice each: 24 walls in `make install`)."""
+    built = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            "dist",
+            str(ROOT),
+        ],
+        cwd=tmp_path,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    output = built.stdout + built.stderr
+    assert "would be ignored" not in output and "is absent from the `packages`" not in output, output[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("lightning_lars-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    for folder, inside in (
+        (ROOT / "conf", "lightning_lars/conf"),
+        (ROOT / "recipes", "lightning_lars/recipes"),
+    ):
+        for path in folder.rglob("*.yaml"):
+            assert f"{inside}/{path.relative_to(folder).as_posix()}" in shipped, path

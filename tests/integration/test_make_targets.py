@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from lightning_lars.config import compose as config
+from lightning_lars.config.paths import CONF_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +84,35 @@ def test_make_demo_data_writes_into_a_folder_with_a_space(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "train.beton").stat().st_size > 0 and (out / "val.beton").stat().st_size > 0
     assert not (tmp_path / "my").exists()  # not split at the space
+
+
+def job_config(done: subprocess.CompletedProcess) -> dict:
+    """The YAML that ``--cfg job`` printed, after the command line make echoes."""
+    assert done.returncode == 0, done.stderr[-3000:]
+    return yaml.safe_load(done.stdout.split("\n", 1)[1])
+
+
+def test_a_config_group_and_its_keys_reach_the_program_through_make(tmp_path):
+    """`data=` was a make variable of bench-largebatch: make kept it, and the run used the recipe's data."""
+    synthetic = job_config(make("recipe=goyal_8k", "data=synthetic", "args=--cfg job", cwd=tmp_path))
+    assert synthetic["data"]["_target_"] == "lightning_lars.data.synthetic.SyntheticDataModule"
+    root = tmp_path / "my imagenet"
+    folder = job_config(
+        make("recipe=goyal_8k", "data=imagefolder", f"data.root={root}", "args=--cfg job", cwd=tmp_path)
+    )
+    assert folder["data"]["_target_"].endswith("TorchvisionDataModule") and folder["data"]["root"] == str(
+        root
+    )
+
+
+def test_no_make_variable_is_a_key_or_group_of_the_config(tmp_path):
+    """What make keeps for itself never reaches Hydra: none of its variables may name a config key or group
+    (``recipe`` is the exception make passes on itself). The variables as make itself reads the Makefile."""
+    database = subprocess.run(
+        [*MAKE, "-pn", "help"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    (line,) = [ln for ln in database.splitlines() if ln.startswith("MAKE_VARS := ")]
+    own = set(line.removeprefix("MAKE_VARS := ").split()) - {"recipe"}
+    cfg = config.compose_job(["recipe=demo"])
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"recipe", "local", "debug"}
+    assert own and not own & (set(cfg.keys()) | groups), own & (set(cfg.keys()) | groups)

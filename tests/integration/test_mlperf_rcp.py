@@ -94,10 +94,18 @@ def result_log(path, epochs: int, batch: int = 3264) -> None:
     )
 
 
-@pytest.mark.parametrize("epochs", [[35, 35, 36, 35, 34], [33, 33, 34, 33, 32], [34, 35, 36]])
-def test_verdict_lines_state_the_checkers_numbers(tmp_path, epochs):
+@pytest.mark.parametrize(
+    "epochs, verdict",
+    [
+        ([35, 35, 36, 35, 34], "PASSED"),  # olympic mean 35: no faster than the RCP allows (README's example)
+        ([33, 33, 34, 33, 32], "FAILED"),  # olympic mean 33: faster than the fastest accepted mean (34.31)
+        ([34, 35, 36], "PASSED"),  # 3 runs: the olympic mean of the middle one, 35
+    ],
+)
+def test_verdict_lines_state_the_checkers_numbers(tmp_path, epochs, verdict):
     """At batch 3264 the v1.0 RCP holds 15 NVIDIA runs: its olympic mean is the reference; ours is the olympic
-    mean of the runs; PASSED or FAILED is check_directory's own answer on the same files."""
+    mean of the runs; the verdict is the expected one, and PASSED or FAILED is check_directory's own answer on
+    the same files."""
     logs = []
     for index, value in enumerate(epochs):
         logs.append(tmp_path / f"run{index}.log")
@@ -116,3 +124,27 @@ def test_verdict_lines_state_the_checkers_numbers(tmp_path, epochs):
     finally:
         logging.disable(logging.NOTSET)
     assert lines[2].strip() == f"{message}: RCP test {'PASSED' if passed else 'FAILED'}"
+    assert lines[2].strip() == f"RCP found: RCP test {verdict}"  # an RCP at this very batch, and the verdict
+    fastest = float(lines[1].split("fastest accepted mean ")[1].split(";")[0])
+    assert (statistics.fmean(ours) >= fastest) == (verdict == "PASSED")  # the rule the verdict applies
+
+
+def test_v06_logs_get_the_same_rcp_verdict(tmp_path):
+    """A v0.6 round writes v0.6's own line format, which the RCP checker cannot read: it gets the events as mllog
+    lines, so five v0.6 logs get the verdict the same runs get in mllog's format."""
+    epochs = [35, 35, 36, 35, 34]
+    mllog, v06 = [], []
+    for index, value in enumerate(epochs):
+        mllog.append(tmp_path / f"mllog{index}.log")
+        result_log(mllog[-1], value)
+        v06.append(tmp_path / f"v06_{index}.log")
+        v06[-1].write_text(
+            "".join(
+                f":::MLL 1.000 {e['key']}: {json.dumps({'value': e['value'], 'metadata': e['metadata']})}\n"
+                for e in mlperf.read_events(mllog[-1])
+            )
+        )
+    assert mlperf.is_v06_log(v06[0]) and not mlperf.is_v06_log(mllog[0])
+    ours = mlperf.rcp_verdict(v06, "0.6.0", tmp_path / "v06").lines()
+    theirs = mlperf.rcp_verdict(mllog, "0.6.0", tmp_path / "mllog").lines()
+    assert ours == theirs and "RCP test PASSED" in ours[2]

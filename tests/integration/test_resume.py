@@ -48,3 +48,32 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     # the resumed process logged into the W&B run the killed one started
     run_ids = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
     assert len(killed_wandb) == 1 and run_ids == killed_wandb, (killed_wandb, run_ids)
+
+
+def test_an_image_folder_run_resumes_mid_epoch_exactly(shared, tmp_path):
+    """The torchvision loader (data=demo_imagefolder: the demo's JPEGs): killed after step 8, 2 of epoch 2's 6
+    steps, it resumes with the epoch's remaining samples and their own crops and flips, so it ends bitwise where
+    the unbroken run ends, and Lightning has no "not resumable" warning to give."""
+    reference_run(shared)  # makes the demo data (JPEGs and FFCV files) once per session
+    folder = ["data=demo_imagefolder"]
+    reference_dir = shared / "reference_imagefolder"
+    if not (reference_dir / "final.pt").is_file():
+        run_to_end(train_command(shared, *folder, f"hydra.run.dir={reference_dir}"), shared)
+    reference = torch.load(reference_dir / "final.pt", weights_only=False)
+
+    run_dir = tmp_path / "run"
+    command = train_command(shared, *folder, f"hydra.run.dir={run_dir}")
+    with open(tmp_path / "killed.log", "w") as log:
+        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=log, stderr=subprocess.STDOUT)
+        kill_when(run_dir / "checkpoints" / "epoch1-step8.ckpt", victim)
+    assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    saved = torch.load(run_dir / "checkpoints" / "epoch1-step8.ckpt", weights_only=True)
+    # Lightning's own record of the loader's state (its stateful-dataloader protocol): 2 of 6 global batches
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [
+        {"epoch": 1, "samples_consumed": 64}
+    ]
+
+    output = run_to_end([*command, "run.ckpt_path=last"], shared)
+    assert "Restoring states from the checkpoint path at" in output
+    assert "not resumable" not in output, output[-3000:]
+    assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)

@@ -26,7 +26,14 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
 
     def train(*overrides: str) -> str:
         console = run_to_end(train_command(tmp_path, *overrides), tmp_path, **extra)
-        for noise in ("srun", "Checkpoint directory", "Trainable params", "| Name"):
+        for noise in (
+            "srun",
+            "Checkpoint directory",
+            "Trainable params",
+            "| Name",
+            "GPU available",
+            "TPU available",
+        ):
             assert noise not in console, console
         return console
 
@@ -39,7 +46,11 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
     assert "[lightning-lars] plan: global batch 32" in log and "[lightning-lars] recipe demo" in log, log[
         -3000:
     ]
-    assert "Trainable params" in log  # the model summary: in the file, not on the console
+    # neither Lightning's model summary nor its device banner, in the file either; the plan line names the devices
+    assert "Trainable params" not in log and "GPU available" not in log and "TPU available" not in log, log[
+        -3000:
+    ]
+    assert "[lightning-lars] plan: global batch 32 = 1 devices" in log
     # the W&B run (offline: its files on disk) carries the report image beside its table
     (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
     images = list((wandb_run / "files" / "media" / "images" / "report").glob("report_png_*.png"))

@@ -223,15 +223,17 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
         SignalCheckpoint(signal_names=["SIGINT"]),
         Checkpoint(dirpath=tmp_path / "a"),
     ]
-    with pytest.raises(Preempted, match="signal SIGINT at step 3"):
+    with pytest.raises(Preempted, match="signal SIGINT at step 3") as stopped:
         boring_trainer(tmp_path, callbacks, max_steps=20).fit(BoringModel())
+    assert stopped.value.exit_status == 130  # what a shell reports for a process Ctrl-C ended
     assert resume.load_meta(tmp_path / "a" / "signal-step3.ckpt")["global_step"] == 3
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before after fit
 
-    impatient = SignalAt(2, signal.SIGINT, signal.SIGINT)  # the second Ctrl-C ends the run without a save
+    impatient = SignalAt(3, signal.SIGINT, signal.SIGINT)  # the second Ctrl-C ends the run without a save
+    stopper = SignalCheckpoint(signal_names=["SIGINT"])
     trainer = boring_trainer(
         tmp_path,
-        [impatient, SignalCheckpoint(signal_names=["SIGINT"]), Checkpoint(dirpath=tmp_path / "b")],
+        [impatient, stopper, Checkpoint(dirpath=tmp_path / "b", every_n_train_steps=2, save_top_k=-1)],
         max_steps=20,
     )
     try:
@@ -240,6 +242,10 @@ def test_ctrl_c_checkpoints_like_sigusr1_and_twice_stops_at_once(tmp_path, monke
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores SIGINT from then on
     assert not list((tmp_path / "b").glob("signal-*"))
+    assert stopper.aborted  # the entry point turns Lightning's exit 1 into 130 with this line:
+    message = stopper.abort_message(trainer)
+    assert "stopped at step 3 without a save, losing the 1 step since the last checkpoint (step 2;" in message
+    assert message.endswith(f"run.ckpt_path={tmp_path / 'b' / 'epoch0-step2.ckpt'}")
 
 
 def test_a_preemption_signal_wins_over_sigterm_and_one_ctrl_c_after_it(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
+from lightning_lars.config.paths import RECIPES_DIR
 from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import show
 from lightning_lars.recipe.plan import plan_recipe
@@ -40,6 +41,12 @@ def stats(epochs: list[int]) -> tuple[float, float]:
     """The checker's mean (one fastest and one slowest run left out) and its np.std (population) of all runs."""
     ordered = sorted(epochs)
     return statistics.mean(ordered[1:-1]), statistics.pstdev(ordered)
+
+
+def decay_comment(name: str) -> str:
+    """The ``# decay:`` comment of recipe ``name``, where it says how it reads its entry's decay steps."""
+    text = (RECIPES_DIR / f"{name}.yaml").read_text()
+    return text[text.index("# decay:") : text.index("\nscheduler:")]
 
 
 def test_one_recipe_per_entry():
@@ -75,9 +82,22 @@ def test_recipe_values_are_the_entry(name):
         train_steps,  # epochs of N // B steps
     )
     assert as_decay or as_epochs, (written, train_steps, warmup)
+    # MLCommons' reference (mlcommons/training image_classification/tensorflow2 lars_util.py:112-116 with
+    # resnet_runnable.py:111-114 and common.py:637-639) logs int((N // B) x train_epochs - warmup_steps + 1):
+    # where a whole train_epochs gives the entry's value, it is that run's decay length and is read as written;
+    # elsewhere the recipe's decay comment says why not (and names no other entry's command)
+    logged_for = [e for e in range(1, 400) if int(e * steps_per_epoch - warmup + 1) == written]
+    block = decay_comment(name)
+    if logged_for:
+        assert as_decay and train_steps == logged_for[0] * steps_per_epoch, (name, logged_for)
+    else:
+        need = (written - 1 + warmup) / steps_per_epoch
+        assert f"{written} is no decay length MLCommons' reference logs" in block
+        assert f"= {need:.3f} train epochs, not a whole number" in block
+    assert name == "resnet_ref_4096" or "resnet_ref_4096" not in block  # once copied into four recipes
     earlier = EARLIER.get(name, {}).get("Hyperparams", {}).get("opt_learning_rate_decay_steps")
-    if earlier is not None and earlier != written:  # training_1.0.0 wrote this entry in epochs
-        assert train_steps == earlier * steps_per_epoch
+    if earlier is not None and earlier != written:  # training_1.0.0 wrote this entry in epochs: of the run,
+        assert earlier * steps_per_epoch in (train_steps, train_steps - warmup)  # or of its decay
     plan = plan_recipe(name)
     assert plan.steps_per_epoch == steps_per_epoch and plan.warmup_steps == warmup
     assert plan.total_epochs >= max(entry["Epochs to converge"])  # the slowest run's epoch is reached
@@ -88,11 +108,22 @@ def test_recipe_values_are_the_entry(name):
 
 
 def test_published_statistics_are_the_checkers():
+    """What the project states for each entry (the recipe's published epochs, the card's reference point) is the
+    checker's own RCP Mean, Stdev and Min Epochs (``RCP_Checker.rcp_data``), and the checker's documented
+    statistics (`stats`) give the same numbers from the file."""
     checker = RCP_Checker("training", "4.0.0", "resnet", verbose=False)
     for name, entry in RCPS.items():
-        mean, stdev = stats(entry["Epochs to converge"])
-        assert checker.rcp_data[name]["RCP Mean"] == pytest.approx(mean)
-        assert checker.rcp_data[name]["RCP Stdev"] == pytest.approx(stdev)
+        record, runs = checker.rcp_data[name], entry["Epochs to converge"]
+        assert recipe(name).published.epochs == (
+            f"{record['RCP Mean']:.4g} +- {record['RCP Stdev']:.3g} (n={len(runs)})"
+        )
+        point = reference_points.reference_point(name)
+        assert (point.mean_epochs, point.stdev_epochs, point.min_epochs) == (
+            record["RCP Mean"], record["RCP Stdev"], record["Min Epochs"]
+        )  # fmt: skip
+        assert point.batch == entry["BS"] and point.epochs_to_converge == tuple(runs)
+        mean, stdev = stats(runs)
+        assert record["RCP Mean"] == pytest.approx(mean) and record["RCP Stdev"] == pytest.approx(stdev)
 
 
 @pytest.mark.parametrize("name", sorted(RCPS))
@@ -157,7 +188,7 @@ def test_card_below_and_above_every_entry_says_what_the_checker_does():
     """Below the smallest batch the checker judges against the smallest entry; above the largest it has none."""
     smallest = min(RCPS, key=lambda name: RCPS[name]["BS"])
     largest = max(entry["BS"] for entry in RCPS.values())
-    below = show("demo")  # LARS at batch 128
+    below = show("demo", overrides=["mlperf.round=4.0.0"])  # LARS at batch 128, as an MLPerf run
     assert f"below every entry: the checker holds a run at this batch to {smallest}" in below
     mean, _ = stats(RCPS[smallest]["Epochs to converge"])
     assert f"at batch 128: reference {mean:.4g}" in below

@@ -90,3 +90,38 @@ def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option():
     )  # no sinfo on PATH
     assert_one_line_error(result, "sinfo is not on PATH", "--cpus-per-node N")
     assert "#SBATCH" not in result.stdout
+
+
+def test_a_failing_sinfo_is_named_with_its_own_last_line_not_as_missing(tmp_path):
+    """A login node with a broken SLURM config: sinfo is there but fails. ``make recipe=... nodes=2`` with sbatch on
+    PATH submits through SLURM and asks sinfo for a node's cores first: the error says sinfo failed and why."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (
+        (
+            "sinfo",
+            'echo "sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error" >&2\n'
+            'echo "sinfo: error: fetch_config: DNS SRV lookup failed" >&2\nexit 1',
+        ),
+        ("sbatch", 'echo "sbatch must not run: sinfo failed" >&2\nexit 3'),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
+    done = subprocess.run(
+        [*make, "recipe=demo", "nodes=2", "devices=1"],
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (
+        "`sinfo --noheader --format=%c` failed (exit 1): sinfo: error: fetch_config: DNS SRV lookup failed"
+        in (errors[0])
+    )
+    assert "not on PATH" not in errors[0] and "--cpus-per-node N" in errors[0]
+    assert "sbatch must not run" not in done.stderr

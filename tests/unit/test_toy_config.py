@@ -8,6 +8,7 @@ from hydra import compose, initialize_config_dir
 
 import lightning_lars.models  # noqa: F401  (the ${at_least_model_min:} resolver the toy config reads)
 from lightning_lars.config import compose as config
+from lightning_lars.recipe.plan import make_plan
 
 
 def toy_config(recipe):
@@ -91,3 +92,26 @@ def test_toy_batches_equal_ffcvs_on_the_same_demo_data(tmp_path):
         assert x.shape == fx.shape and torch.allclose(x, fx.float(), atol=1e-4), (x - fx.float()).abs().max()
         seen += len(y)
     assert seen == 60
+
+
+@pytest.mark.parametrize("recipe", config.recipe_names())
+def test_toy_schedule_has_a_decay_phase_after_its_warmup(recipe):
+    """A toy run shrinks the schedule with the data: its decay never ends before its warmup does (the TF
+    recipes once planned a 2,421-step warmup inside 1,738 steps and logged decay steps -682)."""
+    cfg = config.compose_job([f"recipe={recipe}", "debug=toy"])
+    plan = make_plan(cfg, recipe, num_train_images=5000, devices=1, nodes=1)
+    assert plan.decay_end_step > plan.warmup_steps >= 0
+
+
+@pytest.mark.parametrize("recipe", ["ying_tpu_32k", "google_mlperf06_32k", "google_mlperf07_64k"])
+def test_toy_tf_schedule_spans_the_sources_tf_epochs(recipe):
+    """TF's schedule counts the warmup in epochs of N / B and the run in the source's train_steps: the toy's
+    decay ends after as many of its own TF epochs as the source's train_steps are of the source's."""
+    full = config.compose_job([f"recipe={recipe}"])
+    source_epochs = full.scheduler.total_steps / (
+        1281167 / full.batch.global_size
+    )  # float64, from the recipe
+    plan = make_plan(config.compose_job([f"recipe={recipe}", "debug=toy"]), recipe, 5000, 1, 1)
+    toy_epochs = (plan.decay_end_step - 1) / (5000 / 64)  # TF's decay ends one step past train_steps
+    assert toy_epochs == pytest.approx(source_epochs, abs=1 / (5000 / 64))  # within the one rounded step
+    assert plan.lr_schedule(plan.decay_end_step) == pytest.approx(full.scheduler.end_lr)
