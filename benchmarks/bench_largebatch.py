@@ -32,7 +32,7 @@ from pathlib import Path
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
-from lightning_lars.report import runs_table
+from lightning_lars.report import bench_key, runs_table
 from lightning_lars.report.provenance import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,9 @@ EPOCHS = 8
 SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps/epoch on 5,000 images
 RESOLUTION = 32  # px, train and eval
 # timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
-MODEL_KWARGS = "{channels:[16,32,64,128],stem_width:16}"
+WIDTHS = {"quarter": ["+model.model_kwargs={channels:[16,32,64,128],stem_width:16}"], "full": []}
+LR_RULES = ("linear", "sqrt", "reference")  # how a recipe's LR moves to the large batch (lr_overrides)
+MLPERF_ARM = "lars_mlperf"  # the one arm MLCommons' reference points give LRs for (LARS, ResNet-50)
 MIN_STEPS = 3  # optimizer steps per epoch below which a "large batch" run is not a schedule at all
 
 
@@ -110,16 +112,60 @@ def scaled_marks(recipe, epochs: int, steps_per_epoch: int) -> list[str]:
     return out
 
 
+def reference_lr(ratio: float, epochs: int) -> tuple[str, float, float]:
+    """MLCommons' reference point for LARS at the same share of ImageNet as ``ratio`` (nearest batch, in log):
+    (entry, its LR, its warmup as the same share of our ``epochs``). Its LR is not scaled: LARS' LR multiplies
+    the trust ratio, not the gradient, and the reference quotes it at its own batch."""
+    from lightning_lars.recipe import reference_points as rcp
+
+    batch = ratio * rcp.NUM_TRAIN_IMAGES
+    name = min(rcp.names(), key=lambda n: abs(math.log(rcp.entries()[n]["BS"] / batch)))
+    entry = rcp.entries()[name]
+    hyper = entry["Hyperparams"]
+    # opt_learning_rate_decay_steps counts the whole run in steps of BS images (reference_points.py)
+    run_epochs = hyper["opt_learning_rate_decay_steps"] * entry["BS"] / rcp.NUM_TRAIN_IMAGES
+    warmup = hyper["opt_learning_rate_warmup_epochs"] / run_epochs * epochs
+    return name, float(hyper["opt_base_learning_rate"]), warmup
+
+
+def lr_overrides(arm: Arm, recipe, batch: int, ratio: float, epochs: int, rule: str) -> list[str]:
+    """The LR of a large-batch arm under ``rule``: ``linear`` is the project's scale_lr (nothing to override),
+    ``sqrt`` grows it with the square root of the batch, ``reference`` takes MLCommons' reference point."""
+    if not arm.large or rule == "linear":
+        return []
+    base_lr, base_batch = float(recipe.scheduler.base_lr), int(recipe.scheduler.base_batch)
+    if rule == "sqrt":
+        return [
+            f"scheduler.base_lr={base_lr * math.sqrt(batch / base_batch):.6g}",
+            f"scheduler.base_batch={batch}",
+        ]
+    if arm.name != MLPERF_ARM:
+        raise UserError(
+            f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points; drop {arm.name}"
+        )
+    _, lr, warmup = reference_lr(ratio, epochs)
+    return [
+        f"scheduler.base_lr={lr:g}",
+        f"scheduler.base_batch={batch}",
+        f"scheduler.warmup_epochs={warmup:.6g}",
+    ]
+
+
 def run_overrides(
-    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int
-):
-    """The full override list of one run: sizes, the data set, CPU settings, and no logger or extra callbacks."""
+    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int,
+    setup: dict | None = None,
+):  # fmt: skip
+    """The full override list of one run: sizes, the data set, the device, and no logger or extra callbacks.
+    ``setup``: width, lr_rule, ratio, device, workers (the bench's options; today's set-up when left out)."""
+    setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
     spe = manifest_images(data)["train"] // batch
     marks = scaled_marks(recipe, epochs, spe)
+    lr = lr_overrides(arm, recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"])
+    if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
+        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
     if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
-        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")] + [
-            "scheduler.warmup_epochs=0"
-        ]
+        marks += ["scheduler.warmup_epochs=0"]
+    accelerator = "gpu" if setup["device"] == "cuda" else "cpu"
     return [
         f"recipe={arm.recipe}",
         f"seed={seed}",
@@ -127,6 +173,7 @@ def run_overrides(
         f"batch.max_per_device={batch}",
         "batch.bn_group=null",  # BN over the whole batch: one device here
         *marks,
+        *lr,
         "epoch_length.mode=drop_last",
         "epoch_length.workers=null",
         f"epoch_length.num_train_images={manifest_images(data)['train']}",
@@ -138,20 +185,26 @@ def run_overrides(
         f"data.num_classes={num_classes}",
         f"data.resolution={px}",
         f"data.val_resolution={px}",
-        "data.num_workers=1",  # measured: 1 loader thread beats 2 on 2 shared cores
+        f"data.num_workers={setup['workers']}",  # measured: 1 loader thread beats 2 on 2 shared cores
         "model.arch=resnet10t",
-        f"+model.model_kwargs={MODEL_KWARGS}",
+        *WIDTHS[setup["width"]],
         "model.channels_last=false",
-        *"strategy=auto trainer.accelerator=cpu trainer.devices=1 trainer.precision=32-true".split(),
+        f"trainer.accelerator={accelerator}",
+        *"strategy=auto trainer.devices=1 trainer.precision=32-true".split(),
         f"paths.log_dir={out}",
         f"paths.output_dir={out}/run",
         "~logger",
         *(
             f"~callbacks.{c}"
-            for c in "checkpoint progress trust_ratio hparams throughput time_to_target".split()
+            for c in "checkpoint progress trust_ratio hparams throughput time_to_target mlperf_log".split()
         ),
         *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
+
+
+def portable(overrides: list[str], data: Path, out: Path) -> list[str]:
+    """The overrides as a row keeps them: the machine's data and log folders become DATA and LOGS."""
+    return [o.replace(str(out), "LOGS").replace(str(data), "DATA") for o in overrides]
 
 
 def manifest_images(data: Path) -> dict[str, int]:
@@ -212,6 +265,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-readme", action="store_true", help="leave the README and the plot alone")
     parser.add_argument("--resolution", type=int, default=RESOLUTION, help="px, train and eval")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "runs.png")
+    parser.add_argument("--width", choices=tuple(WIDTHS), default="quarter", help="resnet10t's widths")
+    parser.add_argument("--lr-rule", choices=LR_RULES, default="linear", help="large-batch LR (lr_overrides)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--workers", type=int, default=1, help="data loader processes")
     args = parser.parse_args(argv)
     try:
         unknown = set(args.only or ()) - {a.name for a in ARMS}
@@ -223,14 +281,33 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"{args.data} has no manifest.json: make prepare src=IMAGEFOLDER out={args.data}")
         sizes = manifest_images(args.data)
         batch = large_batch(sizes["train"], args.ratio)
+        missing = [name for name in bench_key.BETONS if not (args.data / name).is_file()]
+        if missing:
+            raise UserError(
+                f"{args.data} has no {' '.join(missing)}: make prepare src=IMAGEFOLDER out={args.data}"
+            )
+        others = [
+            a.name for a in ARMS if a.large and a.name != MLPERF_ARM and a.name in (args.only or a.name)
+        ]
+        if args.lr_rule == "reference" and others:
+            raise UserError(
+                f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points, not {' '.join(others)};"
+                f' add only="{bench_key.BASELINE_ARM} {MLPERF_ARM}"'
+            )
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     quiet()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     git = git_state()
     commit = (git["git_sha"] or "?")[:10] + ("-dirty" if git["git_dirty"] else "")
     kept = runs_table.read_runs(args.runs)
-    dataset = {"path": str(args.data), "name": args.data.name, **sizes}
+    # by name, sizes and content: the folder is the machine's, the hash travels with the .beton files
+    dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
+    setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
     trained = False
     for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
         recipe = config.compose_job([f"recipe={arm.recipe}"])
@@ -242,21 +319,33 @@ def main(argv: list[str] | None = None) -> None:
             )
         b = batch if arm.large else SMALL_BATCH
         for seed in range(args.seeds):
-            key = runs_table.RunKey(arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed)
-            if any(runs_table.same_run(r, key) for r in kept):
+            key = bench_key.RunKey(
+                arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed,
+                dataset["sha256"], args.width, args.lr_rule,
+            )  # fmt: skip
+            if any(bench_key.same_run(r, key) for r in kept):
                 print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
                 continue
             out = ROOT / "logs" / "bench_largebatch" / f"{arm.name}_seed{seed}"
             overrides = run_overrides(
-                arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution
-            )
+                arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution,
+                setup | {"workers": args.workers},
+            )  # fmt: skip
             top1, wall = train_once(overrides, seed)
+            factors = {"width": args.width, "device": args.device}
+            if arm.large:  # the baseline's LR does not depend on the rule
+                factors["lr_rule"] = args.lr_rule
+                lr = [o.split("=", 1)[1] for o in overrides if o.startswith("scheduler.base_lr=")]
+                factors["base_lr"] = float(lr[-1]) if lr else float(recipe.scheduler.base_lr)
+                if args.lr_rule == "reference":
+                    factors["reference_point"] = reference_lr(args.ratio, args.epochs)[0]
             trained = True
             row = runs_table.bench_row(
                 arm=arm.name,
                 recipe=arm.recipe,
-                overrides=overrides[1:],
+                overrides=portable(overrides[1:], args.data, out),
                 dataset=dataset,
+                factors=factors,
                 ratio=args.ratio,
                 batch=b,
                 epochs=args.epochs,
@@ -274,13 +363,17 @@ def main(argv: list[str] | None = None) -> None:
                 f" ({wall:.0f} s)",
                 flush=True,
             )
-    same = (args.data.name, args.epochs, args.resolution)
-    group = [  # this ratio's arms and small-batch SGD, on this data set at these sizes
+    here = bench_key.baseline_part(
+        bench_key.RunKey(
+            "", args.data.name, args.ratio, args.epochs, args.resolution, -1, dataset["sha256"], args.width
+        )
+    )
+    group = [  # this set-up's arms and small-batch SGD, on this data set at these sizes
         r
         for r in kept
-        if (k := runs_table.key_of(r))
-        and (k.dataset, k.epochs, k.resolution) == same
-        and (k.ratio == args.ratio or k.arm == runs_table.BASELINE_ARM)
+        if (k := bench_key.key_of(r))
+        and bench_key.baseline_part(k._replace(arm="", seed=-1)) == here
+        and ((k.ratio, k.lr_rule) == (args.ratio, args.lr_rule) or k.arm == bench_key.BASELINE_ARM)
     ]
     print("\n" + runs_table.markdown(group) + "\n\n" + runs_table.verdicts(group), flush=True)
     if not args.no_readme:

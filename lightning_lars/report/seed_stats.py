@@ -36,3 +36,16 @@ def welch_gap(arm: list[float], base: list[float], level: float = 0.95):
     df = (va + vb) ** 2 / (va**2 / (len(arm) - 1) + vb**2 / (len(base) - 1))
     half = t_quantile(0.5 + level / 2, df) * math.sqrt(va + vb)
     return gap, gap - half, gap + half
+
+
+MARGIN = 3.0  # top-1 points: the loss to small-batch SGD a published "same accuracy" claim is allowed here
+
+
+def verdict(low: float, high: float, margin: float = MARGIN) -> str:
+    """Whether a 95 % interval of (large batch - small batch) top-1 shows the claim "no worse than ``margin``
+    points below": it holds when the whole interval lies above -margin, fails when it lies below."""
+    if low >= -margin:
+        return f"holds within {margin:g} points"
+    if high < -margin:
+        return f"does not hold: more than {margin:g} points below"
+    return f"undecided: the interval spans -{margin:g} points"
