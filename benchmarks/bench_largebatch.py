@@ -3,15 +3,19 @@
 Each arm is one of the project's own recipes with only sizes changed: the batch, the epochs, and every
 schedule mark (warmup, milestones, Neumann's SGD and reset periods; LAMB's marks in steps) scaled by the
 ratio of epochs, on a prepared data set (``make prepare``; the demo when none is given), with a small ResNet
-at a small resolution. The large batch is a share of the data set (``--ratio 0.1``: 10 % of the training
-images per step). Every run goes through the project's stack (Hydra compose of ``recipe=NAME`` + overrides,
-``lightning_lars.training.run.build``, an in-process ``Trainer.fit``) and is appended to ``--runs`` (default
-recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it stopped. At the end: a table,
-one verdict per large-batch arm (gap to small-batch SGD, 95 % Welch CI over seeds), the README's "Runs of
-ours" and its plot (lightning_lars/report/runs_table.py).
+at a small resolution (lightning_lars/recipe/shrink.py). The large batch is a share of the data set
+(``--ratio 0.1``: 10 % of the training images per step). Every run goes through the project's stack (Hydra
+compose of ``recipe=NAME`` + overrides, ``lightning_lars.training.run.build``, an in-process ``Trainer.fit``)
+and is appended to ``--runs`` (default recipes/runs.jsonl) as soon as it ends. A row names its data set by
+name, sizes and the sha256 of its .beton files (not the machine's folder) and records its set-up's factors
+(``--width``, ``--lr-rule``, ratio, epochs, px), so a run already in the file for the same data, factors and
+seed is skipped: an interrupted bench resumes where it stopped, on this machine or on the one the data folder
+travelled to (``--device cuda``). At the end: a table, one verdict per large-batch arm (gap to small-batch
+SGD, 95 % Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
 
     make bench-largebatch data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
+        [--width quarter|full] [--lr-rule linear|sqrt|reference] [--device cpu|cuda] [--threads 1] [--workers 1]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
+from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.report.provenance import git_state
 
@@ -43,9 +48,7 @@ SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps
 RESOLUTION = 32  # px, train and eval
 # timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
 WIDTHS = {"quarter": ["+model.model_kwargs={channels:[16,32,64,128],stem_width:16}"], "full": []}
-LR_RULES = ("linear", "sqrt", "reference")  # how a recipe's LR moves to the large batch (lr_overrides)
 MLPERF_ARM = "lars_mlperf"  # the one arm MLCommons' reference points give LRs for (LARS, ResNet-50)
-MIN_STEPS = 3  # optimizer steps per epoch below which a "large batch" run is not a schedule at all
 
 
 @dataclass(frozen=True)
@@ -66,91 +69,6 @@ ARMS = (
 )
 
 
-def large_batch(num_images: int, ratio: float) -> int:
-    """``ratio`` of the training images, refused when it leaves fewer than MIN_STEPS steps per epoch."""
-    best = math.floor(100 * (num_images // MIN_STEPS) / num_images) / 100 if num_images >= MIN_STEPS else 0
-    works = f"the largest ratio that works here is {best:g}" if best > 0 else "use a larger data set"
-    batch = round(ratio * num_images)
-    if batch > num_images:
-        raise UserError(f"ratio={ratio:g}: a batch of {batch} is more than the {num_images} images; {works}")
-    if batch < 1 or num_images // batch < MIN_STEPS:
-        steps = num_images // batch if batch >= 1 else 0
-        raise UserError(
-            f"ratio={ratio:g}: batch {batch} leaves {steps} steps per epoch on {num_images} images"
-            f" (at least {MIN_STEPS} needed); {works}"
-        )
-    return batch
-
-
-def scaled_marks(recipe, epochs: int, steps_per_epoch: int) -> list[str]:
-    """Overrides moving every schedule mark of ``recipe`` (its composed config) to a run of ``epochs``.
-
-    Marks in epochs are multiplied by epochs / recipe epochs; marks in steps keep their share of the recipe's
-    run (LAMB's warmup 782 of 3519 steps), and Neumann's time unit of mu(t), one recipe epoch, stays one epoch."""
-    sched, opt, trainer = recipe.scheduler, recipe.optimizer, recipe.trainer
-    recipe_epochs = float(trainer.max_epochs)
-    factor = epochs / recipe_epochs
-    recipe_spe = recipe.epoch_length.num_train_images // recipe.batch.global_size
-    recipe_steps = trainer.get("max_steps") or -1
-    recipe_steps = recipe_steps if recipe_steps > 0 else recipe_epochs * recipe_spe
-    total = epochs * steps_per_epoch
-    out = [f"trainer.max_epochs={epochs}"] + (["trainer.max_steps=-1"] if "max_steps" in trainer else [])
-    if sched.get("warmup_epochs") is not None:
-        out.append(f"scheduler.warmup_epochs={sched.warmup_epochs * factor:.6g}")
-    if sched.get("milestones") is not None:
-        out.append(f"scheduler.milestones=[{','.join(f'{m * factor:.6g}' for m in sched.milestones)}]")
-    for key in ("warmup_steps", "total_steps"):
-        if sched.get(key) is not None:
-            out.append(f"scheduler.{key}={max(1, round(sched[key] * total / recipe_steps))}")
-    for key in ("sgd_steps", "reset_steps"):
-        if opt.get(key):
-            out.append(f"optimizer.{key}={max(1, round(opt[key] * total / recipe_steps))}")
-    if opt.get("momentum_time_unit") is not None:
-        out.append(
-            f"optimizer.momentum_time_unit={opt.momentum_time_unit / recipe_spe * steps_per_epoch:.6g}"
-        )
-    return out
-
-
-def reference_lr(ratio: float, epochs: int) -> tuple[str, float, float]:
-    """MLCommons' reference point for LARS at the same share of ImageNet as ``ratio`` (nearest batch, in log):
-    (entry, its LR, its warmup as the same share of our ``epochs``). Its LR is not scaled: LARS' LR multiplies
-    the trust ratio, not the gradient, and the reference quotes it at its own batch."""
-    from lightning_lars.recipe import reference_points as rcp
-
-    batch = ratio * rcp.NUM_TRAIN_IMAGES
-    name = min(rcp.names(), key=lambda n: abs(math.log(rcp.entries()[n]["BS"] / batch)))
-    entry = rcp.entries()[name]
-    hyper = entry["Hyperparams"]
-    # opt_learning_rate_decay_steps counts the whole run in steps of BS images (reference_points.py)
-    run_epochs = hyper["opt_learning_rate_decay_steps"] * entry["BS"] / rcp.NUM_TRAIN_IMAGES
-    warmup = hyper["opt_learning_rate_warmup_epochs"] / run_epochs * epochs
-    return name, float(hyper["opt_base_learning_rate"]), warmup
-
-
-def lr_overrides(arm: Arm, recipe, batch: int, ratio: float, epochs: int, rule: str) -> list[str]:
-    """The LR of a large-batch arm under ``rule``: ``linear`` is the project's scale_lr (nothing to override),
-    ``sqrt`` grows it with the square root of the batch, ``reference`` takes MLCommons' reference point."""
-    if not arm.large or rule == "linear":
-        return []
-    base_lr, base_batch = float(recipe.scheduler.base_lr), int(recipe.scheduler.base_batch)
-    if rule == "sqrt":
-        return [
-            f"scheduler.base_lr={base_lr * math.sqrt(batch / base_batch):.6g}",
-            f"scheduler.base_batch={batch}",
-        ]
-    if arm.name != MLPERF_ARM:
-        raise UserError(
-            f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points; drop {arm.name}"
-        )
-    _, lr, warmup = reference_lr(ratio, epochs)
-    return [
-        f"scheduler.base_lr={lr:g}",
-        f"scheduler.base_batch={batch}",
-        f"scheduler.warmup_epochs={warmup:.6g}",
-    ]
-
-
 def run_overrides(
     arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int,
     setup: dict | None = None,
@@ -160,7 +78,7 @@ def run_overrides(
     setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
     spe = manifest_images(data)["train"] // batch
     marks = scaled_marks(recipe, epochs, spe)
-    lr = lr_overrides(arm, recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"])
+    lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"]) if arm.large else []
     if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
         marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
     if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
