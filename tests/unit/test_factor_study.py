@@ -80,7 +80,9 @@ def test_readme_section_is_rewritten_between_its_markers(runs, tmp_path):
     assert text.startswith(f"head\n{factor_study.BEGIN}\n| factor level |") and text.endswith(
         f"{factor_study.END}\ntail\n"
     )
-    assert "stale rows" not in text and "](docs/study.png)" in text and text.count("holds within 3 points") == 1
+    assert (
+        "stale rows" not in text and "](docs/study.png)" in text and text.count("holds within 3 points") == 1
+    )
     assert (tmp_path / "docs" / "study.png").read_bytes()[:4] == b"\x89PNG"
     readme.write_text("no markers\n")
     with pytest.raises(UserError, match="factor-study:begin"):
