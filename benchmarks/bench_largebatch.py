@@ -39,6 +39,7 @@ from lightning_lars.recipe import catalog
 from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.report.provenance import git_state
+from lightning_lars.schedules.scaling import scale_lr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,6 +119,15 @@ def run_overrides(
         ),
         *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
+
+
+def lr_at_batch(overrides: list[str], recipe, batch: int) -> float:
+    """The peak LR the run trains with: the (possibly overridden) base LR moved to ``batch`` by scale_lr."""
+    given = dict(
+        o.split("=", 1) for o in overrides if o.startswith(("scheduler.base_lr=", "scheduler.base_batch="))
+    )
+    base_lr = float(given.get("scheduler.base_lr", recipe.scheduler.base_lr))
+    return scale_lr(base_lr, int(given.get("scheduler.base_batch", recipe.scheduler.base_batch)), batch)
 
 
 def portable(overrides: list[str], data: Path, out: Path) -> list[str]:
@@ -253,8 +263,7 @@ def main(argv: list[str] | None = None) -> None:
             factors = {"width": args.width, "device": args.device}
             if arm.large:  # the baseline's LR does not depend on the rule
                 factors["lr_rule"] = args.lr_rule
-                lr = [o.split("=", 1)[1] for o in overrides if o.startswith("scheduler.base_lr=")]
-                factors["base_lr"] = float(lr[-1]) if lr else float(recipe.scheduler.base_lr)
+                factors["lr_at_batch"] = round(lr_at_batch(overrides, recipe, b), 6)
                 if args.lr_rule == "reference":
                     factors["reference_point"] = reference_lr(args.ratio, args.epochs)[0]
             trained = True
