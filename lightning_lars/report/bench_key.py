@@ -70,3 +70,15 @@ def same_run(row: dict, key: RunKey) -> bool:
     if have is None or key.arm != BASELINE_ARM:
         return have == key
     return baseline_part(have) == baseline_part(key)
+
+
+def setup_of(key: RunKey) -> RunKey:
+    """The set-up a run belongs to: its key without arm and seed."""
+    return key._replace(arm="", seed=-1)
+
+
+def setup_label(setup: RunKey) -> str:
+    """The set-up in words; the factors at their old defaults are not named, so old rows read as before."""
+    text = f"{setup.dataset}, ratio {setup.ratio:g}, {setup.epochs} epochs, {setup.resolution} px"
+    text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
+    return text + ("" if setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR rule")

@@ -109,16 +109,7 @@ def section(runs: list[dict], plot_ref: str | None) -> str:
 
 def update_readme(readme: Path, runs: list[dict], plot_path: Path | None) -> None:
     """Rewrite the text between BEGIN and END in ``readme``; nothing else is touched."""
-    text = Path(readme).read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise UserError(
-            f"{readme} needs one '{BEGIN}' line and one '{END}' line after it for the factor study"
-        )
-    ref = None
-    if plot_path and runs_table.plot(runs, plot_path):
-        ref = Path(plot_path).resolve().relative_to(Path(readme).resolve().parent).as_posix()
-    head, rest = text.split(BEGIN)
-    Path(readme).write_text(f"{head}{BEGIN}\n{section(runs, ref)}\n{END}{rest.split(END)[1]}")
+    runs_table.update_readme(readme, runs, plot_path, (BEGIN, END), section, "the factor study")
 
 
 def main(argv: list[str] | None = None) -> None:

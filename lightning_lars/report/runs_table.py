@@ -28,6 +28,8 @@ from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench
     baseline_part,
     key_of,
     same_run,
+    setup_label,
+    setup_of,
 )
 from lightning_lars.report.runs_plot import plot_groups
 from lightning_lars.report.seed_stats import verdict, welch_gap
@@ -55,18 +57,6 @@ COLUMNS = (
     "date",
     "commit or log",
 )
-
-
-def setup_of(key: RunKey) -> RunKey:
-    """The set-up a run belongs to: its key without arm and seed."""
-    return key._replace(arm="", seed=-1)
-
-
-def setup_label(setup: RunKey) -> str:
-    """The set-up in words; the factors at their old defaults are not named, so old rows read as before."""
-    text = f"{setup.dataset}, ratio {setup.ratio:g}, {setup.epochs} epochs, {setup.resolution} px"
-    text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
-    return text + ("" if setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR rule")
 
 
 def data_label(dataset: dict, setup: RunKey, with_ratio: bool) -> str:
@@ -280,19 +270,25 @@ def section(rows: list[dict], plot_ref: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def update_readme(readme: Path, rows: list[dict], plot_path: Path | None) -> None:
-    """Rewrite the text between the BEGIN and END markers of ``readme``; nothing else is touched."""
+def update_readme(
+    readme: Path,
+    rows: list[dict],
+    plot_path: Path | None,
+    markers=(BEGIN, END),
+    render=None,
+    what="Runs of ours",
+) -> None:
+    """Rewrite the text between the ``markers`` lines of ``readme`` with ``render(rows, plot_ref)`` (the table,
+    plot and verdicts of ``section`` unless given); nothing else is touched, nothing when the markers are wrong."""
+    begin, end = markers
     text = Path(readme).read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise UserError(
-            f"{readme} needs one '{BEGIN}' line and one '{END}' line after it around 'Runs of ours'"
-        )
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise UserError(f"{readme} needs one '{begin}' line and one '{end}' line after it around '{what}'")
     ref = None
     if plot_path and plot(rows, plot_path):
         ref = Path(plot_path).resolve().relative_to(Path(readme).resolve().parent).as_posix()
-    head, rest = text.split(BEGIN)
-    tail = rest.split(END)[1]
-    Path(readme).write_text(f"{head}{BEGIN}\n{section(rows, ref)}\n{END}{tail}")
+    head, rest = text.split(begin)
+    Path(readme).write_text(f"{head}{begin}\n{(render or section)(rows, ref)}\n{end}{rest.split(end)[1]}")
 
 
 def main(argv: list[str] | None = None) -> None:
