@@ -1,6 +1,8 @@
 """The factor study of "Runs of ours": from one set-up of ``benchmarks/bench_largebatch.py`` (the base), one
 factor changed at a time; one table row per factor level and arm (n, mean top-1, gap to small-batch SGD with its
-95 % Welch interval, and how far the gap moved from the base's) and one verdict line per large-batch arm.
+95 % Welch interval, and how far the gap moved from the base's, with Welch's interval and Satterthwaite's degrees
+of freedom over the four groups of runs, two where the level shares the base's small-batch runs) and one
+verdict line per large-batch arm.
 
     python -m lightning_lars.report.factor_study [--runs recipes/runs-factor.jsonl] [--readme README.md]
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import runs_table
 from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, baseline_part
-from lightning_lars.report.seed_stats import welch_gap
+from lightning_lars.report.seed_stats import welch_contrast, welch_gap
 
 # Today's set-up, from which each cell changes one factor (README, "Runs of ours"): ratio, epochs, px, width, rule
 BASE = {"ratio": 0.1, "epochs": 8, "resolution": 32, "width": "quarter", "lr_rule": "linear"}
@@ -32,7 +34,7 @@ COLUMNS = (
     "n",
     "top-1 % (mean +- std)",
     "gap to sgd_small [95 % CI]",
-    "gap moved",
+    "gap moved [95 % CI]",
 )
 BASE_LEVEL = "today's set-up"
 BEGIN, END = "<!-- factor-study:begin -->", "<!-- factor-study:end -->"
@@ -49,6 +51,15 @@ def _gap(runs: list[dict], base: list[dict] | None):
     return None if base is None else welch_gap(runs_table.finals(runs), runs_table.finals(base))
 
 
+def _moved(arm: list[dict], small: list[dict], arm_today: list[dict], small_today: list[dict]):
+    """How far this level moved the arm's gap from today's: (arm - small) - (arm_today - small_today), with its
+    95 % interval; where the level shares today's small-batch runs (ratio, LR rule) that is arm - arm_today."""
+    if small is small_today:
+        return welch_contrast([runs_table.finals(arm)], [runs_table.finals(arm_today)])
+    plus, minus = [arm, small_today], [small, arm_today]
+    return welch_contrast([runs_table.finals(r) for r in plus], [runs_table.finals(r) for r in minus])
+
+
 def _gap_text(gap) -> str:
     return "needs >= 2 seeds each" if gap is None else f"{gap[0]:+.1f} [{gap[1]:+.1f}, {gap[2]:+.1f}]"
 
@@ -56,11 +67,11 @@ def _gap_text(gap) -> str:
 def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
     """One row per factor level and arm; small-batch SGD once per level that changes it."""
     found = runs_table.groups(runs)
-    base_gaps = {}  # (data set, arm) -> the base set-up's gap, to say how far each level moved it
-    for setup, arms in found.items():
-        if level(setup, base) == BASE_LEVEL:
-            for arm, arm_runs in arms.items():
-                base_gaps[(setup.dataset, setup.data_hash, arm)] = _gap(arm_runs, arms.get(BASELINE_ARM))
+    today = {  # (data set, hash) -> the base set-up's arms, to say how far each level moved each gap
+        (setup.dataset, setup.data_hash): arms
+        for setup, arms in found.items()
+        if level(setup, base) == BASE_LEVEL
+    }
     out, shown = [], set()
     for setup, arms in sorted(found.items(), key=lambda item: level(item[0], base) != BASE_LEVEL):
         for arm, arm_runs in arms.items():
@@ -72,7 +83,10 @@ def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
             lost = len(arm_runs) - len(values)
             std = f" +- {statistics.stdev(values):.1f}" if len(values) > 1 else ""
             gap = None if arm == BASELINE_ARM else _gap(arm_runs, arms.get(BASELINE_ARM))
-            was = base_gaps.get((setup.dataset, setup.data_hash, arm))
+            was = today.get((setup.dataset, setup.data_hash), {})
+            moved = None
+            if gap is not None and arm in was and BASELINE_ARM in was and level(setup, base) != BASE_LEVEL:
+                moved = _moved(arm_runs, arms[BASELINE_ARM], was[arm], was[BASELINE_ARM])
             out.append(
                 {
                     "factor level": level(setup, base),
@@ -81,9 +95,7 @@ def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
                     "n": f"{len(values)}" + (f" ({lost} diverged)" if lost else ""),
                     "top-1 % (mean +- std)": f"{statistics.fmean(values):.1f}{std}" if values else "diverged",
                     "gap to sgd_small [95 % CI]": "-" if arm == BASELINE_ARM else _gap_text(gap),
-                    "gap moved": "-"
-                    if gap is None or was is None or level(setup, base) == BASE_LEVEL
-                    else f"{gap[0] - was[0]:+.1f}",
+                    "gap moved [95 % CI]": "-" if moved is None else _gap_text(moved),
                 }
             )
     return out

@@ -56,8 +56,16 @@ def test_one_row_per_factor_level_and_arm_with_the_gap_and_its_move(runs):
         )
         assert row["gap to sgd_small [95 % CI]"].startswith(f"{np.mean(finals) - small:+.1f} [")
         today_gap = np.mean(CELLS[("lars_mlperf", 0.1, 8, "linear")]) - base
-        assert row["gap moved"] == f"{np.mean(finals) - small - today_gap:+.1f}"
-    assert rows[("today's set-up", "lars_mlperf")]["gap moved"] == "-"
+        assert row["gap moved [95 % CI]"].startswith(f"{np.mean(finals) - small - today_gap:+.1f} [")
+    assert rows[("today's set-up", "lars_mlperf")]["gap moved [95 % CI]"] == "-"
+    # ratio 0.025 shares today's small-batch runs: its move is Welch's interval of the two LARS cells alone
+    stats = pytest.importorskip("scipy.stats")
+    want = stats.ttest_ind(
+        CELLS[("lars_mlperf", 0.025, 8, "linear")], CELLS[("lars_mlperf", 0.1, 8, "linear")], equal_var=False
+    ).confidence_interval(0.95)
+    assert rows[("ratio 0.025", "lars_mlperf")]["gap moved [95 % CI]"].endswith(
+        f"[{want.low:+.1f}, {want.high:+.1f}]"
+    )
     assert rows[("ratio 0.025", "lars_mlperf")]["batch"] == 125
 
 

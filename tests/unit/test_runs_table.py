@@ -98,6 +98,21 @@ def test_welch_interval_matches_scipy():
     assert (lo, hi) == pytest.approx((want.low, want.high), abs=1e-4)
 
 
+def test_a_contrast_of_four_groups_is_satterthwaites_interval():
+    stats = pytest.importorskip("scipy.stats")
+    a, b, c, d = [50.1, 47.8, 49.4], [51.2, 52.6, 51.8], [41.0, 45.2, 43.1], [50.8, 46.4, 48.0]
+    value, lo, hi = seed_stats.welch_contrast([a, d], [b, c])  # (a - b) - (c - d): how far a gap moved
+    se2 = [np.var(g, ddof=1) / len(g) for g in (a, b, c, d)]
+    df = sum(se2) ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(se2, (a, b, c, d)))  # Satterthwaite, float64
+    half = stats.t.ppf(0.975, df) * math.sqrt(sum(se2))
+    assert value == pytest.approx(np.mean(a) - np.mean(b) - np.mean(c) + np.mean(d))
+    assert (lo, hi) == pytest.approx((value - half, value + half), abs=1e-4)
+    # groups without spread add nothing: Welch's two-group interval, shifted by their means
+    want = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    got = seed_stats.welch_contrast([a, [3.0, 3.0]], [b, [1.0, 1.0]])
+    assert got[1:] == pytest.approx((want.low + 2, want.high + 2), abs=1e-4)
+
+
 def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(runs_file):
     rows = runs_table.read_runs(runs_file)
     hashed = {**DATASET, "sha256": "1c14ff06badde89e"}
