@@ -206,3 +206,22 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--data", str(data), "--ratio", "0.5", "--no-readme"])
     assert "largest ratio that works here is 0.33" in capsys.readouterr().err
+
+
+def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path):
+    data = fake_prepared(tmp_path)
+    arm = next(a for a in bench.ARMS if a.name == "sgd_small")
+    recipe = config.compose_job([f"recipe={arm.recipe}"])
+    setup = {"width": "full", "device": "cuda", "workers": 4}
+    cfg = config.compose_job(
+        bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32, setup)
+    )
+    assert cfg.trainer.accelerator == "gpu" and cfg.data.num_workers == 4
+    assert "model_kwargs" not in cfg.model  # timm's resnet10t at its own widths
+    quarter = config.compose_job(bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32))
+    assert quarter.trainer.accelerator == "cpu" and list(quarter.model.model_kwargs.channels) == [
+        16,
+        32,
+        64,
+        128,
+    ]
