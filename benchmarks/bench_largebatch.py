@@ -3,15 +3,19 @@
 Each arm is one of the project's own recipes with only sizes changed: the batch, the epochs, and every
 schedule mark (warmup, milestones, Neumann's SGD and reset periods; LAMB's marks in steps) scaled by the
 ratio of epochs, on a prepared data set (``make prepare``; the demo when none is given), with a small ResNet
-at a small resolution. The large batch is a share of the data set (``--ratio 0.1``: 10 % of the training
-images per step). Every run goes through the project's stack (Hydra compose of ``recipe=NAME`` + overrides,
-``lightning_lars.training.run.build``, an in-process ``Trainer.fit``) and is appended to ``--runs`` (default
-recipes/runs.jsonl) as soon as it ends: an interrupted bench resumes where it stopped. At the end: a table,
-one verdict per large-batch arm (gap to small-batch SGD, 95 % Welch CI over seeds), the README's "Runs of
-ours" and its plot (lightning_lars/report/runs_table.py).
+at a small resolution (lightning_lars/recipe/shrink.py). The large batch is a share of the data set
+(``--ratio 0.1``: 10 % of the training images per step). Every run goes through the project's stack (Hydra
+compose of ``recipe=NAME`` + overrides, ``lightning_lars.training.run.build``, an in-process ``Trainer.fit``)
+and is appended to ``--runs`` (default recipes/runs.jsonl) as soon as it ends. A row names its data set by
+name, sizes and the sha256 of its .beton files (not the machine's folder) and records its set-up's factors
+(``--width``, ``--lr-rule``, ratio, epochs, px), so a run already in the file for the same data, factors and
+seed is skipped: an interrupted bench resumes where it stopped, on this machine or on the one the data folder
+travelled to (``--device cuda``). At the end: a table, one verdict per large-batch arm (gap to small-batch
+SGD, 95 % Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
 
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
+        [--width quarter|full] [--lr-rule linear|sqrt|reference] [--device cpu|cuda] [--threads 1] [--workers 1]
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from pathlib import Path
 from lightning_lars.config import compose as config
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
-from lightning_lars.report import runs_table
+from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks
+from lightning_lars.report import bench_key, runs_table
 from lightning_lars.report.provenance import git_state
+from lightning_lars.schedules.scaling import scale_lr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +48,8 @@ EPOCHS = 8
 SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps/epoch on 5,000 images
 RESOLUTION = 32  # px, train and eval
 # timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
-MODEL_KWARGS = "{channels:[16,32,64,128],stem_width:16}"
-MIN_STEPS = 3  # optimizer steps per epoch below which a "large batch" run is not a schedule at all
+WIDTHS = {"quarter": ["+model.model_kwargs={channels:[16,32,64,128],stem_width:16}"], "full": []}
+MLPERF_ARM = "lars_mlperf"  # the one arm MLCommons' reference points give LRs for (LARS, ResNet-50)
 
 
 @dataclass(frozen=True)
@@ -64,62 +70,21 @@ ARMS = (
 )
 
 
-def large_batch(num_images: int, ratio: float) -> int:
-    """``ratio`` of the training images, refused when it leaves fewer than MIN_STEPS steps per epoch."""
-    best = math.floor(100 * (num_images // MIN_STEPS) / num_images) / 100 if num_images >= MIN_STEPS else 0
-    works = f"the largest ratio that works here is {best:g}" if best > 0 else "use a larger data set"
-    batch = round(ratio * num_images)
-    if batch > num_images:
-        raise UserError(f"ratio={ratio:g}: a batch of {batch} is more than the {num_images} images; {works}")
-    if batch < 1 or num_images // batch < MIN_STEPS:
-        steps = num_images // batch if batch >= 1 else 0
-        raise UserError(
-            f"ratio={ratio:g}: batch {batch} leaves {steps} steps per epoch on {num_images} images"
-            f" (at least {MIN_STEPS} needed); {works}"
-        )
-    return batch
-
-
-def scaled_marks(recipe, epochs: int, steps_per_epoch: int) -> list[str]:
-    """Overrides moving every schedule mark of ``recipe`` (its composed config) to a run of ``epochs``.
-
-    Marks in epochs are multiplied by epochs / recipe epochs; marks in steps keep their share of the recipe's
-    run (LAMB's warmup 782 of 3519 steps), and Neumann's time unit of mu(t), one recipe epoch, stays one epoch."""
-    sched, opt, trainer = recipe.scheduler, recipe.optimizer, recipe.trainer
-    recipe_epochs = float(trainer.max_epochs)
-    factor = epochs / recipe_epochs
-    recipe_spe = recipe.epoch_length.num_train_images // recipe.batch.global_size
-    recipe_steps = trainer.get("max_steps") or -1
-    recipe_steps = recipe_steps if recipe_steps > 0 else recipe_epochs * recipe_spe
-    total = epochs * steps_per_epoch
-    out = [f"trainer.max_epochs={epochs}"] + (["trainer.max_steps=-1"] if "max_steps" in trainer else [])
-    if sched.get("warmup_epochs") is not None:
-        out.append(f"scheduler.warmup_epochs={sched.warmup_epochs * factor:.6g}")
-    if sched.get("milestones") is not None:
-        out.append(f"scheduler.milestones=[{','.join(f'{m * factor:.6g}' for m in sched.milestones)}]")
-    for key in ("warmup_steps", "total_steps"):
-        if sched.get(key) is not None:
-            out.append(f"scheduler.{key}={max(1, round(sched[key] * total / recipe_steps))}")
-    for key in ("sgd_steps", "reset_steps"):
-        if opt.get(key):
-            out.append(f"optimizer.{key}={max(1, round(opt[key] * total / recipe_steps))}")
-    if opt.get("momentum_time_unit") is not None:
-        out.append(
-            f"optimizer.momentum_time_unit={opt.momentum_time_unit / recipe_spe * steps_per_epoch:.6g}"
-        )
-    return out
-
-
 def run_overrides(
-    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int
-):
-    """The full override list of one run: sizes, the data set, CPU settings, and no logger or extra callbacks."""
+    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int,
+    setup: dict | None = None,
+):  # fmt: skip
+    """The full override list of one run: sizes, the data set, the device, and no logger or extra callbacks.
+    ``setup``: width, lr_rule, ratio, device, workers (the bench's options; today's set-up when left out)."""
+    setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
     spe = manifest_images(data)["train"] // batch
     marks = scaled_marks(recipe, epochs, spe)
+    lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"]) if arm.large else []
+    if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
+        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
     if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
-        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")] + [
-            "scheduler.warmup_epochs=0"
-        ]
+        marks += ["scheduler.warmup_epochs=0"]
+    accelerator = "gpu" if setup["device"] == "cuda" else "cpu"
     return [
         f"recipe={arm.recipe}",
         f"seed={seed}",
@@ -127,6 +92,7 @@ def run_overrides(
         f"batch.max_per_device={batch}",
         "batch.bn_group=null",  # BN over the whole batch: one device here
         *marks,
+        *lr,
         "epoch_length.mode=drop_last",
         "epoch_length.workers=null",
         f"epoch_length.num_train_images={manifest_images(data)['train']}",
@@ -138,20 +104,35 @@ def run_overrides(
         f"data.num_classes={num_classes}",
         f"data.resolution={px}",
         f"data.val_resolution={px}",
-        "data.num_workers=1",  # measured: 1 loader thread beats 2 on 2 shared cores
+        f"data.num_workers={setup['workers']}",  # measured: 1 loader thread beats 2 on 2 shared cores
         "model.arch=resnet10t",
-        f"+model.model_kwargs={MODEL_KWARGS}",
+        *WIDTHS[setup["width"]],
         "model.channels_last=false",
-        *"strategy=auto trainer.accelerator=cpu trainer.devices=1 trainer.precision=32-true".split(),
+        f"trainer.accelerator={accelerator}",
+        *"strategy=auto trainer.devices=1 trainer.precision=32-true".split(),
         f"paths.log_dir={out}",
         f"paths.output_dir={out}/run",
         "~logger",
         *(
             f"~callbacks.{c}"
-            for c in "checkpoint progress trust_ratio hparams throughput time_to_target".split()
+            for c in "checkpoint progress trust_ratio hparams throughput time_to_target mlperf_log".split()
         ),
         *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
     ]
+
+
+def lr_at_batch(overrides: list[str], recipe, batch: int) -> float:
+    """The peak LR the run trains with: the (possibly overridden) base LR moved to ``batch`` by scale_lr."""
+    given = dict(
+        o.split("=", 1) for o in overrides if o.startswith(("scheduler.base_lr=", "scheduler.base_batch="))
+    )
+    base_lr = float(given.get("scheduler.base_lr", recipe.scheduler.base_lr))
+    return scale_lr(base_lr, int(given.get("scheduler.base_batch", recipe.scheduler.base_batch)), batch)
+
+
+def portable(overrides: list[str], data: Path, out: Path) -> list[str]:
+    """The overrides as a row keeps them: the machine's data and log folders become DATA and LOGS."""
+    return [o.replace(str(out), "LOGS").replace(str(data), "DATA") for o in overrides]
 
 
 def manifest_images(data: Path) -> dict[str, int]:
@@ -212,6 +193,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-readme", action="store_true", help="leave the README and the plot alone")
     parser.add_argument("--resolution", type=int, default=RESOLUTION, help="px, train and eval")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "runs.png")
+    parser.add_argument("--width", choices=tuple(WIDTHS), default="quarter", help="resnet10t's widths")
+    parser.add_argument("--lr-rule", choices=LR_RULES, default="linear", help="large-batch LR (lr_overrides)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--workers", type=int, default=1, help="data loader processes")
     args = parser.parse_args(argv)
     try:
         unknown = set(args.only or ()) - {a.name for a in ARMS}
@@ -223,14 +209,33 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"{args.data} has no manifest.json: make prepare src=IMAGEFOLDER out={args.data}")
         sizes = manifest_images(args.data)
         batch = large_batch(sizes["train"], args.ratio)
+        missing = [name for name in bench_key.BETONS if not (args.data / name).is_file()]
+        if missing:
+            raise UserError(
+                f"{args.data} has no {' '.join(missing)}: make prepare src=IMAGEFOLDER out={args.data}"
+            )
+        others = [
+            a.name for a in ARMS if a.large and a.name != MLPERF_ARM and a.name in (args.only or a.name)
+        ]
+        if args.lr_rule == "reference" and others:
+            raise UserError(
+                f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points, not {' '.join(others)};"
+                f' add only="{bench_key.BASELINE_ARM} {MLPERF_ARM}"'
+            )
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     quiet()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     git = git_state()
     commit = (git["git_sha"] or "?")[:10] + ("-dirty" if git["git_dirty"] else "")
     kept = runs_table.read_runs(args.runs)
-    dataset = {"path": str(args.data), "name": args.data.name, **sizes}
+    # by name, sizes and content: the folder is the machine's, the hash travels with the .beton files
+    dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
+    setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
     trained = False
     for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
         recipe = config.compose_job([f"recipe={arm.recipe}"])
@@ -242,21 +247,32 @@ def main(argv: list[str] | None = None) -> None:
             )
         b = batch if arm.large else SMALL_BATCH
         for seed in range(args.seeds):
-            key = runs_table.RunKey(arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed)
-            if any(runs_table.same_run(r, key) for r in kept):
+            key = bench_key.RunKey(
+                arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed,
+                dataset["sha256"], args.width, args.lr_rule,
+            )  # fmt: skip
+            if any(bench_key.same_run(r, key) for r in kept):
                 print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
                 continue
             out = ROOT / "logs" / "bench_largebatch" / f"{arm.name}_seed{seed}"
             overrides = run_overrides(
-                arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution
-            )
+                arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution,
+                setup | {"workers": args.workers},
+            )  # fmt: skip
             top1, wall = train_once(overrides, seed)
+            factors = {"width": args.width, "device": args.device}
+            if arm.large:  # the baseline's LR does not depend on the rule
+                factors["lr_rule"] = args.lr_rule
+                factors["lr_at_batch"] = round(lr_at_batch(overrides, recipe, b), 6)
+                if args.lr_rule == "reference":
+                    factors["reference_point"] = reference_lr(args.ratio, args.epochs)[0]
             trained = True
             row = runs_table.bench_row(
                 arm=arm.name,
                 recipe=arm.recipe,
-                overrides=overrides[1:],
+                overrides=portable(overrides[1:], args.data, out),
                 dataset=dataset,
+                factors=factors,
                 ratio=args.ratio,
                 batch=b,
                 epochs=args.epochs,
@@ -274,13 +290,17 @@ def main(argv: list[str] | None = None) -> None:
                 f" ({wall:.0f} s)",
                 flush=True,
             )
-    same = (args.data.name, args.epochs, args.resolution)
-    group = [  # this ratio's arms and small-batch SGD, on this data set at these sizes
+    here = bench_key.baseline_part(
+        bench_key.RunKey(
+            "", args.data.name, args.ratio, args.epochs, args.resolution, -1, dataset["sha256"], args.width
+        )
+    )
+    group = [  # this set-up's arms and small-batch SGD, on this data set at these sizes
         r
         for r in kept
-        if (k := runs_table.key_of(r))
-        and (k.dataset, k.epochs, k.resolution) == same
-        and (k.ratio == args.ratio or k.arm == runs_table.BASELINE_ARM)
+        if (k := bench_key.key_of(r))
+        and bench_key.baseline_part(k._replace(arm="", seed=-1)) == here
+        and ((k.ratio, k.lr_rule) == (args.ratio, args.lr_rule) or k.arm == bench_key.BASELINE_ARM)
     ]
     print("\n" + runs_table.markdown(group) + "\n\n" + runs_table.verdicts(group), flush=True)
     if not args.no_readme:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path | None:
-    """``groups``: (data set, ratio, epochs, px) -> arm -> runs (runs.jsonl lines); None when there is none."""
+    """``groups``: a set-up's title -> arm -> runs (runs.jsonl lines); None when there is none."""
     if not groups:
         return None
     try:
@@ -22,8 +22,12 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
 
     names = list(dict.fromkeys(arm for arms in groups.values() for arm in arms))  # one colour per arm
     lines = {}
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.2), squeeze=False)
-    for ax, ((dataset, ratio, epochs, px), arms) in zip(axes[0], groups.items(), strict=True):
+    per_row = min(len(groups), 4)  # panels per row: a wide study wraps
+    rows = math.ceil(len(groups) / per_row)
+    fig, axes = plt.subplots(rows, per_row, figsize=(4.2 * per_row, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(groups) :]:
+        ax.set_visible(False)
+    for ax, (title, arms) in zip(axes.flat, groups.items(), strict=False):
         for arm, runs in arms.items():
             curves = [[math.nan if v is None else v for v in r["top1_per_epoch"]] for r in runs]
             x = range(1, len(curves[0]) + 1)
@@ -33,11 +37,13 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
             (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color)
             ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15, color=color)
         large = sorted({runs[0]["batch"] for arm, runs in arms.items()}, reverse=True)
-        ax.set(title=f"{dataset}, ratio {ratio:g} (B={large[0]}), {epochs} ep, {px} px", xlabel="epoch")
-        ax.set(ylabel="val top-1 %")
+        ax.set_title(f"{title} (B={large[0]})", fontsize=7)
+        ax.set(xlabel="epoch", ylabel="val top-1 %")
         ax.grid(alpha=0.3)
     # outside the last panel: the curves fill each panel
-    axes[0][-1].legend(handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    axes.flat[len(groups) - 1].legend(
+        handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1)
+    )
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80, bbox_inches="tight")

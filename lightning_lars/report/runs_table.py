@@ -17,14 +17,32 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench's resume reads it from here
+    BASELINE_ARM,
+    BENCH_KIND,
+    DEFAULT_LR_RULE,
+    DEFAULT_WIDTH,
+    RunKey,
+    baseline_part,
+    key_of,
+    same_run,
+    setup_label,
+    setup_of,
+)
 from lightning_lars.report.runs_plot import plot_groups
-from lightning_lars.report.seed_stats import welch_gap
+from lightning_lars.report.seed_stats import verdict, welch_gap
 
-BENCH_KIND = "bench-largebatch"
-BASELINE_ARM = "sgd_small"
+# The published claim each large-batch arm tests: its recipe's result at the large batch, near small-batch SGD.
+CLAIMS = {
+    "goyal_sgd": "SGD, linear LR rule (Goyal et al.)",
+    "lars_you": "LARS (You et al.)",
+    "lars_mlperf": "LARS (MLPerf)",
+    "lamb": "LAMB (You et al. 2020)",
+    "neumann": "Neumann optimizer",
+    "nlcg": "NLCG",
+}
 BEGIN, END = "<!-- runs-of-ours:begin -->", "<!-- runs-of-ours:end -->"
 COLUMNS = (
     "run",
@@ -41,25 +59,31 @@ COLUMNS = (
 )
 
 
-class RunKey(NamedTuple):
-    arm: str
-    dataset: str
-    ratio: float
-    epochs: int
-    resolution: int
-    seed: int
-
-
-def key_of(row: dict) -> RunKey | None:
-    if row.get("kind") != BENCH_KIND:
-        return None
-    return RunKey(
-        row["arm"], row["dataset"]["name"], row["ratio"], row["epochs"], row["resolution"], row["seed"]
-    )
+def data_label(dataset: dict, setup: RunKey, with_ratio: bool) -> str:
+    """``tin10 #1c14ff06 (5000/500 img, 10 classes, 32 px), ratio 0.1, full width``: the data set and factors."""
+    mark = f" #{setup.data_hash[:8]}" if setup.data_hash else ""
+    text = f"{setup.dataset}{mark} ({dataset['train']}/{dataset['val']} img, {dataset['classes']} classes,"
+    text += f" {setup.resolution} px)" + (f", ratio {setup.ratio:g}" if with_ratio else "")
+    text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
+    return text + ("" if not with_ratio or setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR")
 
 
 def bench_row(
-    *, arm, recipe, overrides, dataset, ratio, batch, epochs, resolution, seed, top1, wall_s, machine, commit
+    *,
+    arm,
+    recipe,
+    overrides,
+    dataset,
+    ratio,
+    batch,
+    epochs,
+    resolution,
+    seed,
+    top1,
+    wall_s,
+    machine,
+    commit,
+    factors=None,
 ) -> dict:
     """One training run as a runs.jsonl line; the keys ``recipes/README.md``'s table reads are filled too."""
     final = top1[-1] if top1 else math.nan
@@ -74,6 +98,7 @@ def bench_row(
         "epochs": epochs,
         "resolution": resolution,
         "seed": seed,
+        "factors": dict(factors or {}),  # width, lr_rule, device, ...: the set-up beyond sizes
         "top1_per_epoch": [None if not math.isfinite(v) else round(v, 3) for v in top1],
         "wall_s": round(wall_s, 1),
         "machine": machine,
@@ -112,100 +137,86 @@ def final_top1(row: dict) -> float:
     return math.nan if last is None else float(last)
 
 
-def same_run(row: dict, key: RunKey) -> bool:
-    """Whether ``row`` is the run ``key`` names; small-batch SGD does not depend on the ratio, so any ratio's."""
-    have = key_of(row)
-    if have is None or key.arm != BASELINE_ARM:
-        return have == key
-    return have._replace(ratio=None) == key._replace(ratio=None)
-
-
-def _groups(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
-    """(data set, ratio, epochs, px) -> arm -> runs; small-batch SGD joins every ratio of its data set."""
-    groups: dict[tuple, dict[str, list[dict]]] = {}
-    base: dict[tuple, list[dict]] = {}
+def groups(rows: list[dict]) -> dict[RunKey, dict[str, list[dict]]]:
+    """set-up -> arm -> runs; small-batch SGD joins every ratio and LR rule of its data set and sizes."""
+    found: dict[RunKey, dict[str, list[dict]]] = {}
+    base: dict[RunKey, list[dict]] = {}
     for key, row in ((key_of(r), r) for r in rows):
         if key and key.arm == BASELINE_ARM:
-            base.setdefault((key.dataset, key.epochs, key.resolution), []).append(row)
+            base.setdefault(baseline_part(setup_of(key)), []).append(row)
         elif key:
-            group = groups.setdefault((key.dataset, key.ratio, key.epochs, key.resolution), {})
-            group.setdefault(key.arm, []).append(row)
-    for (dataset, epochs, px), runs in base.items():
-        ratios = [k for k in groups if (k[0], k[2], k[3]) == (dataset, epochs, px)]
-        for k in ratios or [(dataset, runs[0]["ratio"], epochs, px)]:
-            groups[k] = {BASELINE_ARM: runs, **groups.get(k, {})}
-    return dict(sorted(groups.items()))
+            found.setdefault(setup_of(key), {}).setdefault(key.arm, []).append(row)
+    for part, runs in base.items():
+        setups = [k for k in found if baseline_part(k) == part]
+        for k in setups or [setup_of(key_of(runs[0]))]:
+            found[k] = {BASELINE_ARM: runs, **found.get(k, {})}
+    return dict(sorted(found.items(), key=lambda item: tuple(map(str, item[0]))))
+
+
+def finals(runs: list[dict]) -> list[float]:
+    """Final top-1 of the runs that did not diverge."""
+    return [v for v in map(final_top1, runs) if math.isfinite(v)]
 
 
 def _gap_text(runs: list[dict], base: list[dict] | None) -> str:
     if base is None or runs is base:
         return "-"
-    gap = welch_gap(
-        [v for v in map(final_top1, runs) if math.isfinite(v)],
-        [v for v in map(final_top1, base) if math.isfinite(v)],
-    )
+    gap = welch_gap(finals(runs), finals(base))
     if gap is None:
         return "needs >= 2 seeds each"
     diff, lo, hi = gap
     return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
 
 
+def claim_line(setup: RunKey, arm: str, runs: list[dict], base: list[dict] | None) -> str:
+    """The published claim ``arm`` stands for, at ``setup``, and whether it holds here (``verdict``)."""
+    claim = CLAIMS.get(arm, arm)
+    head = f"{claim} at {100 * setup.ratio:g} % of the data ({setup_label(setup)}; batch {runs[0]['batch']})"
+    if base is None:
+        return f"{head}: no small-batch SGD runs to compare with (run only={BASELINE_ARM})"
+    a, b = finals(runs), finals(base)
+    diverged = f", {len(runs) - len(a)} of {len(runs)} seeds diverged" if len(a) < len(runs) else ""
+    gap = welch_gap(a, b)
+    if gap is None:
+        return f"{head}: needs >= 2 finished seeds per arm for an interval{diverged}"
+    diff, lo, hi = gap
+    return (
+        f"{head}: {diff:+.1f} points, 95 % CI [{lo:+.1f}, {hi:+.1f}]"
+        f" (Welch, n={len(a)}+{len(b)}; {statistics.fmean(a):.1f} % vs {statistics.fmean(b):.1f} %)"
+        f": {verdict(lo, hi)}{diverged}"
+    )
+
+
 def verdicts(rows: list[dict]) -> str:
-    """One line per large-batch arm and group: its gap to small-batch SGD, with the 95 % interval."""
-    lines = []
-    for (dataset, ratio, epochs, px), arms in _groups(rows).items():
-        base = arms.get(BASELINE_ARM)
-        for arm, runs in arms.items():
-            if arm == BASELINE_ARM:
-                continue
-            head = f"{dataset}, ratio {ratio:g}, {epochs} epochs, {px} px: {arm} (batch {runs[0]['batch']})"
-            if base is None:
-                lines.append(f"{head}: no small-batch SGD runs to compare with (run only={BASELINE_ARM})")
-                continue
-            a = [v for v in map(final_top1, runs) if math.isfinite(v)]
-            b = [v for v in map(final_top1, base) if math.isfinite(v)]
-            gap = welch_gap(a, b)
-            diverged = f", {len(runs) - len(a)} of {len(runs)} seeds diverged" if len(a) < len(runs) else ""
-            if gap is None:
-                lines.append(f"{head}: needs >= 2 finished seeds per arm for an interval{diverged}")
-                continue
-            diff, lo, hi = gap
-            word = (
-                "below small-batch SGD"
-                if hi < 0
-                else "above small-batch SGD"
-                if lo > 0
-                else "not distinguishable from small-batch SGD"
-            )
-            lines.append(
-                f"{head}: {statistics.fmean(a):.1f} % vs {statistics.fmean(b):.1f} %, gap {diff:+.1f}"
-                f" points, 95 % CI [{lo:+.1f}, {hi:+.1f}] (Welch, n={len(a)}+{len(b)}): {word}{diverged}"
-            )
-    return "\n".join(lines)
+    """One line per large-batch arm and set-up: the claim it tests, its gap to small-batch SGD, the verdict."""
+    return "\n".join(
+        claim_line(setup, arm, runs, arms.get(BASELINE_ARM))
+        for setup, arms in groups(rows).items()
+        for arm, runs in arms.items()
+        if arm != BASELINE_ARM
+    )
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
     out, shown = [], set()
-    for (dataset, ratio, epochs, px), arms in _groups(rows).items():
+    for setup, arms in groups(rows).items():
         base = arms.get(BASELINE_ARM)
         for arm, runs in arms.items():
-            if arm == BASELINE_ARM and (dataset, epochs, px) in shown:
-                continue  # one row for the baseline, whatever ratios it is compared at
-            shown.add((dataset, epochs, px))
-            finals = [final_top1(r) for r in runs]
-            finite = [v for v in finals if math.isfinite(v)]
+            if arm == BASELINE_ARM and baseline_part(setup) in shown:
+                continue  # one row for the baseline, whatever ratios and LR rules it is compared at
+            shown.add(baseline_part(setup))
+            every = [final_top1(r) for r in runs]
+            finite = finals(runs)
             std = f"{statistics.stdev(finite):.2f}" if len(finite) > 1 else "-"
             mean = f"{statistics.fmean(finite):.2f} +- {std}, n={len(finite)}" if finite else "diverged"
-            d = runs[0]["dataset"]
             out.append(
                 {
                     "run": f"{arm} ({runs[0]['recipe']})",
-                    "data set": f"{dataset} ({d['train']}/{d['val']} img, {d['classes']} classes, {px} px)"
-                    + ("" if arm == BASELINE_ARM else f", ratio {ratio:g}"),
+                    "data set": data_label(runs[0]["dataset"], setup, with_ratio=arm != BASELINE_ARM),
                     "batch": runs[0]["batch"],
-                    "epochs": epochs,
+                    "epochs": setup.epochs,
                     "top-1 % (mean +- std, n)": mean,
-                    "per seed": " ".join("nan" if not math.isfinite(v) else f"{v:.1f}" for v in finals),
+                    "per seed": " ".join("nan" if not math.isfinite(v) else f"{v:.1f}" for v in every),
                     "gap to small-batch SGD": _gap_text(runs, base),
                     "wall per run": f"{statistics.fmean(r['wall_s'] for r in runs) / 60:.1f} min",
                     "machine": runs[0]["machine"],
@@ -242,8 +253,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> Path | None:
-    """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per data set and ratio."""
-    return plot_groups(_groups(rows), path)
+    """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per set-up."""
+    return plot_groups({setup_label(k): arms for k, arms in groups(rows).items()}, path)
 
 
 def section(rows: list[dict], plot_ref: str | None) -> str:
@@ -259,19 +270,25 @@ def section(rows: list[dict], plot_ref: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def update_readme(readme: Path, rows: list[dict], plot_path: Path | None) -> None:
-    """Rewrite the text between the BEGIN and END markers of ``readme``; nothing else is touched."""
+def update_readme(
+    readme: Path,
+    rows: list[dict],
+    plot_path: Path | None,
+    markers=(BEGIN, END),
+    render=None,
+    what="Runs of ours",
+) -> None:
+    """Rewrite the text between the ``markers`` lines of ``readme`` with ``render(rows, plot_ref)`` (the table,
+    plot and verdicts of ``section`` unless given); nothing else is touched, nothing when the markers are wrong."""
+    begin, end = markers
     text = Path(readme).read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise UserError(
-            f"{readme} needs one '{BEGIN}' line and one '{END}' line after it around 'Runs of ours'"
-        )
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise UserError(f"{readme} needs one '{begin}' line and one '{end}' line after it around '{what}'")
     ref = None
     if plot_path and plot(rows, plot_path):
         ref = Path(plot_path).resolve().relative_to(Path(readme).resolve().parent).as_posix()
-    head, rest = text.split(BEGIN)
-    tail = rest.split(END)[1]
-    Path(readme).write_text(f"{head}{BEGIN}\n{section(rows, ref)}\n{END}{tail}")
+    head, rest = text.split(begin)
+    Path(readme).write_text(f"{head}{begin}\n{(render or section)(rows, ref)}\n{end}{rest.split(end)[1]}")
 
 
 def main(argv: list[str] | None = None) -> None:

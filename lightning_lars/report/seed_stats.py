@@ -27,12 +27,34 @@ def t_quantile(p: float, df: float) -> float:
 
 def welch_gap(arm: list[float], base: list[float], level: float = 0.95):
     """(mean difference, low, high) of arm - base, Welch's interval; None below 2 values on either side."""
-    if len(arm) < 2 or len(base) < 2:
+    return welch_contrast([arm], [base], level)
+
+
+def welch_contrast(plus: list[list[float]], minus: list[list[float]], level: float = 0.95):
+    """(sum of the ``plus`` groups' means - sum of the ``minus`` groups' means, low, high): Welch's interval with
+    Satterthwaite's degrees of freedom over independent groups (two groups: Welch's t interval; four: how far
+    a change of set-up moved a gap). None when a group has fewer than 2 values."""
+    groups = [*plus, *minus]
+    if any(len(g) < 2 for g in groups):
         return None
-    va, vb = statistics.variance(arm) / len(arm), statistics.variance(base) / len(base)
-    gap = statistics.fmean(arm) - statistics.fmean(base)
-    if va + vb == 0:
-        return gap, gap, gap
-    df = (va + vb) ** 2 / (va**2 / (len(arm) - 1) + vb**2 / (len(base) - 1))
-    half = t_quantile(0.5 + level / 2, df) * math.sqrt(va + vb)
-    return gap, gap - half, gap + half
+    parts = [statistics.variance(g) / len(g) for g in groups]  # squared standard errors of the means
+    value = sum(map(statistics.fmean, plus)) - sum(map(statistics.fmean, minus))
+    total = sum(parts)
+    if total == 0:
+        return value, value, value
+    df = total**2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, groups, strict=True))
+    half = t_quantile(0.5 + level / 2, df) * math.sqrt(total)
+    return value, value - half, value + half
+
+
+MARGIN = 3.0  # top-1 points: the loss to small-batch SGD a published "same accuracy" claim is allowed here
+
+
+def verdict(low: float, high: float, margin: float = MARGIN) -> str:
+    """Whether a 95 % interval of (large batch - small batch) top-1 shows the claim "no worse than ``margin``
+    points below": it holds when the whole interval lies above -margin, fails when it lies below."""
+    if low >= -margin:
+        return f"holds within {margin:g} points"
+    if high < -margin:
+        return f"does not hold: more than {margin:g} points below"
+    return f"undecided: the interval spans -{margin:g} points"

@@ -10,6 +10,7 @@ import pytest
 
 from lightning_lars.data.demo import prepare_demo
 from lightning_lars.report import runs_table
+from lightning_lars.report.bench_key import data_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,9 @@ def test_two_arms_run_are_recorded_rendered_and_kept(tmp_path):
     assert [(r["arm"], r["batch"], r["seed"]) for r in rows] == [("sgd_small", 64, 0), ("lamb", 100, 0)]
     for row in rows:
         assert len(row["top1_per_epoch"]) == 2 and row["dataset"]["train"] == 400 and row["wall_s"] > 0
-        assert f"data.train_path={data / 'train.beton'}" in row["overrides"] and row["commit"]
+        assert "data.train_path=DATA/train.beton" in row["overrides"] and row["commit"]
+        assert row["dataset"]["sha256"] == data_hash(data) and row["factors"]["width"] == "quarter"
+    assert str(tmp_path) not in runs.read_text()  # no folder of this machine in the rows
     text = readme.read_text()
     assert "| lamb (lamb_32k) |" in text and text.endswith(f"{runs_table.END}\ntail\n")
     assert (tmp_path / "runs.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,8 +1,11 @@
 """benchmarks/bench_largebatch.py without training: the large batch from a ratio, the schedule marks moved to a
 short run, every arm's composed config, and the resume from kept runs."""
 
+import hashlib
+import importlib.resources
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from hydra.utils import instantiate
 from lightning_lars.config import compose as config
 from lightning_lars.config import rules, schema
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_table
+from lightning_lars.report import bench_key, runs_table
+from lightning_lars.schedules.scaling import scale_lr
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_largebatch.py"
 spec = importlib.util.spec_from_file_location("bench_largebatch", BENCH)
@@ -21,12 +25,16 @@ sys.modules[spec.name] = bench  # dataclasses look their module up there
 spec.loader.exec_module(bench)
 
 
-def fake_prepared(tmp_path: Path, train: int = 5000, val: int = 500, classes: int = 10) -> Path:
-    """The manifest `make prepare` writes (lightning_lars/data/prepare.py); the .beton files are not read here."""
-    data = tmp_path / "photos"
-    data.mkdir()
+def fake_prepared(
+    tmp_path: Path, train: int = 5000, val: int = 500, classes: int = 10, name="photos"
+) -> Path:
+    """The manifest `make prepare` writes (lightning_lars/data/prepare.py); the .beton files are only hashed here."""
+    data = tmp_path / name
+    data.mkdir(parents=True)
     splits = {"train": {"num_images": train}, "val": {"num_images": val}}
     (data / "manifest.json").write_text(json.dumps({"num_classes": classes, "splits": splits}))
+    for split in ("train", "val"):
+        (data / f"{split}.beton").write_bytes(f"{split} {train} {val}".encode() * 1000)
     return data
 
 
@@ -89,21 +97,105 @@ def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path):
     instantiate(schema.plain(cfg.optimizer))
 
 
+def kept_rows(runs: Path, data: Path, factors: dict, ratio=0.05, arm="sgd_small") -> None:
+    dataset = {
+        "name": data.name,
+        "train": 5000,
+        "val": 500,
+        "classes": 10,
+        "sha256": bench_key.data_hash(data),
+    }
+    for seed in (0, 1):
+        row = runs_table.bench_row(
+            arm=arm, recipe="goyal_8k", overrides=[], dataset=dataset, ratio=ratio, batch=64, epochs=8,
+            resolution=32, seed=seed, top1=[30.0, 40.0 + seed], wall_s=60.0, machine="test", commit="abc",
+            factors=factors,
+        )  # fmt: skip
+        runs_table.append_run(row, runs)
+
+
 def test_kept_runs_are_not_trained_again(tmp_path, capsys):
     data = fake_prepared(tmp_path)
     runs = tmp_path / "runs.jsonl"
-    dataset = {"path": str(data), "name": data.name, "train": 5000, "val": 500, "classes": 10}
-    for seed in (0, 1):  # small-batch SGD kept from another ratio: it does not depend on the ratio
-        row = runs_table.bench_row(
-            arm="sgd_small", recipe="goyal_8k", overrides=[], dataset=dataset, ratio=0.05, batch=64, epochs=8,
-            resolution=32, seed=seed, top1=[30.0, 40.0 + seed], wall_s=60.0, machine="test", commit="abc",
-        )  # fmt: skip
-        runs_table.append_run(row, runs)
+    # small-batch SGD kept from another ratio and LR rule: neither changes it
+    kept_rows(runs, data, {"width": "quarter", "lr_rule": "sqrt"})
+    kept_rows(runs, data, {"width": "full"}, ratio=0.1, arm="lars_mlperf")
     before = runs.read_text()
     argv = ["--data", str(data), "--ratio", "0.1", "--seeds", "2", "--epochs", "8", "--only", "sgd_small"]
     bench.main([*argv, "--runs", str(runs), "--no-readme"])
     assert "sgd_small seed 1: kept" in capsys.readouterr().out
     assert runs.read_text() == before
+    full = bench_key.RunKey(
+        "lars_mlperf", data.name, 0.1, 8, 32, 1, bench_key.data_hash(data), "full", "linear"
+    )
+    rows = runs_table.read_runs(runs)
+    assert any(bench_key.same_run(r, full) for r in rows)
+    for other in (
+        full._replace(width="quarter"),
+        full._replace(lr_rule="sqrt"),
+        full._replace(data_hash="0" * 16),
+    ):
+        assert not any(bench_key.same_run(r, other) for r in rows)  # another cell or other data: trained
+
+
+def test_a_run_is_kept_only_for_the_same_data_content(tmp_path):
+    one, same = fake_prepared(tmp_path / "a"), fake_prepared(tmp_path / "b")
+    assert bench_key.data_hash(one) == bench_key.data_hash(same)  # the folder's place does not count
+    train = (one / "train.beton").read_bytes()
+    expected = hashlib.sha256(b"train.beton\0" + train + b"val.beton\0" + (one / "val.beton").read_bytes())
+    assert bench_key.data_hash(one) == expected.hexdigest()[:16]
+    (same / "train.beton").write_bytes(train[:-1] + b"X")  # one byte of one image
+    assert bench_key.data_hash(same) != bench_key.data_hash(one)
+
+
+def test_rows_of_before_the_factors_read_as_todays_set_up(tmp_path):
+    old = json.loads(
+        (Path(__file__).resolve().parents[2] / "recipes" / "runs.jsonl").read_text().splitlines()[0]
+    )
+    assert "factors" not in old and "sha256" not in old["dataset"]  # as the first bench wrote them
+    key = bench_key.key_of(old)
+    assert (key.width, key.lr_rule, key.data_hash) == ("quarter", "linear", "")
+
+
+def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path):
+    data = fake_prepared(tmp_path)
+    mlperf = next(a for a in bench.ARMS if a.name == "lars_mlperf")
+    recipe = config.compose_job([f"recipe={mlperf.recipe}"])
+
+    def lr_of(rule, ratio, batch):
+        setup = {"lr_rule": rule, "ratio": ratio}
+        cfg = config.compose_job(
+            bench.run_overrides(mlperf, recipe, batch, 8, data, 10, 0, tmp_path, 32, setup)
+        )
+        return scale_lr(cfg.scheduler.base_lr, cfg.scheduler.base_batch, cfg.batch.global_size), cfg
+
+    assert lr_of("linear", 0.1, 500)[0] == pytest.approx(10.5 * 500 / 3264)  # NVIDIA's 10.5 at 3264, linearly
+    assert lr_of("sqrt", 0.1, 500)[0] == pytest.approx(10.5 * math.sqrt(500 / 3264))
+    sqrt_run = bench.run_overrides(mlperf, recipe, 500, 8, data, 10, 0, tmp_path, 32, {"lr_rule": "sqrt"})
+    assert bench.lr_at_batch(sqrt_run, recipe, 500) == pytest.approx(
+        10.5 * math.sqrt(500 / 3264)
+    )  # as a row records it
+    # 2.5 % of ImageNet's 1,281,167 images is 32,029 per step: MLCommons' entry at 32768, read from the package
+    rcps = importlib.resources.files("mlperf_logging.rcp_checker") / "training_4.0.0" / "rcps_resnet.json"
+    entry = json.loads(rcps.read_text())["resnet_ref_32768"]["Hyperparams"]
+    lr, cfg = lr_of("reference", 0.025, 125)
+    assert lr == pytest.approx(entry["opt_base_learning_rate"])  # 21.2: the reference's own, not scaled
+    run_epochs = entry["opt_learning_rate_decay_steps"] * 32768 / 1281167
+    assert cfg.scheduler.warmup_epochs == pytest.approx(
+        entry["opt_learning_rate_warmup_epochs"] / run_epochs * 8, rel=1e-5
+    )
+
+
+def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_path, capsys):
+    data = fake_prepared(tmp_path)
+    with pytest.raises(SystemExit):
+        bench.main(["--data", str(data), "--lr-rule", "reference", "--only", "lars_you", "--no-readme"])
+    err = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in err
+        and err.startswith("error: lr_rule=reference")
+        and 'only="sgd_small lars_mlperf"' in err
+    )
 
 
 def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
@@ -116,3 +208,22 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--data", str(data), "--ratio", "0.5", "--no-readme"])
     assert "largest ratio that works here is 0.33" in capsys.readouterr().err
+
+
+def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path):
+    data = fake_prepared(tmp_path)
+    arm = next(a for a in bench.ARMS if a.name == "sgd_small")
+    recipe = config.compose_job([f"recipe={arm.recipe}"])
+    setup = {"width": "full", "device": "cuda", "workers": 4}
+    cfg = config.compose_job(
+        bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32, setup)
+    )
+    assert cfg.trainer.accelerator == "gpu" and cfg.data.num_workers == 4
+    assert "model_kwargs" not in cfg.model  # timm's resnet10t at its own widths
+    quarter = config.compose_job(bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32))
+    assert quarter.trainer.accelerator == "cpu" and list(quarter.model.model_kwargs.channels) == [
+        16,
+        32,
+        64,
+        128,
+    ]

@@ -63,19 +63,77 @@ def test_table_rows_give_mean_std_and_gap_per_arm(runs_file):
     assert markdown.count("\n") == 1 + 4  # header, rule, three arms and the check row
 
 
-def test_verdicts_say_below_or_not_distinguishable(runs_file):
+def test_verdict_lines_name_the_claim_the_gap_and_whether_it_holds(runs_file):
     text = runs_table.verdicts(runs_table.read_runs(runs_file))
-    lines = {line.split(": ")[1].split()[0]: line for line in text.splitlines()}
-    assert "below small-batch SGD" in lines["lars_you"]  # -10 +- 8.6: the whole interval is below 0
-    assert "not distinguishable" in lines["lamb"]  # +2.5 with seeds 5 points apart: the interval holds 0
-    assert "sgd_small" not in lines
+    lines = {line.split(" at ")[0]: line for line in text.splitlines()}
+    half = 4.303 * math.sqrt(2 / 2 + 2 / 2)  # t(0.975, df=2) from the printed table; variances 2 and 2, n=2
+    assert lines["LARS (You et al.)"] == (
+        "LARS (You et al.) at 10 % of the data (photos, ratio 0.1, 3 epochs, 32 px; batch 500):"
+        f" -10.0 points, 95 % CI [{-10 - half:+.1f}, {-10 + half:+.1f}] (Welch, n=2+2; 51.0 % vs 61.0 %)"
+        ": does not hold: more than 3 points below"
+    )  # -10 +- 6.1: the whole interval lies below -3
+    assert lines["LAMB (You et al. 2020)"].endswith(": undecided: the interval spans -3 points")
+    assert "sgd_small" not in text
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "words"),
+    [
+        (-2.9, 1.3, "holds within 3 points"),
+        (-3.0, -1.0, "holds within 3 points"),  # the interval touches -3: no worse than 3 points
+        (-9.0, -3.1, "does not hold: more than 3 points below"),
+        (-3.1, 5.0, "undecided: the interval spans -3 points"),
+    ],
+)
+def test_a_verdict_concludes_only_when_the_interval_is_on_one_side_of_the_margin(low, high, words):
+    assert seed_stats.verdict(low, high) == words
+
+
+def test_welch_interval_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    arm, base = [41.6, 43.8, 40.2], [52.0, 51.4, 50.1, 53.3]
+    want = stats.ttest_ind(arm, base, equal_var=False).confidence_interval(0.95)
+    gap, lo, hi = seed_stats.welch_gap(arm, base)
+    assert gap == pytest.approx(np.mean(arm) - np.mean(base))
+    assert (lo, hi) == pytest.approx((want.low, want.high), abs=1e-4)
+
+
+def test_a_contrast_of_four_groups_is_satterthwaites_interval():
+    stats = pytest.importorskip("scipy.stats")
+    a, b, c, d = [50.1, 47.8, 49.4], [51.2, 52.6, 51.8], [41.0, 45.2, 43.1], [50.8, 46.4, 48.0]
+    value, lo, hi = seed_stats.welch_contrast([a, d], [b, c])  # (a - b) - (c - d): how far a gap moved
+    se2 = [np.var(g, ddof=1) / len(g) for g in (a, b, c, d)]
+    df = sum(se2) ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(se2, (a, b, c, d)))  # Satterthwaite, float64
+    half = stats.t.ppf(0.975, df) * math.sqrt(sum(se2))
+    assert value == pytest.approx(np.mean(a) - np.mean(b) - np.mean(c) + np.mean(d))
+    assert (lo, hi) == pytest.approx((value - half, value + half), abs=1e-4)
+    # groups without spread add nothing: Welch's two-group interval, shifted by their means
+    want = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    got = seed_stats.welch_contrast([a, [3.0, 3.0]], [b, [1.0, 1.0]])
+    assert got[1:] == pytest.approx((want.low + 2, want.high + 2), abs=1e-4)
+
+
+def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(runs_file):
+    rows = runs_table.read_runs(runs_file)
+    hashed = {**DATASET, "sha256": "1c14ff06badde89e"}
+    for seed, final in enumerate((58.0, 60.0)):
+        row = run("lars_you", seed, final)
+        rows.append(row | {"dataset": hashed, "factors": {"width": "full", "lr_rule": "sqrt"}})
+    table = runs_table.table_rows(rows)
+    labels = [r["data set"] for r in table if r["run"].startswith("lars_you")]
+    assert labels == [
+        "photos (5000/500 img, 10 classes, 32 px), ratio 0.1",  # the old rows read as before
+        "photos #1c14ff06 (5000/500 img, 10 classes, 32 px), ratio 0.1, full width, sqrt LR",
+    ]
+    # no small-batch SGD on that data set: the line says so instead of comparing across data
+    assert "no small-batch SGD runs to compare with" in runs_table.verdicts(rows).splitlines()[-1]
 
 
 def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
     rows = runs_table.read_runs(runs_file)
     rows += [run("lamb", s, 55.0 + s, ratio=0.05) for s in (0, 1)]
     assert sum(r["run"].startswith("sgd_small") for r in runs_table.table_rows(rows)) == 1
-    assert runs_table.verdicts(rows).count("lamb (batch 500)") == 2
+    assert runs_table.verdicts(rows).count("LAMB (You et al. 2020) at") == 2
     key = runs_table.RunKey("sgd_small", "photos", 0.05, 3, 32, 1)
     assert any(runs_table.same_run(r, key) for r in rows)  # kept from ratio 0.1
     assert not any(runs_table.same_run(r, key._replace(arm="lars_you")) for r in rows)

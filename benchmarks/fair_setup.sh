@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# "Runs of ours" rebuilt on the set-up the factor study points to: full-width resnet10t, 16 epochs, 32 px, the
+# square-root LR rule for the large-batch optimizers (Goyal's SGD keeps its own linear rule, the claim it tests),
+# large batches of 2.5 % and 10 % of the data and the MLPerf LARS recipe at 20 %. Every finished run is appended
+# to RUNS at once and a run already there is skipped, so the same command resumes.
+#
+#   benchmarks/fair_setup.sh DATA RUNS [bench options, e.g. --device cuda --workers 4 --threads 1]
+#   python -m lightning_lars.report.factor_study --runs RUNS      # the table and verdicts so far
+#
+# Seeds come in passes: 3 for every arm first, then 6 for the arms the verdicts rest on (the LARS recipes and
+# small-batch SGD): on 500 validation images 6 seeds per arm give intervals of about +-3 points.
+set -euo pipefail
+data=${1:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
+runs=${2:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
+shift 2
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-$here/.venv/bin/python}
+extra=("$@")
+
+cell() {  # ARMS SEEDS then the options of the cell
+    local arms=$1 seeds=$2
+    shift 2
+    echo "[fair] $(date -u +%H:%M:%S) seeds=$seeds only=$arms $*"
+    "$py" "$here/benchmarks/bench_largebatch.py" --data "$data" --runs "$runs" --no-readme --seeds "$seeds" \
+        --width full --epochs 16 --resolution 32 --only $arms "$@" "${extra[@]}"
+}
+
+for seeds in 3 6; do
+    cell "sgd_small lars_mlperf lars_you" "$seeds" --ratio 0.1 --lr-rule sqrt
+    cell "lars_mlperf lars_you" "$seeds" --ratio 0.025 --lr-rule sqrt
+    cell "lars_mlperf" "$seeds" --ratio 0.2 --lr-rule sqrt
+done
+for ratio in 0.1 0.025; do
+    cell "goyal_sgd" 3 --ratio "$ratio" --lr-rule linear
+    cell "lamb nlcg neumann" 3 --ratio "$ratio" --lr-rule sqrt
+done
+echo "[fair] $(date -u +%H:%M:%S) every cell done"

@@ -1,0 +1,84 @@
+"""What names one run of ``benchmarks/bench_largebatch.py``: its data set (by name and content hash, never a folder
+of the machine), the factors of its set-up, the arm and the seed. The runs file's resume and the report's
+grouping both read rows through here, so a row written before a factor existed reads as that factor's default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import NamedTuple
+
+BENCH_KIND = "bench-largebatch"
+BASELINE_ARM = "sgd_small"
+BETONS = ("train.beton", "val.beton")  # what a run reads from a data folder made by `make prepare`
+HASH_CHARS = 16  # hex characters of sha256 kept: 64 bits, no collision among a project's data sets
+# The set-up of the runs before these factors were recorded (README, "Runs of ours"): their defaults.
+DEFAULT_WIDTH = "quarter"
+DEFAULT_LR_RULE = "linear"
+
+
+class RunKey(NamedTuple):
+    arm: str
+    dataset: str  # the data set's name (its folder's last part)
+    ratio: float  # large batch as a share of the training images
+    epochs: int
+    resolution: int  # px
+    seed: int
+    data_hash: str = ""  # sha256 of the .beton files, shortened; "" for rows written before it was recorded
+    width: str = DEFAULT_WIDTH  # resnet10t at a quarter of its widths or at full width
+    lr_rule: str = DEFAULT_LR_RULE  # how the recipe's LR moves to the large batch
+
+
+def data_hash(folder: Path) -> str:
+    """sha256 over the .beton files' bytes, in a fixed order: the same data set wherever the folder travels."""
+    digest = hashlib.sha256()
+    for name in BETONS:
+        digest.update(name.encode() + b"\0")
+        with (Path(folder) / name).open("rb") as data:
+            for block in iter(lambda: data.read(1 << 20), b""):  # 1 MiB at a time: betons are tens of MiB
+                digest.update(block)
+    return digest.hexdigest()[:HASH_CHARS]
+
+
+def key_of(row: dict) -> RunKey | None:
+    if row.get("kind") != BENCH_KIND:
+        return None
+    factors = row.get("factors", {})
+    return RunKey(
+        row["arm"],
+        row["dataset"]["name"],
+        row["ratio"],
+        row["epochs"],
+        row["resolution"],
+        row["seed"],
+        row["dataset"].get("sha256", ""),
+        factors.get("width", DEFAULT_WIDTH),
+        factors.get("lr_rule", DEFAULT_LR_RULE),
+    )
+
+
+def baseline_part(key: RunKey) -> RunKey:
+    """Small-batch SGD trains at its own batch and LR whatever the large batch: the ratio and the large-batch
+    LR rule do not change it, so one baseline run serves every ratio and rule of its set-up."""
+    return key._replace(ratio=None, lr_rule=None)
+
+
+def same_run(row: dict, key: RunKey) -> bool:
+    """Whether ``row`` is the run ``key`` names (small-batch SGD: of any ratio and large-batch LR rule)."""
+    have = key_of(row)
+    if have is None or key.arm != BASELINE_ARM:
+        return have == key
+    return baseline_part(have) == baseline_part(key)
+
+
+def setup_of(key: RunKey) -> RunKey:
+    """The set-up a run belongs to: its key without arm and seed."""
+    return key._replace(arm="", seed=-1)
+
+
+def setup_label(setup: RunKey) -> str:
+    """The set-up in words; the factors at their old defaults are not named, so old rows read as before."""
+    text = f"{setup.dataset}, ratio {setup.ratio:g}, {setup.epochs} epochs, {setup.resolution} px"
+    text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
+    return text + ("" if setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR rule")

@@ -1,0 +1,146 @@
+"""The factor study of "Runs of ours": from one set-up of ``benchmarks/bench_largebatch.py`` (the base), one
+factor changed at a time; one table row per factor level and arm (n, mean top-1, gap to small-batch SGD with its
+95 % Welch interval, and how far the gap moved from the base's, with Welch's interval and Satterthwaite's degrees
+of freedom over the four groups of runs, two where the level shares the base's small-batch runs) and one
+verdict line per large-batch arm.
+
+    python -m lightning_lars.report.factor_study [--runs recipes/runs-factor.jsonl] [--readme README.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.report import runs_table
+from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, baseline_part
+from lightning_lars.report.seed_stats import welch_contrast, welch_gap
+
+# Today's set-up, from which each cell changes one factor (README, "Runs of ours"): ratio, epochs, px, width, rule
+BASE = {"ratio": 0.1, "epochs": 8, "resolution": 32, "width": "quarter", "lr_rule": "linear"}
+FACTOR_NAMES = {
+    "ratio": "ratio",
+    "epochs": "epochs",
+    "resolution": "px",
+    "width": "width",
+    "lr_rule": "LR rule",
+}
+COLUMNS = (
+    "factor level",
+    "arm",
+    "batch",
+    "n",
+    "top-1 % (mean +- std)",
+    "gap to sgd_small [95 % CI]",
+    "gap moved [95 % CI]",
+)
+BASE_LEVEL = "today's set-up"
+BEGIN, END = "<!-- factor-study:begin -->", "<!-- factor-study:end -->"
+
+
+def level(setup: RunKey, base: dict = BASE) -> str:
+    """The factors in which ``setup`` differs from ``base``, in words ("today's set-up" when none)."""
+    changed = [f"{FACTOR_NAMES[f]} {getattr(setup, f):g}" if f == "ratio" else f"{FACTOR_NAMES[f]} {getattr(setup, f)}"
+               for f in FACTOR_NAMES if getattr(setup, f) != base[f]]  # fmt: skip
+    return ", ".join(changed) or BASE_LEVEL
+
+
+def _gap(runs: list[dict], base: list[dict] | None):
+    return None if base is None else welch_gap(runs_table.finals(runs), runs_table.finals(base))
+
+
+def _moved(arm: list[dict], small: list[dict], arm_today: list[dict], small_today: list[dict]):
+    """How far this level moved the arm's gap from today's: (arm - small) - (arm_today - small_today), with its
+    95 % interval; where the level shares today's small-batch runs (ratio, LR rule) that is arm - arm_today."""
+    if small is small_today:
+        return welch_contrast([runs_table.finals(arm)], [runs_table.finals(arm_today)])
+    plus, minus = [arm, small_today], [small, arm_today]
+    return welch_contrast([runs_table.finals(r) for r in plus], [runs_table.finals(r) for r in minus])
+
+
+def _gap_text(gap) -> str:
+    return "needs >= 2 seeds each" if gap is None else f"{gap[0]:+.1f} [{gap[1]:+.1f}, {gap[2]:+.1f}]"
+
+
+def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
+    """One row per factor level and arm; small-batch SGD once per level that changes it."""
+    found = runs_table.groups(runs)
+    today = {  # (data set, hash) -> the base set-up's arms, to say how far each level moved each gap
+        (setup.dataset, setup.data_hash): arms
+        for setup, arms in found.items()
+        if level(setup, base) == BASE_LEVEL
+    }
+    out, shown = [], set()
+    for setup, arms in sorted(found.items(), key=lambda item: level(item[0], base) != BASE_LEVEL):
+        for arm, arm_runs in arms.items():
+            if arm == BASELINE_ARM:
+                if baseline_part(setup) in shown:
+                    continue  # the ratio and the large-batch LR rule do not change small-batch SGD
+                shown.add(baseline_part(setup))
+            values = runs_table.finals(arm_runs)
+            lost = len(arm_runs) - len(values)
+            std = f" +- {statistics.stdev(values):.1f}" if len(values) > 1 else ""
+            gap = None if arm == BASELINE_ARM else _gap(arm_runs, arms.get(BASELINE_ARM))
+            was = today.get((setup.dataset, setup.data_hash), {})
+            moved = None
+            if gap is not None and arm in was and BASELINE_ARM in was and level(setup, base) != BASE_LEVEL:
+                moved = _moved(arm_runs, arms[BASELINE_ARM], was[arm], was[BASELINE_ARM])
+            out.append(
+                {
+                    "factor level": level(setup, base),
+                    "arm": arm,
+                    "batch": arm_runs[0]["batch"],
+                    "n": f"{len(values)}" + (f" ({lost} diverged)" if lost else ""),
+                    "top-1 % (mean +- std)": f"{statistics.fmean(values):.1f}{std}" if values else "diverged",
+                    "gap to sgd_small [95 % CI]": "-" if arm == BASELINE_ARM else _gap_text(gap),
+                    "gap moved [95 % CI]": "-" if moved is None else _gap_text(moved),
+                }
+            )
+    return out
+
+
+def markdown(runs: list[dict], base: dict = BASE) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows(runs, base)])
+
+
+def section(runs: list[dict], plot_ref: str | None) -> str:
+    parts = [markdown(runs)]
+    if plot_ref:
+        parts.append(f"![top-1 per epoch per arm, one panel per cell of the factor study]({plot_ref})")
+    text = runs_table.verdicts(runs)
+    if text:
+        parts.append(
+            "Verdicts (the claim: the large batch ends no more than 3 points below small-batch SGD at the same"
+            " epochs; 95 % Welch CI over seeds):\n\n" + "\n".join(f"- {line}" for line in text.splitlines())
+        )
+    return "\n\n".join(parts)
+
+
+def update_readme(readme: Path, runs: list[dict], plot_path: Path | None) -> None:
+    """Rewrite the text between BEGIN and END in ``readme``; nothing else is touched."""
+    runs_table.update_readme(readme, runs, plot_path, (BEGIN, END), section, "the factor study")
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-factor.jsonl")
+    parser.add_argument("--readme", type=Path, default=None, help="rewrite its factor-study section")
+    parser.add_argument("--plot", type=Path, default=root / "docs" / "factor-study.png")
+    args = parser.parse_args(argv)
+    try:
+        runs = runs_table.read_runs(args.runs)
+        if args.readme:
+            update_readme(args.readme, runs, args.plot)
+            print(f"{args.readme}: factor study rewritten from {args.runs}")
+        else:
+            print(section(runs, None))
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()
