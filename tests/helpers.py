@@ -91,6 +91,45 @@ def entry_point_env(*paths: Path, **extra: str) -> dict[str, str]:
     }
 
 
+# The two places an FFCV pipeline may normalise: in its numpy stage (float32 over the copy) or on the device after
+# the copy (uint8 over it, normalised in on_after_batch_transfer).
+NORMALISED_BEFORE_COPY = [
+    {"center_crop": {"ratio": 1.0}},
+    {"normalize": "imagenet"},
+    "to_tensor",
+    "to_device",
+    "channels_last",
+]
+NORMALISED_AFTER_COPY = [
+    {"center_crop": {"ratio": 1.0}},
+    "to_tensor",
+    "to_device",
+    "channels_last",
+    {"normalize": "imagenet"},
+]
+
+
+def demo_ffcv_module(root: Path, ops: list, batch_size: int):
+    """An FFCVDataModule with ``ops`` for both splits (sequential order, 32 px) over the demo's generator at two
+    classes (16 train and 8 val images each), prepared in ``root`` on first use. Needs FFCV."""
+    from lightning_lars.data.demo import prepare_demo
+    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
+
+    if not (root / "val.beton").is_file():
+        prepare_demo(root, num_classes=2, train_per_class=16, val_per_class=8, num_workers=1, progress=False)
+    return FFCVDataModule(
+        str(root / "train.beton"),
+        str(root / "val.beton"),
+        num_classes=2,
+        batch_size=batch_size,
+        num_workers=1,
+        resolution=32,
+        val_resolution=32,
+        order="sequential",
+        pipeline={"train": ops, "val": ops},
+    )
+
+
 def small_conv_net(
     widths: Sequence[int] = (8, 16, 16), last_conv: int | None = 32, classes: int = 10
 ) -> nn.Module:

@@ -29,6 +29,20 @@ RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID
 _held: dict[Path, int] = {}  # folder -> the descriptor whose lock this process holds
 
 
+def _drop_inherited_locks() -> None:
+    """In a forked child (a DataLoader worker): close its copies of the lock descriptors. A flock belongs to the
+    open file, which fork shares: a worker that outlives a killed run (it notices its parent's death only at
+    its next check, seconds later) would keep the folder locked, and the resume right after would be refused
+    as "in use by a live run". Closing the child's copy leaves the parent's lock in place."""
+    for fd in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class Finished(Exception):
     """``run.ckpt_path=last`` found that the newest run of this config finished: nothing to resume."""
 

@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import entry_point_env, small_mlp
+from helpers import (
+    NORMALISED_AFTER_COPY,
+    NORMALISED_BEFORE_COPY,
+    demo_ffcv_module,
+    entry_point_env,
+    small_mlp,
+)
 
 CPU_AND_CUDA = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,28 +207,9 @@ def test_recipe_runs_a_few_steps_on_nccl_at_world_size_one(strategy, tmp_path):
 def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     """FFCV normalising on the GPU after the copy (uint8 over PCIe) gives the CPU-normalised images."""
     pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
-    from lightning_lars.data.demo import prepare_demo
-    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
-
-    prepare_demo(tmp_path, num_classes=2, train_per_class=16, val_per_class=8, num_workers=1, progress=False)
-    common = [{"center_crop": {"ratio": 1.0}}]
-    variants = {
-        "cpu": common + [{"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"],
-        "gpu": common + ["to_tensor", "to_device", "channels_last", {"normalize": "imagenet"}],
-    }
     batches = {}
-    for name, ops in variants.items():
-        data = FFCVDataModule(
-            str(tmp_path / "train.beton"),
-            str(tmp_path / "val.beton"),
-            num_classes=2,
-            batch_size=8,
-            num_workers=1,
-            resolution=32,
-            val_resolution=32,
-            order="sequential",
-            pipeline={"train": ops, "val": ops},
-        )
+    for name, ops in (("cpu", NORMALISED_BEFORE_COPY), ("gpu", NORMALISED_AFTER_COPY)):
+        data = demo_ffcv_module(tmp_path, ops, batch_size=8)
         data.device = torch.device("cuda")
         images, labels = next(iter(data.val_dataloader()))
         images, labels = data.on_after_batch_transfer((images.cuda(), labels.cuda()), 0)

@@ -34,7 +34,8 @@ def load(path, compile) -> ImageClassifier:
     )
 
 
-def fit_one_step_and_save(module: ImageClassifier, path) -> None:
+def fit(module: ImageClassifier, steps: int = 1, accelerator: str = "cpu") -> L.Trainer:
+    """``steps`` steps on one seeded batch of 8 images of 32 px."""
     generator = torch.Generator().manual_seed(0)
     images, labels = (
         torch.randn(8, 3, 32, 32, generator=generator),
@@ -42,15 +43,19 @@ def fit_one_step_and_save(module: ImageClassifier, path) -> None:
     )
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=8)
     trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=1,
+        accelerator=accelerator,
+        max_steps=steps,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(module, train_dataloaders=loader)
-    trainer.save_checkpoint(path)
+    return trainer
+
+
+def fit_one_step_and_save(module: ImageClassifier, path) -> None:
+    fit(module).save_checkpoint(path)
 
 
 def logits(module: ImageClassifier) -> torch.Tensor:
@@ -158,20 +163,6 @@ def test_auto_compiles_on_cuda_and_stays_eager_elsewhere(device, tmp_path):
         module_file.compile_mode("auto", "cuda") == "default"
         and module_file.compile_mode("auto", "cpu") is None
     )
-    generator = torch.Generator().manual_seed(0)
-    images, labels = (
-        torch.randn(8, 3, 32, 32, generator=generator),
-        torch.randint(10, (8,), generator=generator),
-    )
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=8)
-    trainer = L.Trainer(
-        accelerator="gpu" if device == "cuda" else "cpu",
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module, train_dataloaders=loader)
+    fit(module, steps=2, accelerator="gpu" if device == "cuda" else "cpu")
     compiled = counters["stats"]["unique_graphs"] > 0
     assert compiled == (device == "cuda"), dict(counters["stats"])

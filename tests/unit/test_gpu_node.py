@@ -13,6 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import NORMALISED_AFTER_COPY, NORMALISED_BEFORE_COPY, demo_ffcv_module
 
 from lightning_lars.data.synthetic import SyntheticDataModule
 
@@ -117,26 +118,9 @@ def test_synthetic_batches_have_the_real_loaders_dtype_and_layout(tmp_path, norm
     """The oracle is FFCV's own loader over generated JPEGs, with the same ops: what it hands over (dtype,
     layout, shape) after the transfer hook is what the synthetic module hands over."""
     pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
-    from lightning_lars.data.demo import prepare_demo
-    from lightning_lars.data.ffcv_datamodule import FFCVDataModule
-
-    prepare_demo(tmp_path, num_classes=2, train_per_class=8, val_per_class=4, num_workers=1, progress=False)
-    tail = ["to_tensor", "to_device", "channels_last", {"normalize": "imagenet"}]
-    if not normalize_after_copy:
-        tail = [{"normalize": "imagenet"}, "to_tensor", "to_device", "channels_last"]
-    ops = [{"center_crop": {"ratio": 1.0}}, *tail]
+    ops = NORMALISED_AFTER_COPY if normalize_after_copy else NORMALISED_BEFORE_COPY
     pipeline = {"train": ops, "val": ops}
-    real = FFCVDataModule(
-        str(tmp_path / "train.beton"),
-        str(tmp_path / "val.beton"),
-        num_classes=2,
-        batch_size=4,
-        num_workers=1,
-        resolution=32,
-        val_resolution=32,
-        order="sequential",
-        pipeline=pipeline,
-    )
+    real = demo_ffcv_module(tmp_path, ops, batch_size=4)
     synthetic = SyntheticDataModule(num_classes=2, batch_size=4, resolution=32, pipeline=pipeline)
     handed_over = []
     for module in (real, synthetic):

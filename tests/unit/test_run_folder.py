@@ -41,6 +41,38 @@ def test_a_live_process_holds_its_folder_and_its_death_frees_it(tmp_path, monkey
     assert run_folder.live_holder(tmp_path) is None
 
 
+# The run forks a worker (a DataLoader's), prints its pid, and waits to be killed; the worker lives on.
+HOLDER_WITH_WORKER = """import os, sys, time
+from lightning_lars.runtime import run_folder
+run_folder.hold(sys.argv[1])
+worker = os.fork()
+if worker == 0:
+    time.sleep(600)
+    os._exit(0)
+print(worker, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_runs_folder_is_free_while_its_forked_worker_still_lives(tmp_path, monkeypatch):
+    """A DataLoader worker notices its parent's death only at its next check, seconds later: it must not
+    keep the folder locked, or the resume right after the kill is refused as a live run."""
+    for name in run_folder.RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_WITH_WORKER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    worker = int(holder.stdout.readline())
+    try:
+        assert run_folder.live_holder(tmp_path) == f"pid {holder.pid} on {os.uname().nodename}"
+        holder.kill()
+        holder.wait()
+        os.kill(worker, 0)  # the worker still lives
+        assert run_folder.live_holder(tmp_path) is None
+    finally:
+        os.kill(worker, 9)
+
+
 def test_only_global_rank_zero_holds_the_lock(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank shares rank 0's folder
     with run_folder.holding(tmp_path):

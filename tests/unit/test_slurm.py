@@ -33,7 +33,7 @@ def dry_run(*args: str) -> str:
         timeout=60,
         check=False,
         env={**os.environ, "PATH": "/usr/bin:/bin"},
-    )  # no sinfo, no sbatch
+    )  # --cpus-per-node is given and --dry-run submits nothing: neither sinfo nor sbatch is asked
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -67,8 +67,12 @@ def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(
     assert export < next(i for i, line in enumerate(lines) if line.startswith("srun "))
 
 
-def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option():
+def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option(tmp_path):
     """The submitting machine's cores are never taken for a compute node's (a login node has few)."""
+    no_slurm = (
+        tmp_path / "bin"
+    )  # an empty PATH: CI installs SLURM into /usr/bin, so /usr/bin may hold a sinfo
+    no_slurm.mkdir()
     result = subprocess.run(
         [
             sys.executable,
@@ -86,8 +90,8 @@ def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option():
         text=True,
         timeout=60,
         check=False,
-        env={**os.environ, "PATH": "/usr/bin:/bin"},
-    )  # no sinfo on PATH
+        env={**os.environ, "PATH": str(no_slurm)},
+    )
     assert_one_line_error(result, "sinfo is not on PATH", "--cpus-per-node N")
     assert "#SBATCH" not in result.stdout
 
