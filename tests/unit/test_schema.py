@@ -311,7 +311,10 @@ def test_each_default_callback_entry_sets_its_schemas_fields_in_order():
 
 @pytest.mark.parametrize(
     "kind",
-    {kind for schemas in groups.SCHEMAS.values() for kind in schemas.values()},
+    # sorted: pytest-xdist's workers must each collect the same list (a set's order differs between processes)
+    sorted(
+        {kind for schemas in groups.SCHEMAS.values() for kind in schemas.values()}, key=lambda k: k.__name__
+    ),
     ids=lambda k: k.__name__,
 )
 def test_each_group_schema_is_its_targets_signature(kind):
