@@ -89,18 +89,6 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     return tuple(folders)
 
 
-def recipe_claims() -> list[tuple[str, str]]:
-    """(name, first header line) for every recipe: the claim and source each recipe opens with."""
-    rows = []
-    for name in recipe_names():
-        lines = (RECIPES_DIR / f"{name}.yaml").read_text().splitlines()
-        claim = next(
-            (ln.lstrip("# ").strip() for ln in lines if ln.startswith("# ") and "@package" not in ln), ""
-        )
-        rows.append((name, claim))
-    return rows
-
-
 def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
     return check_command_line(overrides)[0]
@@ -163,6 +151,8 @@ def explain_composition_error(err: ConfigCompositionException, overrides: list[s
     cause = err.__cause__ or err.__context__  # a config file's error: raised inside the except, not from it
     if not isinstance(cause, OmegaConfBaseException) or not cause.full_key:
         return " ".join(str(err).split())
+    # Hydra names the file, and the override that failed, only in its text: a list item's full_key lacks the
+    # list's key (`+deviations=[{..., source: x}]` fails at 'source')
     in_file = re.match(r"In '([^']+)'", str(err))
     where = f"in {in_file.group(1)}.yaml: " if in_file else ""
     override = re.search(r"override '?([^'\s]+)", str(err))  # key=value, or the key alone

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode
 
 from lightning_lars.config import schema
-from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES, MLPERF_ROUNDS
+from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
 from lightning_lars.config.trainer_arguments import (
     TRAINER_ARGUMENTS,
@@ -52,20 +52,18 @@ REPLACED_BY_EVALUATION = {
 def check(cfg: DictConfig) -> None:
     """Every rule, in the order a user fixes them: keys the schema does not have, then values."""
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    for (
-        key
-    ) in SET_BY_THE_RUN:  # a recipe of the user's that sets one (before: under a schema it is unknown too)
+    # a recipe of the user's that sets one: said before a schema would call it unknown
+    for key in SET_BY_THE_RUN:
         if _raw(values, key) is not None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
     check_trainer(values)
     check_sizes(values)
     check_training_values(values)
-    check_compile(values.get("model"))
+    compile_mode((values.get("model") or {}).get("compile"))
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
     check_deviations(values["deviations"])
-    check_mlperf(values["mlperf"])
 
 
 def check_keys(node: Any, where: str = "") -> None:
@@ -196,16 +194,26 @@ def check_training_values(values: dict) -> None:
         )
 
 
-def check_compile(model: Any) -> None:
-    """``model.compile``: false, auto or one of torch.compile's modes (the schema types it Any, see
-    `ModelConfig`)."""
-    value = model.get("compile", False) if isinstance(model, dict) else False
-    if value is False or _is_left_to_the_run(value) or value in (COMPILE_AUTO, *COMPILE_MODES):
-        return
-    raise UserError(
-        f"model.compile={_text(value)}: expected false (eager), {COMPILE_AUTO} (compiled on CUDA, eager elsewhere)"
-        f" or one of {', '.join(COMPILE_MODES)} (torch.compile's modes; reduce-overhead uses CUDA graphs, GPU only)"
-    )
+def compile_mode(value: Any, device_type: str | None = None) -> str | None:
+    """The one check of ``model.compile`` (the schema types it Any: OmegaConf has no bool-or-enum type), and
+    torch.compile's ``mode`` for it on ``device_type``: None (eager) for false and for auto off CUDA or while the
+    device is unknown; reduce-overhead records CUDA graphs, so only on CUDA. Else a one-line `UserError`."""
+    if value is False or value == "false" or _is_left_to_the_run(value):
+        return None
+    if value not in (COMPILE_AUTO, *COMPILE_MODES):
+        raise UserError(
+            f"model.compile={_text(value)}: expected false (eager), {COMPILE_AUTO} (compiled on CUDA, eager"
+            f" elsewhere) or one of {', '.join(COMPILE_MODES)} (torch.compile's modes; reduce-overhead uses CUDA"
+            " graphs, GPU only)"
+        )
+    if value == "reduce-overhead" and device_type not in (None, "cuda"):
+        raise UserError(
+            f"model.compile=reduce-overhead uses CUDA graphs, and this run is on {device_type}: set"
+            " model.compile=default (or max-autotune-no-cudagraphs), or run on a GPU"
+        )
+    if value == COMPILE_AUTO:
+        return "default" if device_type == "cuda" else None
+    return value
 
 
 def check_epoch_length(spec: dict) -> None:
@@ -246,14 +254,3 @@ def check_deviations(deviations: list[dict]) -> None:
                     f"deviations[{index}].{name} is empty: every deviation needs technique, published,"
                     " ours and why"
                 )
-
-
-def check_mlperf(spec: dict) -> None:
-    """``mlperf.round``: a training round with a ResNet-50 benchmark, written as MLPerf's rulesets name it."""
-    value = spec["round"]
-    if value is None or str(value).startswith("${") or str(value) in MLPERF_ROUNDS:
-        return
-    raise UserError(
-        f"mlperf.round={_text(value)}: expected one of {', '.join(MLPERF_ROUNDS)} (the MLPerf training rounds"
-        " with ResNet-50, e.g. mlperf.round=1.0.0), or null for no MLPerf log"
-    )

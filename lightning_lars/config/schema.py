@@ -18,7 +18,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
@@ -34,6 +34,8 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 COMPILE_AUTO = "auto"
 # MLPerf training rounds with a ResNet-50 benchmark (v0.6, June 2019, to v4.0, June 2024; v4.1 dropped it)
 MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
+# written as MLPerf's rulesets name them: members named by their text, so `mlperf.round=1.0.0` is a choice
+MLPerfRound = StrEnum("MLPerfRound", [(name, name) for name in MLPERF_ROUNDS], module=__name__)
 
 
 class EpochMode(Enum):
@@ -103,7 +105,9 @@ class MLPerfConfig:
     when ``round`` is set; the ``submission_*`` keys it opens with. The hyperparameters it logs are read from the
     run, not from here."""
 
-    round: str | None = None  # one of MLPERF_ROUNDS, e.g. "1.0.0": the rules the log follows; null: no log
+    round: MLPerfRound | None = (
+        None  # e.g. 1.0.0: the training round whose rules the log follows; null: no log
+    )
     benchmark: str = "resnet"
     division: MLPerfDivision = MLPerfDivision.closed
     status: MLPerfStatus = MLPerfStatus.research

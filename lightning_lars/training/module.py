@@ -15,41 +15,9 @@ from torchmetrics.classification import MulticlassAccuracy
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 from lightning_lars.config import rules
 from lightning_lars.config.schema import COMPILE_AUTO
-from lightning_lars.core.errors import UserError
 from lightning_lars.optim.param_groups import param_groups
 
 NORM_LAYERS = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm)
-# nn.Module.compile (in place) arrived in torch 2.2; torch.compile itself in 2.0
-COMPILE_NEEDS_TORCH = (2, 2)
-
-
-def compile_mode(mode: str | bool | None, device_type: str | None = None) -> str | None:
-    """``model.compile`` as torch.compile's ``mode`` on ``device_type``, or None for eager; ``auto`` is the
-    default mode on CUDA and eager elsewhere (None while the device is unknown). A bad value or an old torch is
-    a one-line `UserError`."""
-    if mode in (False, None, "false"):
-        return None
-    rules.check_compile({"compile": mode})
-    if mode == COMPILE_AUTO:
-        if device_type != "cuda":
-            return None
-        mode = "default"
-    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    if version < COMPILE_NEEDS_TORCH or not hasattr(torch.nn.Module, "compile"):
-        raise UserError(
-            f"model.compile={mode} needs torch >= {'.'.join(map(str, COMPILE_NEEDS_TORCH))} (this is torch"
-            f" {torch.__version__}); upgrade torch or set model.compile=false"
-        )
-    return mode
-
-
-def check_compile_device(mode: str | bool | None, device_type: str) -> None:
-    """reduce-overhead records CUDA graphs: on any other device torch would skip them with a warning."""
-    if compile_mode(mode, device_type) == "reduce-overhead" and device_type != "cuda":
-        raise UserError(
-            f"model.compile=reduce-overhead uses CUDA graphs, and this run is on {device_type}: set"
-            " model.compile=default (or max-autotune-no-cudagraphs), or run on a GPU"
-        )
 
 
 class ImageClassifier(L.LightningModule):
@@ -109,7 +77,7 @@ class ImageClassifier(L.LightningModule):
             self.model = self.model.to(memory_format=torch.channels_last)
         # Here (or in setup for auto, once the device is known), not in configure_model: FSDP2Strategy shards
         # the blocks itself only for a module without one. Compiling is lazy (the first forward traces).
-        mode = None if compile == COMPILE_AUTO else compile_mode(compile)
+        mode = rules.compile_mode(compile)  # auto: None until setup knows the device
         if mode is not None:
             self.model.compile(mode=mode)
         self.optimizer_factory = optimizer
@@ -124,10 +92,10 @@ class ImageClassifier(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         device_type = self.trainer.strategy.root_device.type
-        check_compile_device(self.hparams.compile, device_type)
-        if self.hparams.compile == COMPILE_AUTO and compile_mode(COMPILE_AUTO, device_type) is not None:
+        mode = rules.compile_mode(self.hparams.compile, device_type)  # CUDA graphs off CUDA: refused here
+        if self.hparams.compile == COMPILE_AUTO and mode is not None:
             if not getattr(self.model, "_compiled_call_impl", None):  # setup runs again for validate/test
-                self.model.compile(mode=compile_mode(COMPILE_AUTO, device_type))
+                self.model.compile(mode=mode)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.hparams.channels_last:

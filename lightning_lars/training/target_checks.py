@@ -1,15 +1,16 @@
 """Values that only a `_target_` can judge, checked before any of them is built (so before a W&B run opens):
-the timm model name, the accelerator and the precision. Hydra would report each as "Error in call to target"
-with the library's traceback text; here each is one line naming the fix."""
+the timm model name, the accelerator, the optimizer's hyperparameters and CUDA graphs on a run without CUDA. Hydra
+would report each as "Error in call to target" with the library's traceback text; here each is one line naming the
+fix. The precision is checked when the config is composed (`lightning_lars.config.trainer_arguments`)."""
 
 from __future__ import annotations
 
 import difflib
 import re
-import typing
 
 from omegaconf import DictConfig
 
+from lightning_lars.config.rules import compile_mode
 from lightning_lars.core.errors import UserError
 
 GPU_NAMES = {"gpu", "cuda"}  # Lightning maps "gpu" to CUDA
@@ -18,23 +19,18 @@ GPU_NAMES = {"gpu", "cuda"}  # Lightning maps "gpu" to CUDA
 def check(cfg: DictConfig) -> None:
     check_arch(cfg.model.get("arch"))
     check_accelerator(cfg.trainer.get("accelerator"))
-    check_precision(cfg.trainer.get("precision"))
     check_optimizer(cfg.get("optimizer"))
     check_compile(cfg.model.get("compile"), cfg.trainer.get("accelerator"))
 
 
 def check_compile(mode, accelerator) -> None:
-    """An old torch, or CUDA graphs on a run without CUDA, before anything is built."""
+    """CUDA graphs on a run without CUDA, before anything is built."""
     if mode in (False, None):
         return
     import torch  # heavy: only for a compiled run
 
-    from lightning_lars.training.module import check_compile_device  # with torch, as above
-
     on_gpu = accelerator in GPU_NAMES or (accelerator in (None, "auto") and torch.cuda.is_available())
-    check_compile_device(
-        mode, "cuda" if on_gpu else "cpu" if accelerator in (None, "auto") else str(accelerator)
-    )
+    compile_mode(mode, "cuda" if on_gpu else "cpu" if accelerator in (None, "auto") else str(accelerator))
 
 
 def check_optimizer(optimizer: DictConfig | None) -> None:
@@ -118,23 +114,4 @@ def check_accelerator(accelerator: str | None) -> None:
             f"trainer.accelerator={accelerator}, but this machine has no {name.upper()} device"
             f" (available here: {', '.join(here)}); use trainer.accelerator=auto or"
             f" trainer.accelerator={here[0]}"
-        )
-
-
-def valid_precisions() -> list[str]:
-    """Every precision value Lightning's Trainer takes, as strings (``32-true``, ``bf16-mixed``, ``16``, ...)."""
-    from lightning.fabric.connector import _PRECISION_INPUT  # heavy: only when a value is checked
-
-    values = [str(v) for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)]
-    return list(dict.fromkeys(values))
-
-
-def check_precision(precision) -> None:
-    if precision is None:
-        return
-    valid = valid_precisions()
-    if str(precision) not in valid:
-        raise UserError(
-            f"trainer.precision={precision} is not a precision Lightning takes; use one of"
-            f" {', '.join(v for v in valid if '-' in v)} (CPU: 32-true or bf16-mixed)"
         )

@@ -11,10 +11,10 @@ import lightning as L
 import pytest
 import torch
 
+from lightning_lars.config import rules
 from lightning_lars.config.schema import COMPILE_MODES
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
-from lightning_lars.training import module as module_file
 from lightning_lars.training import target_checks
 from lightning_lars.training.module import ImageClassifier
 
@@ -126,18 +126,6 @@ def test_cuda_graphs_on_a_cpu_run_are_one_line():
         module.setup("fit")  # a module built outside the config is checked when the Trainer sets it up
 
 
-def test_a_torch_too_old_names_the_version_needed(monkeypatch):
-    monkeypatch.setattr(torch, "__version__", "2.1.2+cpu")
-    with pytest.raises(UserError) as raised:
-        classifier("default")
-    needed = ".".join(map(str, module_file.COMPILE_NEEDS_TORCH))
-    assert str(raised.value) == (
-        f"model.compile=default needs torch >= {needed} (this is torch 2.1.2+cpu); upgrade torch or set"
-        " model.compile=false"
-    )
-    classifier(False)  # eager runs on any torch
-
-
 def test_the_published_recipes_compile_on_cuda_and_the_cpu_runs_stay_eager():
     """Every published run was a GPU/TPU run: compiled where the run is on CUDA (``auto``). The demo (its
     bench-speed numbers on a CPU) and any ``debug=toy`` run (seconds, on a CPU) stay eager anywhere."""
@@ -159,10 +147,7 @@ def test_auto_compiles_on_cuda_and_stays_eager_elsewhere(device, tmp_path):
     torch._dynamo.reset()
     counters.clear()
     module = classifier("auto")
-    assert (
-        module_file.compile_mode("auto", "cuda") == "default"
-        and module_file.compile_mode("auto", "cpu") is None
-    )
+    assert rules.compile_mode("auto", "cuda") == "default" and rules.compile_mode("auto", "cpu") is None
     fit(module, steps=2, accelerator="gpu" if device == "cuda" else "cpu")
     compiled = counters["stats"]["unique_graphs"] > 0
     assert compiled == (device == "cuda"), dict(counters["stats"])

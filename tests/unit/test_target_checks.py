@@ -1,7 +1,8 @@
 """The checks run before any ``_target_`` is built agree with the libraries that would otherwise fail later:
 a model name with timm (``timm.is_model``, ``timm.create_model``), an accelerator with Lightning's
-``AcceleratorRegistry`` and ``Trainer``, a precision with the ``Trainer``'s own validation, an optimizer's
-hyperparameters with the optimizer built for real from the shipped ``conf/optimizer`` configs."""
+``AcceleratorRegistry`` and ``Trainer``, a precision (checked as the config is composed) with the ``Trainer``'s
+own validation, an optimizer's hyperparameters with the optimizer built for real from the shipped
+``conf/optimizer`` configs."""
 
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from omegaconf import OmegaConf
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm, as a run does)
+from lightning_lars.config.rules import check_trainer
+from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 from lightning_lars.training.target_checks import (
     available_accelerators,
     check_accelerator,
     check_arch,
     check_optimizer,
-    check_precision,
-    valid_precisions,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,20 +145,27 @@ def trainer_calls_it_invalid(precision) -> bool:
     return False
 
 
-@pytest.mark.parametrize("precision", [*valid_precisions(), 32, 16, 64, *NOT_PRECISIONS])
+def check_precision(precision) -> None:
+    """The check a composed config's ``trainer.precision`` gets (`lightning_lars.config.rules.check_trainer`)."""
+    check_trainer({"trainer": {"_target_": TRAINER_TARGET, "precision": precision}})
+
+
+PRECISIONS = [value for value in TRAINER_ARGUMENTS["precision"] if value is not None]
+
+
+@pytest.mark.parametrize("precision", [*PRECISIONS, *NOT_PRECISIONS])
 def test_a_precision_is_refused_exactly_when_the_trainer_calls_it_invalid(precision):
     refused = outcome(check_precision, precision)
     assert refused in (None, UserError)
     assert (refused is UserError) == trainer_calls_it_invalid(precision)
 
 
-def test_the_valid_precisions_include_what_the_cpu_runs_use():
-    assert {"32-true", "bf16-mixed", "16-mixed", "64-true", "32", "16"} <= set(valid_precisions())
+def test_a_refused_precision_names_what_the_cpu_runs_use():
+    assert {"32-true", "bf16-mixed", "16-mixed", "64-true", "32", "16"} <= set(PRECISIONS)
     with pytest.raises(UserError) as caught:
         check_precision("fp32")
-    suggested = str(caught.value).split("use one of ")[1].split(" (")[0].split(", ")
-    assert "32-true" in suggested and "bf16-mixed" in suggested
-    assert not any(trainer_calls_it_invalid(value) for value in suggested)
+    assert str(caught.value).startswith("trainer.precision=fp32: expected ")
+    assert "'32-true'" in str(caught.value) and "'bf16-mixed'" in str(caught.value)
 
 
 # --- optimizer hyperparameters -----------------------------------------------------------------------------
