@@ -26,7 +26,7 @@ from typing import Any
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from lightning_lars.config import compose as config
+from lightning_lars.config import compose
 from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
 from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
 from lightning_lars.schedules.build import build_lr_schedule
@@ -340,7 +340,7 @@ def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
 def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     """`lightning_lars.config.compose.check_command_line` (schema and rules), then the checks that need the planned
     run: every mistake one line, before anything heavy starts."""
-    cfg, accepted = config.check_command_line(overrides)
+    cfg, accepted = compose.check_command_line(overrides)
     check_recipe(cfg, recipe_of(overrides))
     return cfg, accepted
 

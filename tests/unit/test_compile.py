@@ -14,9 +14,8 @@ import torch
 from lightning_lars.config.schema import COMPILE_MODES
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
-from lightning_lars.training import module as module_file
 from lightning_lars.training import target_checks
-from lightning_lars.training.module import ImageClassifier
+from lightning_lars.training.module import COMPILE_NEEDS_TORCH, ImageClassifier, compile_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = "test_resnet"  # timm's smallest ResNet: compiles in seconds on a CPU
@@ -130,7 +129,7 @@ def test_a_torch_too_old_names_the_version_needed(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.1.2+cpu")
     with pytest.raises(UserError) as raised:
         classifier("default")
-    needed = ".".join(map(str, module_file.COMPILE_NEEDS_TORCH))
+    needed = ".".join(map(str, COMPILE_NEEDS_TORCH))
     assert str(raised.value) == (
         f"model.compile=default needs torch >= {needed} (this is torch 2.1.2+cpu); upgrade torch or set"
         " model.compile=false"
@@ -159,10 +158,7 @@ def test_auto_compiles_on_cuda_and_stays_eager_elsewhere(device, tmp_path):
     torch._dynamo.reset()
     counters.clear()
     module = classifier("auto")
-    assert (
-        module_file.compile_mode("auto", "cuda") == "default"
-        and module_file.compile_mode("auto", "cpu") is None
-    )
+    assert compile_mode("auto", "cuda") == "default" and compile_mode("auto", "cpu") is None
     fit(module, steps=2, accelerator="gpu" if device == "cuda" else "cpu")
     compiled = counters["stats"]["unique_graphs"] > 0
     assert compiled == (device == "cuda"), dict(counters["stats"])

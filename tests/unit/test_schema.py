@@ -12,8 +12,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from lightning_lars.config import compose as config
 from lightning_lars.config import rules, schema
+from lightning_lars.config.compose import compose_job, to_yaml
+from lightning_lars.config.paths import CONF_DIR, RECIPES_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
 
@@ -36,7 +37,7 @@ def omegaconf_reason(dotted_key: str, value) -> str:
 
 
 def test_train_yaml_sets_the_schema_keys_in_the_schema_order_with_the_schema_defaults():
-    train = yaml.safe_load((config.CONF_DIR / "train.yaml").read_text())
+    train = yaml.safe_load((CONF_DIR / "train.yaml").read_text())
     own = {key: value for key, value in train.items() if key != "defaults"}
     fields = [f.name for f in dataclasses.fields(schema.TrainConfig)]
     assert list(own) == fields[: len(own)]  # --cfg job prints the schema's order
@@ -198,7 +199,7 @@ def test_a_key_an_open_group_does_not_set_names_the_plus_that_adds_it():
 
 def test_numbers_print_as_written_and_the_mode_as_its_name():
     """``--cfg job`` is unchanged by the schema: an int stays an int in the open groups, the Enum prints its name."""
-    cfg = config.compose_job(
+    cfg = compose_job(
         [
             "recipe=demo",
             "scheduler.base_lr=10",
@@ -207,7 +208,7 @@ def test_numbers_print_as_written_and_the_mode_as_its_name():
             "seed=7",
         ]
     )
-    text = config.to_yaml(cfg)
+    text = to_yaml(cfg)
     assert "  base_lr: 10\n" in text and "  mode: padded\n" in text and "seed: 7\n" in text
     assert cfg.epoch_length.mode is schema.EpochMode.padded
     assert OmegaConf.to_yaml(cfg).count("mode: padded") == 1  # Hydra's own printer agrees
@@ -228,7 +229,7 @@ def test_the_model_schema_is_the_image_classifiers_signature(model_schema):
     "model, model_schema", [("resnet", schema.ResNetModelConfig), ("alexnet_bn", schema.ModelConfig)]
 )
 def test_each_model_file_sets_its_schemas_fields_in_order(model, model_schema):
-    text = yaml.safe_load((config.CONF_DIR / "model" / f"{model}.yaml").read_text())
+    text = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
     assert text["defaults"] == [f"/{model}_model_schema@_here_", "_self_"]
     assert [key for key in text if key != "defaults"] == [f.name for f in dataclasses.fields(model_schema)]
 
@@ -307,9 +308,9 @@ def test_the_kinds_the_open_groups_are_checked_against_are_the_config_files_as_o
                 seen.setdefault(f"{prefix}.{key}", set()).add(kind)
 
     for group in rules.KIND_CHECKED_GROUPS:
-        for path in (config.CONF_DIR / group).glob("*.yaml"):
+        for path in (CONF_DIR / group).glob("*.yaml"):
             collect(group, OmegaConf.to_container(OmegaConf.load(path)))
-        for path in config.RECIPES_DIR.glob("*.yaml"):
+        for path in RECIPES_DIR.glob("*.yaml"):
             collect(group, OmegaConf.to_container(OmegaConf.load(path)).get(group) or {})
     expected = {key: kinds.pop() for key, kinds in seen.items() if len(kinds) == 1 and kinds != {"other"}}
     assert rules.reference_kinds() == expected
