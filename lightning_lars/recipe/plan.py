@@ -338,9 +338,9 @@ def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
 
 
 def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """`lightning_lars.config.compose.check_command_line` (schema and rules), then the checks that need the planned
+    """`lightning_lars.config.compose.compose_command_line` (schema and rules), then the checks that need the planned
     run: every mistake one line, before anything heavy starts."""
-    cfg, accepted = compose.check_command_line(overrides)
+    cfg, accepted = compose.compose_command_line(overrides)
     check_recipe(cfg, recipe_of(overrides))
     return cfg, accepted
 
