@@ -33,7 +33,6 @@ LAYERS = [
 ENTRY_POINTS = {
     "train",
     "check",
-    "wheelhouse",
 }  # lightning_lars/<name>.py: the commands, above every layer
 
 
