@@ -314,7 +314,9 @@ def main(argv: list[str] | None = None) -> None:
             (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
             print("[bench] recipes/README.md rewritten from the same runs", flush=True)
     sys.stdout.flush()
-    if trained:  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
+    if (
+        trained
+    ):  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (numba 0.68, FFCV 1.0.2)
         os._exit(0)
 
 
@@ -324,7 +326,7 @@ def quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("WANDB_MODE", "disabled")
     default_hook = sys.unraisablehook
-    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (findings.md): noise.
+    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (numba 0.68, FFCV 1.0.2): noise.
     sys.unraisablehook = lambda u: (
         None
         if isinstance(u.exc_value, KeyError) and "numba" in str(traceback.extract_tb(u.exc_traceback)[-1:])
