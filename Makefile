@@ -95,7 +95,7 @@ recipes: $(STAMP) ## list the recipes with their published results
 	@$(PY) -m lightning_lars.recipe.catalog
 
 recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"] [key=value ...]
-	@$(PY) -m lightning_lars.recipe.catalog show $(call quote,$(recipe)) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
+	@$(PY) -m lightning_lars.recipe_card $(call quote,$(recipe)) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
 
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
 	$(PY) -m lightning_lars.check --recipe $(call quote,$(recipe)) --seeds $(or $(seeds),3) $(OVERRIDES)

@@ -1,6 +1,6 @@
 """The recipe card: what a run of a recipe will do, printed (and plotted) without data or a GPU.
 
-    python -m lightning_lars.recipe.catalog show NAME [--devices G] [--nodes N] [--plot FILE.png] [key=value ...]
+    python -m lightning_lars.recipe_card NAME [--devices G] [--nodes N] [--plot FILE.png] [key=value ...]
 
 Steps per epoch and how the source counted them, warmup/decay/total steps, LR, weight decay and momentum
 at named steps (the values the run's callbacks apply), eval steps, the batch plan on G devices x N nodes,
@@ -19,12 +19,7 @@ from omegaconf import DictConfig
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import published, reference_points
-from lightning_lars.recipe.plan import (
-    RecipePlan,
-    compose_recipe,
-    make_plan,
-    planned_train_images,
-)
+from lightning_lars.recipe.plan import RecipePlan
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 
@@ -264,11 +259,13 @@ def has_mlperf_round(cfg: DictConfig) -> bool:
     return (cfg.get("mlperf") or {}).get("round") is not None
 
 
-def show(name: str, devices: int = 1, nodes: int = 1, overrides=(), plot_path: str | None = None) -> str:
-    cfg = compose_recipe(name, list(overrides))
-    plan = make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)
+def card_text(
+    cfg: DictConfig, plan: RecipePlan, devices: int = 1, nodes: int = 1, plot_path: str | None = None
+) -> str:
+    """The whole card of ``plan`` (composed as ``cfg``): `card`, the MLCommons reference lines where they
+    apply, and the plot written to ``plot_path``."""
     text = card(plan, devices, nodes)
-    if name.startswith(
+    if plan.recipe.startswith(
         reference_points.RECIPE_PREFIX
     ):  # its card needs the RCP file: an error names the install
         text += "\n" + "\n".join(_entry_lines(plan))

@@ -86,6 +86,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         trainer.num_devices,
         trainer.num_nodes,
         counted=True,
+        callbacks=callbacks,
     )
     apply_plan(trainer, plan)
     optimizer = compose.check_partial("optimizer", instantiate(cfg.optimizer))

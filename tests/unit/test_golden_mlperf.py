@@ -19,7 +19,7 @@ from functools import cache
 
 import pytest
 
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
     MXNetPolySchedule,

@@ -23,7 +23,7 @@ import math
 
 import pytest
 
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.source_oracles import nus_polynomial_warmup
 
 N = 1_281_167  # ImageNet-1k training images

@@ -33,6 +33,7 @@ LAYERS = [
 ENTRY_POINTS = {
     "train",
     "check",
+    "recipe_card",
 }  # lightning_lars/<name>.py: the commands, above every layer
 
 

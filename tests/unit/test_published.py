@@ -10,7 +10,7 @@ from lightning_lars import check
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import published
 from lightning_lars.recipe.card import card
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.recipe_helpers import RECIPES, recipe
 from tests.unit.source_oracles import N
 

@@ -13,7 +13,8 @@ from lightning_lars.config.compose import recipe_names
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.card import card, named_steps
 from lightning_lars.recipe.keys import count_steps_per_epoch, eval_steps
-from lightning_lars.recipe.plan import check_command_line, plan_recipe
+from lightning_lars.recipe.plan import check_command_line
+from lightning_lars.training.recipe_plan import plan_recipe
 
 IMAGENET = 1_281_167
 
