@@ -95,7 +95,7 @@ recipes: $(STAMP) ## list the recipes with their published results
 	@$(PY) -m lightning_lars.recipe.catalog
 
 recipe-card: $(STAMP) ## what a recipe will do, step by step: make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot card.png"] [key=value ...]
-	@$(PY) -m lightning_lars.recipe.catalog show $(call quote,$(recipe)) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
+	@$(PY) -m lightning_lars.recipe_card $(call quote,$(recipe)) --devices $(or $(devices),1) --nodes $(or $(nodes),1) $(args) $(OVERRIDES)
 
 check: $(STAMP) ## K seeds of a recipe, mean/std and a one-sided t-test vs its target: make check recipe=NAME seeds=5
 	$(PY) -m lightning_lars.check --recipe $(call quote,$(recipe)) --seeds $(or $(seeds),3) $(OVERRIDES)
@@ -125,7 +125,7 @@ test-install: $(STAMP) ## the built wheel, installed in a fresh venv, run from a
 	$(PY) -m pytest -q tests/integration/test_installed_wheel.py
 
 wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 platform=manylinux_2_28_x86_64 without=torch out=DIR]
-	$(PY) -m lightning_lars.wheelhouse --out $(call quote,$(or $(out),wheelhouse)) $(if $(python),--python $(python)) \
+	$(PY) benchmarks/wheelhouse.py --out $(call quote,$(or $(out),wheelhouse)) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
 # A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
@@ -140,7 +140,7 @@ gpu-check: ## the one GPU job (<= 9 min): kit install, the MLPerf recipe eager/c
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
 $(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)
 	rm -rf $(OFFLINE_WHEELS)
-	$(PY) -m lightning_lars.wheelhouse --out $(OFFLINE_WHEELS) --without torch
+	$(PY) benchmarks/wheelhouse.py --out $(OFFLINE_WHEELS) --without torch
 	.ci/offline_install image $(OFFLINE_VENV)
 	@touch $@
 

@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
 from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks
@@ -145,7 +145,7 @@ def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
-    from lightning_lars.training import run as train
+    from lightning_lars.training import run
 
     class Curve(L.Callback):
         def __init__(self):
@@ -155,10 +155,10 @@ def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
             if not trainer.sanity_checking and "val/top1" in trainer.callback_metrics:
                 self.top1.append(100 * float(trainer.callback_metrics["val/top1"]))
 
-    cfg = config.compose_job(overrides)
+    cfg = compose_job(overrides)
     L.seed_everything(seed, workers=True, verbose=False)
     started = time.perf_counter()
-    trainer, module, datamodule, _ = train.build(cfg)
+    trainer, module, datamodule, _ = run.build(cfg)
     curve = Curve()
     trainer.callbacks.append(curve)
     try:
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
     trained = False
     for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
-        recipe = config.compose_job([f"recipe={arm.recipe}"])
+        recipe = compose_job([f"recipe={arm.recipe}"])
         if recipe.data.num_classes != sizes["classes"]:
             print(
                 f"[bench] {arm.recipe}: head adapted to the data set's {sizes['classes']} classes"
@@ -314,7 +314,9 @@ def main(argv: list[str] | None = None) -> None:
             (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
             print("[bench] recipes/README.md rewritten from the same runs", flush=True)
     sys.stdout.flush()
-    if trained:  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (findings.md)
+    if (
+        trained
+    ):  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (numba 0.68, FFCV 1.0.2)
         os._exit(0)
 
 
@@ -324,7 +326,7 @@ def quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("WANDB_MODE", "disabled")
     default_hook = sys.unraisablehook
-    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (findings.md): noise.
+    # numba's dispatcher finalizers raise KeyError when FFCV loaders are collected (numba 0.68, FFCV 1.0.2): noise.
     sys.unraisablehook = lambda u: (
         None
         if isinstance(u.exc_value, KeyError) and "numba" in str(traceback.extract_tb(u.exc_traceback)[-1:])

@@ -20,9 +20,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-from lightning_lars.core.errors import UserError
-from lightning_lars.wheelhouse import (
+from wheelhouse import (  # benchmarks/wheelhouse.py, beside this script
     GROUPS,
     download,
     installed_closure,
@@ -30,6 +28,8 @@ from lightning_lars.wheelhouse import (
     project_wheel,
     this_machine,
 )
+
+from lightning_lars.core.errors import UserError
 
 LIMIT_MIB = 64  # what a job may carry to the node with the working tree
 WITHOUT = {"torch", "ffcv"}  # the node's image; FFCV compiles against the node's own libraries

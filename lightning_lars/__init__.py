@@ -3,7 +3,7 @@
 The package is built in layers; each imports only the layers below it (tests/unit/test_layers.py checks):
 
     core < config < schedules < optim < models < data < parallel < recipe < runtime < report < callbacks
-         < training < the entry points here (train.py, check.py, wheelhouse.py)
+         < training < the entry points here (train.py, check.py, recipe_card.py)
 
 ``callbacks`` is the top-level ``callbacks/`` folder, installed as ``lightning_lars.callbacks``.
 """

@@ -21,52 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import check_overrides
+from lightning_lars.config.paths import PROJECT_ROOT, is_checkout, run_root
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe import catalog as recipes
-from lightning_lars.recipe import published as judged
+from lightning_lars.recipe import catalog, published
 from lightning_lars.recipe.catalog import RUNS_FILE
 from lightning_lars.report import mlperf
 from lightning_lars.report.results import RESULTS_FILE
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
-            -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):  # the continued fraction converges fast on this side
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_sf(t: float, df: float) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom (exact, via the incomplete beta)."""
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))  # P(T > |t|)
-    return tail if t >= 0 else 1.0 - tail
+from lightning_lars.report.seed_stats import t_sf
 
 
 def one_sided_test(values: list[float], target: float) -> dict[str, float]:
@@ -89,10 +51,10 @@ def target_of(cfg) -> tuple[float, str]:
     ttt = (cfg.get("callbacks") or {}).get("time_to_target") or {}
     if ttt.get("target_top1") is not None:
         return float(ttt["target_top1"]), "callbacks.time_to_target.target_top1"
-    published = (cfg.get("published") or {}).get("top1")
-    if isinstance(published, (int, float)) and not isinstance(published, bool):
-        return float(published), "published.top1"
-    reason = judged.no_target_reason(cfg.get("published"))
+    top1 = (cfg.get("published") or {}).get("top1")
+    if isinstance(top1, (int, float)) and not isinstance(top1, bool):
+        return float(top1), "published.top1"
+    reason = published.no_target_reason(cfg.get("published"))
     if reason:
         raise UserError(
             f"the recipe has no target (published.no_target): {reason};"
@@ -118,7 +80,7 @@ def run_seed(recipe: str, seed: int, run_dir: Path, overrides: list[str]) -> dic
         *overrides,
     ]
     with log.open("w") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_root())
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=run_root())
         try:
             code = child.wait()
         finally:  # interrupted (Ctrl-C, SIGTERM from a scheduler): take the training run down with us
@@ -145,7 +107,7 @@ def report(rows: list[dict], target: float, source: str, alpha: float, statistic
     lines += [
         "",
         f"target   {target:.2f} % ({source})",
-        f"per run  {statistic}: {judged.STATISTICS[statistic]}",
+        f"per run  {statistic}: {published.STATISTICS[statistic]}",
         f"top-1    mean {test['mean']:.3f} %, std {test['std']:.3f} (n={test['n']})",
         f"reached  {reached}/{len(rows)} runs reached the target during training",
     ]
@@ -175,7 +137,7 @@ def runs_row(recipe: str, overrides: list[str], records: list[dict], rows: list[
         else f"{wall:.1f} s wall, target not reached"
     )
     epochs = sorted({f"{float(r.get('epochs', math.nan)):.4g}" for r in records})
-    root = config.run_root()
+    root = run_root()
     log = str(out.relative_to(root)) if out.is_relative_to(root) else str(out)
     return {
         "recipe": recipe + (f" ({' '.join(overrides)})" if overrides else ""),
@@ -196,9 +158,9 @@ def record_run(row: dict, runs_file: Path) -> None:
     runs_file.parent.mkdir(parents=True, exist_ok=True)
     with runs_file.open("a") as out:
         out.write(json.dumps(row) + "\n")
-    if runs_file.resolve() == recipes.RUNS_FILE.resolve() and config.is_checkout():
-        (config.PROJECT_ROOT / "recipes" / "README.md").write_text(recipes.markdown())
-    listed = runs_file.resolve() == recipes.RUNS_FILE.resolve()
+    if runs_file.resolve() == catalog.RUNS_FILE.resolve() and is_checkout():
+        (PROJECT_ROOT / "recipes" / "README.md").write_text(catalog.markdown())
+    listed = runs_file.resolve() == catalog.RUNS_FILE.resolve()
     where = ' (the table "Runs of ours" in recipes/README.md)' if listed else ""
     print(f"[check] row added to {runs_file}{where}", flush=True)
 
@@ -226,13 +188,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.seeds < 1:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
-        cfg = config.check_overrides([f"recipe={args.recipe}", *args.overrides])
+        cfg = check_overrides([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
-        statistic = judged.statistic_of(cfg.get("published"))
-        count = judged.source_epoch_count(cfg.get("published"))
-        out = args.out or config.run_root() / "logs" / args.recipe / "check" / time.strftime(
-            "%Y-%m-%d_%H-%M-%S"
-        )
+        statistic = published.statistic_of(cfg.get("published"))
+        count = published.source_epoch_count(cfg.get("published"))
+        out = args.out or run_root() / "logs" / args.recipe / "check" / time.strftime("%Y-%m-%d_%H-%M-%S")
         rows, records = [], []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             record = run_seed(args.recipe, seed, out / f"seed_{seed}", args.overrides)
@@ -243,8 +203,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"seed {seed} ended before its first evaluation (no val/top1); train at least"
                     " the recipe's first evaluation (evaluation.*), or set run.validate_at_end=true"
                 )
-            top1, taken = judged.run_value(record, statistic, target)
-            reached_at = next((e["step"] for e in judged.evaluations(record) if e["top1"] >= target), None)
+            top1, taken = published.run_value(record, statistic, target)
+            reached_at = next((e["step"] for e in published.evaluations(record) if e["top1"] >= target), None)
             rows.append(
                 {
                     "seed": seed,
@@ -252,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
                     "taken": taken,
                     "source_epoch": None
                     if reached_at is None
-                    else judged.source_epoch(
+                    else published.source_epoch(
                         reached_at, count, cfg.epoch_length.num_train_images, cfg.batch.global_size
                     ),
                     "wall_s": metrics.get("time/wall_s", math.nan),

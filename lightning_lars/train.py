@@ -27,11 +27,11 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import MULTIRUN_FLAGS, explain_instantiation_error, is_multirun, sweep_jobs
 from lightning_lars.config.override_text import quote_plain_text
 from lightning_lars.config.paths import CONF_DIR, unwritable_reason
 from lightning_lars.core.errors import UserError
-from lightning_lars.data import checks as preflight
+from lightning_lars.data import checks
 from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
 from lightning_lars.runtime import run_log
 
@@ -68,7 +68,7 @@ def hydra_main(cfg: DictConfig) -> None:
         fail(err)
     except InstantiationException as err:
         run_folder.discard_refused(cfg.paths.output_dir)
-        fail(UserError(config.explain_instantiation_error(err)))
+        fail(UserError(explain_instantiation_error(err)))
     except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
         run_folder.discard_refused(cfg.paths.output_dir)
         print(done, file=sys.stderr, flush=True)
@@ -87,23 +87,23 @@ SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"
 def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
     """Every job the command line makes (each job of a sweep under ``-m``) is checked; returns ``overrides`` as
     Hydra must get them (a Trainer argument the config does not set gets its ``+``)."""
-    multirun = config.is_multirun(argv)
+    multirun = is_multirun(argv)
     if any(a.partition("=")[0] in SWEEP_CANNOT_PRINT for a in argv) and any(
-        a in config.MULTIRUN_FLAGS for a in argv
+        a in MULTIRUN_FLAGS for a in argv
     ):
         raise UserError(
             "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
             " that job's config (--cfg job)"
         )
-    jobs = config.sweep_jobs(overrides) if multirun else [overrides]
+    jobs = sweep_jobs(overrides) if multirun else [overrides]
     plussed = set()
     for job in jobs:
         given = [o for o in job if o is not None]
         try:
             cfg, accepted = check_command_line(given)
-            if not preflight.prints_only(argv):  # `--cfg job` prints the config: no data needed
+            if not checks.prints_only(argv):  # `--cfg job` prints the config: no data needed
                 check_log_dir(cfg, given)
-                preflight.check_dataset(cfg)
+                checks.check_dataset(cfg)
                 check_data_size(cfg, recipe_of(given))
         except UserError as err:
             swept = [o for o, whole in zip(job, overrides) if o is not None and o != whole]
@@ -137,7 +137,7 @@ def check_data_size(cfg: DictConfig, recipe: str) -> None:
     """Data too small for one global batch: refused here, before Hydra makes a run folder and a logger starts
     (the run plans again on the data's own count, the same way)."""
     global_size = int(cfg.batch.global_size)
-    images = preflight.count_train_images(cfg, up_to=global_size)
+    images = checks.count_train_images(cfg, up_to=global_size)
     if images is not None and images < global_size:
         make_plan(cfg, recipe, images, devices=None, nodes=1, counted=True)
 

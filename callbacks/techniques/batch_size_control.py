@@ -8,7 +8,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
+from lightning_lars.schedules.batch_growth import GROWTH_SCALES_LR, BatchGrowth, GrownBatchSchedule
 
 
 class BatchSizeControl(L.Callback):
@@ -16,14 +16,16 @@ class BatchSizeControl(L.Callback):
 
     The per-device batch stays; gradient accumulation grows by the factor (Lightning reads
     ``trainer.accumulate_grad_batches`` at every batch), and each epoch is trimmed to whole optimizer steps
-    of the grown batch (``steps_per_epoch // factor`` of them), so no step sees a partial batch.
+    of the grown batch (``steps_per_epoch // factor`` of them), so no step sees a partial batch. The recipe's
+    plan (`lightning_lars.recipe.plan`) reads ``growth`` and ``scale_lr`` from this callback's config node,
+    ``callbacks.batch_size_control``, without building it.
 
     Args:
         growth: epoch (0-based) -> factor over the recipe's ``batch.global_size``; e.g. ``{5: 2}``.
         scale_lr: multiply the LR by the factor (linear scaling) while the batch is grown.
     """
 
-    def __init__(self, growth: Mapping[int, int], scale_lr: bool = True):
+    def __init__(self, growth: Mapping[int, int], scale_lr: bool = GROWTH_SCALES_LR):
         self.growth = {int(e): int(f) for e, f in dict(growth).items()}
         if not self.growth or min(self.growth.values()) < 1 or min(self.growth) < 0:
             raise UserError(
@@ -50,12 +52,6 @@ class BatchSizeControl(L.Callback):
         pl_module.lr_schedule = GrownBatchSchedule(
             base=pl_module.lr_schedule, growth=self.batch_growth, scale_lr=self.scale_lr
         )
-
-    def planned_values(self, step: int, values: dict, plan) -> None:
-        """For the recipe card (`lightning_lars.recipe.plan`): the global batch at ``step`` (the plan's LR
-        schedule is already the grown one, `GrownBatchSchedule`)."""
-        _, factor = BatchGrowth.from_table(plan.steps_per_epoch, self.growth).at(step)
-        values["global_batch"] = values["global_batch"] * factor
 
     def on_train_epoch_start(self, trainer, pl_module):
         epoch = trainer.current_epoch

@@ -91,10 +91,10 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
 
 def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
-    return check_command_line(overrides)[0]
+    return compose_command_line(overrides)[0]
 
 
-def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
+def compose_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     """The composed config and the overrides as Hydra must get them: a ``trainer.KEY=value`` that Lightning's
     Trainer takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works as a Trainer
     user expects). Hydra checks types against `lightning_lars.config.schema` while it composes, then

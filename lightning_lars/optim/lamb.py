@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.compiled import Compiled, Scalars, lamb_apply, lamb_direction
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -102,11 +102,11 @@ class LAMB(LayerwiseOptimizer):
     def step(self, closure=None):
         """One LAMB step for every group; returns the closure's loss if one is given."""
         loss = self.closure_loss(closure)
-        work = mt.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
+        work = multi_tensor.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
         # FSDP1: a rank holding no shard of some tensors (grad None) still joins both collectives in full.
         every, every_adapted = (
-            mt.sharded_order(self, lambda g: True),
-            mt.sharded_order(self, lambda g: g["trust_adaptation"]),
+            multi_tensor.sharded_order(self, lambda g: True),
+            multi_tensor.sharded_order(self, lambda g: g["trust_adaptation"]),
         )
         if not work and not every:
             return loss
@@ -150,10 +150,10 @@ class LAMB(LayerwiseOptimizer):
         if self.track_stats:
             adapted_g = torch.cat([g_norm[starts[i] : starts[i + 1]] for i in adapted])
             names = [n for i in adapted for n in work[i][1].names]
-            self.last_stats = mt.stats(names, adapted_w, adapted_g, ratio)
+            self.last_stats = multi_tensor.stats(names, adapted_w, adapted_g, ratio)
         return loss
 
-    def _hyper(self, index: int, group: dict, tensors: mt.GroupTensors) -> list[Tensor]:
+    def _hyper(self, index: int, group: dict, tensors: multi_tensor.GroupTensors) -> list[Tensor]:
         """The group's scalars as 0-d tensors (see ``compiled.lamb_direction``); counts the step."""
         b1, b2 = group["betas"]
         group["step"] += 1
@@ -189,7 +189,7 @@ class LAMB(LayerwiseOptimizer):
         return u
 
     @staticmethod
-    def _direction(group: dict, tensors: mt.GroupTensors, clip: Tensor | None) -> list[Tensor]:
+    def _direction(group: dict, tensors: multi_tensor.GroupTensors, clip: Tensor | None) -> list[Tensor]:
         """Update the moments and return u (step 2 and 3), new tensors."""
         b1, b2 = group["betas"]
         group["step"] += 1
@@ -212,16 +212,23 @@ class LAMB(LayerwiseOptimizer):
         return update
 
     def _apply(
-        self, index, group, tensors: mt.GroupTensors, update: list[Tensor] | None, ratio: Tensor | None
+        self,
+        index,
+        group,
+        tensors: multi_tensor.GroupTensors,
+        update: list[Tensor] | None,
+        ratio: Tensor | None,
     ):
         """w -= lr * r * u (step 5); ``update`` None: the compiled direction already took this step."""
         if update is None:
-            mt.write_back(tensors)
+            multi_tensor.write_back(tensors)
             return
         if self._apply_fn.mode == "compiled" and ratio is not None:
             hyper = self._scalars.last(index)
             self._apply_fn(tensors.weights, update, ratio.to(hyper[0].dtype), hyper)
-            mt.write_back(tensors)
+            multi_tensor.write_back(tensors)
             return
-        mt.add_scaled_(tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update)
-        mt.write_back(tensors)
+        multi_tensor.add_scaled_(
+            tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update
+        )
+        multi_tensor.write_back(tensors)

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.compiled import Compiled, Scalars, lars_update
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
@@ -139,13 +139,15 @@ class LARS(LayerwiseOptimizer):
     def step(self, closure=None):
         """One LARS step for every group; returns the closure's loss if one is given."""
         loss = self.closure_loss(closure)
-        work = mt.collect_groups(self, lambda group: ("momentum_buffer",) if group["momentum"] else ())
+        work = multi_tensor.collect_groups(
+            self, lambda group: ("momentum_buffer",) if group["momentum"] else ()
+        )
         adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
         # Norms of every adapted tensor in this step together: one foreach op per list, one collective.
         params = [p for _, t in adapted for p in t.params]
         weights, grads = [w for _, t in adapted for w in t.weights], [x for _, t in adapted for x in t.grads]
         hooked = self._hook_grad_norms(params)
-        order = mt.sharded_order(self, lambda group: group["trust_adaptation"])
+        order = multi_tensor.sharded_order(self, lambda group: group["trust_adaptation"])
         if hooked is None:
             w_norm, g_norm = global_norms([weights, grads], params, self.shard_group, order)
         else:  # the DDP comm hook already took ||g|| of the averaged gradients while they passed through
@@ -166,7 +168,9 @@ class LARS(LayerwiseOptimizer):
                 ratios += [ratio] if ratio is not None else []
         if self.track_stats and adapted:
             names = [n for _, t in adapted for n in t.names]
-            self.last_stats = mt.stats(names, w_norm, g_norm, ratios[0] if one else torch.cat(ratios))
+            self.last_stats = multi_tensor.stats(
+                names, w_norm, g_norm, ratios[0] if one else torch.cat(ratios)
+            )
         return loss
 
     def _compiled_update(self, index, group, tensors, w_norm, g_norm) -> Tensor | None:
@@ -188,11 +192,11 @@ class LARS(LayerwiseOptimizer):
             bool(group["momentum"]),
             bool(group["eps"]),
         )
-        mt.write_back(tensors)
+        multi_tensor.write_back(tensors)
         return ratio
 
     @staticmethod
-    def _update(group: dict, tensors: mt.GroupTensors, ratio: Tensor | None) -> None:
+    def _update(group: dict, tensors: multi_tensor.GroupTensors, ratio: Tensor | None) -> None:
         lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
         fujitsu = group["form"] == "fujitsu"
         lr_inside = group["form"] != "nvidia"
@@ -213,15 +217,15 @@ class LARS(LayerwiseOptimizer):
         if mu:
             bufs = tensors.state["momentum_buffer"]
             torch._foreach_mul_(bufs, mu)
-            mt.add_scaled_(bufs, scale, d)
+            multi_tensor.add_scaled_(bufs, scale, d)
             if group["nesterov"]:
-                mt.add_scaled_(tensors.weights, scale * out, d)
+                multi_tensor.add_scaled_(tensors.weights, scale * out, d)
                 torch._foreach_add_(tensors.weights, bufs, alpha=out * mu)
             else:
                 torch._foreach_add_(tensors.weights, bufs, alpha=out)
         else:
-            mt.add_scaled_(tensors.weights, scale * out, d)
-        mt.write_back(tensors)
+            multi_tensor.add_scaled_(tensors.weights, scale * out, d)
+        multi_tensor.write_back(tensors)
 
 
 def trust_ratio(w_norm: Tensor, g_norm: Tensor, group: dict) -> Tensor:

@@ -8,7 +8,7 @@ import torch
 from torch.optim import Optimizer
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.param_groups import UNSHARDED_SHAPE, split_unresolved
 
 
@@ -41,7 +41,7 @@ class LayerwiseOptimizer(Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
-        mt.restore_fp32_state(self, state_dict)
+        multi_tensor.restore_fp32_state(self, state_dict)
 
     @staticmethod
     def closure_loss(closure):

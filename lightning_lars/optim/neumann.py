@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 from lightning_lars.optim.param_groups import shape
@@ -169,7 +169,7 @@ class Neumann(LayerwiseOptimizer):
         fresh = {
             id(p) for g in self.param_groups for p in g["params"] if p.grad is not None and not self.state[p]
         }
-        work = mt.collect_groups(self, lambda group: ("neumann_iterate", "moving_average"))
+        work = multi_tensor.collect_groups(self, lambda group: ("neumann_iterate", "moving_average"))
         if fresh:  # line 1: v_0 = w_0 for every tensor seen for the first time (m_0 = 0 from collect)
             for _group, tensors in work:
                 for p, w, v in zip(tensors.params, tensors.weights, tensors.state["moving_average"]):
@@ -183,7 +183,7 @@ class Neumann(LayerwiseOptimizer):
         if t <= 0:  # line 2: SGD burn-in
             for (group, tensors), g in zip(work, grads):
                 torch._foreach_add_(tensors.weights, g, alpha=-group["lr"])
-                mt.write_back(tensors)
+                multi_tensor.write_back(tensors)
             return loss
         if is_reset(t, self.reset_steps, self.reset_growth):  # line 7
             for (group, tensors), g in zip(work, grads):
@@ -194,17 +194,19 @@ class Neumann(LayerwiseOptimizer):
         return loss
 
     @staticmethod
-    def _decayed_grad(group: dict, tensors: mt.GroupTensors) -> list[Tensor]:
+    def _decayed_grad(group: dict, tensors: multi_tensor.GroupTensors) -> list[Tensor]:
         """g' = g + wd * w: new tensors when wd != 0, else the gradients themselves (read only)."""
         if not group["weight_decay"]:
             return tensors.grads
         return torch._foreach_add(tensors.grads, tensors.weights, alpha=group["weight_decay"])
 
-    def _neumann_update(self, work: list[tuple[dict, mt.GroupTensors]], grads: list[list[Tensor]], mu: float):
+    def _neumann_update(
+        self, work: list[tuple[dict, multi_tensor.GroupTensors]], grads: list[list[Tensor]], mu: float
+    ):
         """Lines 9-12 for all groups: one norm ||w - v|| over every tensor, then elementwise updates."""
         diffs = [torch._foreach_sub(t.weights, t.state["moving_average"]) for _, t in work]
         params = [p for _, t in work for p in t.params]
-        order = mt.sharded_order(self, lambda group: True)
+        order = multi_tensor.sharded_order(self, lambda group: True)
         (_, total) = global_norms(
             [[x for d in diffs for x in d]], params, self.shard_group, order, totals=True
         )
@@ -224,7 +226,7 @@ class Neumann(LayerwiseOptimizer):
             torch._foreach_add_(tensors.weights, m, alpha=mu)  # line 11: w += mu m - lr d
             torch._foreach_add_(tensors.weights, d, alpha=-lr)
             torch._foreach_lerp_(v, tensors.weights, 1.0 - self.gamma)  # line 12: v = w + gamma (v - w)
-            mt.write_back(tensors)
+            multi_tensor.write_back(tensors)
 
     @contextmanager
     def evaluation_weights(self):

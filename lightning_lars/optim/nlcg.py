@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.dots import global_dots
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms, math_dtype
@@ -146,7 +146,7 @@ class NLCG(LayerwiseOptimizer):
     def step(self, closure=None):
         """One NLCG step over all groups; returns the closure's loss."""
         loss = self.closure_loss(closure)
-        work = mt.collect_groups(self, lambda group: STATE)
+        work = multi_tensor.collect_groups(self, lambda group: STATE)
         if not work:
             return loss
         k = work[0][0]["step"]
@@ -221,7 +221,7 @@ class NLCG(LayerwiseOptimizer):
             start += len(tensors.params)
         if not self.trust_coefficient or not positions:
             return grads
-        order = mt.sharded_order(self, lambda group: group["trust_adaptation"])
+        order = multi_tensor.sharded_order(self, lambda group: group["trust_adaptation"])
         weights = [w for _, t in work for w in t.weights]
         w_norm, g_norm = global_norms(
             [[weights[i] for i in positions], [grads[i] for i in positions]],
@@ -314,8 +314,8 @@ class NLCG(LayerwiseOptimizer):
                 c_old = torch.where(active, take_back[1], 0.0)
                 d = torch._foreach_mul(d, c_new)
                 torch._foreach_sub_(d, torch._foreach_mul(previous[start : start + n], c_old))
-            mt.add_scaled_(tensors.weights, step.expand(n), d)
-            mt.write_back(tensors)
+            multi_tensor.add_scaled_(tensors.weights, step.expand(n), d)
+            multi_tensor.write_back(tensors)
             start += n
 
 

@@ -1,9 +1,9 @@
 """Grouped all-reduce DDP communication hook: small first group, growing groups after.
 
-Fujitsu's 70.4 s ResNet-50 run (MLPerf v0.6, seed 003) overlapped gradient communication with backward
-by all-reducing gradients in groups whose first one is small (it is ready early, so communication starts
-early) and whose later ones are larger (fewer latency-bound calls while backward still runs). This module
-reproduces that on top of DDP's buckets:
+Fujitsu's 70.4 s ResNet-50 run (MLPerf v0.6 open division, mlcommons/training_results_v0.6) overlapped
+gradient communication with backward by all-reducing gradients in groups whose first one is small (it is ready
+early, so communication starts early) and whose later ones are larger (fewer latency-bound calls while
+backward still runs). This module reproduces that on top of DDP's buckets:
 
 * DDP cuts the gradients into buckets (``bucket_cap_mb``; torch >= 2.13 also takes per-bucket limits,
   ``bucket_cap_mb_list``) and calls the hook once per bucket, in bucket order, as each becomes ready.

@@ -1,6 +1,6 @@
 """The recipe card: what a run of a recipe will do, printed (and plotted) without data or a GPU.
 
-    python -m lightning_lars.recipe.catalog show NAME [--devices G] [--nodes N] [--plot FILE.png] [key=value ...]
+    python -m lightning_lars.recipe_card NAME [--devices G] [--nodes N] [--plot FILE.png] [key=value ...]
 
 Steps per epoch and how the source counted them, warmup/decay/total steps, LR, weight decay and momentum
 at named steps (the values the run's callbacks apply), eval steps, the batch plan on G devices x N nodes,
@@ -18,14 +18,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe import published as judged
-from lightning_lars.recipe import reference_points as rcp
-from lightning_lars.recipe.plan import (
-    RecipePlan,
-    compose_recipe,
-    make_plan,
-    planned_train_images,
-)
+from lightning_lars.recipe import published, reference_points
+from lightning_lars.recipe.plan import RecipePlan
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 
@@ -76,21 +70,23 @@ def _packed(items: list[str], width: int) -> list[str]:
 
 def target_line(plan: RecipePlan) -> str:
     """What `make check` tests this recipe against, and which statistic of a run it compares."""
-    reason = judged.no_target_reason(plan.published)
+    reason = published.no_target_reason(plan.published)
     if reason:
         return f"  target: none ({reason})"
-    return f"  judged by: {judged.STATISTICS[judged.statistic_of(plan.published)]} (published.statistic)"
+    return (
+        f"  judged by: {published.STATISTICS[published.statistic_of(plan.published)]} (published.statistic)"
+    )
 
 
 def card(plan: RecipePlan, devices: int, nodes: int) -> str:
-    published = plan.published
+    claim = plan.published
     lines = [
-        f"Recipe {plan.recipe}: {published.get('claim', '(no claim)')}",
-        f"  source: {published.get('source', '?')}",
+        f"Recipe {plan.recipe}: {claim.get('claim', '(no claim)')}",
+        f"  source: {claim.get('source', '?')}",
         (
-            f"  published: top-1 {published.get('top1', '?')} in {published.get('time', '?')},"
-            f" {published.get('epochs', '?')} epochs, global batch {published.get('global_batch', '?')}"
-            f" on {published.get('hardware', '?')}"
+            f"  published: top-1 {claim.get('top1', '?')} in {claim.get('time', '?')},"
+            f" {claim.get('epochs', '?')} epochs, global batch {claim.get('global_batch', '?')}"
+            f" on {claim.get('hardware', '?')}"
         ),
         target_line(plan),
         "",
@@ -102,13 +98,13 @@ def card(plan: RecipePlan, devices: int, nodes: int) -> str:
     lines += [f"  {line}" for line in plan.describe()]
     if not plan.deviations:
         lines.append("  deviations: none listed")
-    count = judged.source_epoch_count(published)
+    count = published.source_epoch_count(claim)
     evals = [
         f"{step} ({plan.epoch_at(step):.4g}"
         + (
             ""
             if count is None
-            else f"; source {judged.source_epoch(step, count, plan.num_train_images, plan.global_batch(step)):g}"
+            else f"; source {published.source_epoch(step, count, plan.num_train_images, plan.global_batch(step)):g}"
         )
         + ")"
         for step in plan.eval_steps
@@ -194,7 +190,7 @@ def plot(plan: RecipePlan, path: Path) -> Path:
 
 def _entry_lines(plan: RecipePlan) -> list[str]:
     """A ``resnet_ref_*`` recipe: its entry's epochs to converge and its decay steps as written and as epochs."""
-    point, decay = rcp.reference_point(plan.recipe), rcp.decay_readings(plan.recipe)
+    point, decay = reference_points.reference_point(plan.recipe), reference_points.decay_readings(plan.recipe)
     epochs = point.epochs_to_converge
     earlier = (
         f"; training_1.0.0 wrote this entry's value as {decay.earlier} (epochs)"
@@ -203,13 +199,13 @@ def _entry_lines(plan: RecipePlan) -> list[str]:
     )
     return [
         "",
-        f"MLCommons reference point {point.name} (mlperf_logging {rcp.RCP_FILE}):",
-        f"  epochs to {rcp.TARGET_TOP1} % top-1 over {len(epochs)} runs: mean {point.mean_epochs:.4g}"
+        f"MLCommons reference point {point.name} (mlperf_logging {reference_points.RCP_FILE}):",
+        f"  epochs to {reference_points.TARGET_TOP1} % top-1 over {len(epochs)} runs: mean {point.mean_epochs:.4g}"
         f" (the RCP checker's: without the fastest and the slowest run), stdev {point.stdev_epochs:.3g},"
         f" range {min(epochs)}-{max(epochs)}",
         f"  opt_learning_rate_decay_steps as written: {decay.as_written} steps"
         f" = {decay.epochs_of_n_over_b:.3f} epochs of N/B = {decay.epochs_of_whole_steps:.3f} epochs of"
-        f" N // B = {rcp.NUM_TRAIN_IMAGES // point.batch} steps{earlier}",
+        f" N // B = {reference_points.NUM_TRAIN_IMAGES // point.batch} steps{earlier}",
         f"  this recipe: warmup {plan.warmup_steps} steps, decay {plan.decay_end_step - plan.warmup_steps} steps"
         f" (to step {plan.decay_end_step}), run {plan.total_steps} steps = {plan.total_epochs:.4g} epochs",
     ]
@@ -223,8 +219,11 @@ def _bn_span(plan: RecipePlan) -> str:
 def _comparison_lines(plan: RecipePlan) -> list[str]:
     """MLCommons' reference at the recipe's global batch beside the recipe's hyperparameters and epochs."""
     batch = plan.global_batch(0)
-    reference = rcp.at_batch(batch)
-    lines = ["", f"MLCommons reference at global batch {batch} ({rcp.RCP_FILE}): {reference.how}"]
+    reference = reference_points.at_batch(batch)
+    lines = [
+        "",
+        f"MLCommons reference at global batch {batch} ({reference_points.RCP_FILE}): {reference.how}",
+    ]
     if reference.point is None:
         return lines
     point = reference.point
@@ -242,11 +241,11 @@ def _comparison_lines(plan: RecipePlan) -> list[str]:
     table.append(["epochs", run, *(f"{p.mean_epochs:.4g} +- {p.stdev_epochs:.2g}" for p in shown)])
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *table]]
-    published = plan.published.get("epochs", "?")
+    source_epochs = plan.published.get("epochs", "?")
     lines.append(
-        f"  epochs to {rcp.TARGET_TOP1} % at batch {batch}: reference {point.mean_epochs:.4g}"
+        f"  epochs to {reference_points.TARGET_TOP1} % at batch {batch}: reference {point.mean_epochs:.4g}"
         f" +- {point.stdev_epochs:.2g}; the checker accepts a 5-run mean down to {point.min_epochs:.4g};"
-        f" this recipe's source: {published} epochs"
+        f" this recipe's source: {source_epochs} epochs"
     )
     return lines
 
@@ -260,11 +259,15 @@ def has_mlperf_round(cfg: DictConfig) -> bool:
     return (cfg.get("mlperf") or {}).get("round") is not None
 
 
-def show(name: str, devices: int = 1, nodes: int = 1, overrides=(), plot_path: str | None = None) -> str:
-    cfg = compose_recipe(name, list(overrides))
-    plan = make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)
+def card_text(
+    cfg: DictConfig, plan: RecipePlan, devices: int = 1, nodes: int = 1, plot_path: str | None = None
+) -> str:
+    """The whole card of ``plan`` (composed as ``cfg``): `card`, the MLCommons reference lines where they
+    apply, and the plot written to ``plot_path``."""
     text = card(plan, devices, nodes)
-    if name.startswith(rcp.RECIPE_PREFIX):  # its card needs the RCP file: an error names the install
+    if plan.recipe.startswith(
+        reference_points.RECIPE_PREFIX
+    ):  # its card needs the RCP file: an error names the install
         text += "\n" + "\n".join(_entry_lines(plan))
     if is_lars(cfg) and has_mlperf_round(cfg):  # the RCPs judge MLPerf runs: nothing to say of the demo's
         try:

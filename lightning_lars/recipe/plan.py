@@ -3,7 +3,7 @@
 A recipe states how its source counted an epoch (``epoch_length``), when the source evaluated
 (``evaluation``) and what we could not reproduce (``deviations``). From those, the global batch and the
 train-set size, `make_plan` derives steps per epoch, total, warmup and eval steps and the LR schedule;
-train.py runs exactly that plan and the recipe card (``python -m lightning_lars.recipe.catalog show NAME``) and the
+train.py runs exactly that plan and the recipe card (``python -m lightning_lars.recipe_card NAME``) and the
 golden tests print and check it. Step convention: ``step`` is the number of optimizer updates done before
 this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
 completed updates after which an evaluation runs, and the last one is always the final step.
@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from lightning_lars.config import compose as config
+from lightning_lars.config import compose
 from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
-from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
+from lightning_lars.schedules.batch_growth import GROWTH_SCALES_LR, BatchGrowth, GrownBatchSchedule
 from lightning_lars.schedules.build import build_lr_schedule
 from lightning_lars.schedules.phases import LRSchedule
 from lightning_lars.schedules.scaling import BatchPlan, plan_batch
@@ -57,6 +57,7 @@ class RecipePlan:
     deviations: list[dict] = field(default_factory=list)
     published: dict = field(default_factory=dict)
     value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
+    batch_growth: BatchGrowth | None = None  # callbacks.batch_size_control's growth, on this plan's epochs
     base_weight_decay: float = 0.0
     base_momentum: float | None = None
     planned_steps: int = 0  # the full run the schedule spans (0: total_steps; more: a short run of it)
@@ -92,6 +93,8 @@ class RecipePlan:
             "momentum": self.base_momentum,
             "global_batch": self.batch_plan.global_size,
         }
+        if self.batch_growth is not None:  # the grown batch; the LR schedule is already the grown one
+            values["global_batch"] *= self.batch_growth.at(step)[1]
         for hook in self.value_hooks:
             hook.planned_values(step, values, self)
         return values
@@ -159,25 +162,20 @@ class RecipePlan:
         return lines
 
 
-BATCH_SIZE_CONTROL = "lightning_lars.callbacks.techniques.batch_size_control.BatchSizeControl"
-
-
-def _batch_growth(cfg: DictConfig):
-    """The `BatchSizeControl` callback of the recipe, if it has one (it changes epoch lengths). Found by its
-    ``_target_`` name, so that planning imports no callback module (Lightning, ~5 s) unless a recipe has one."""
-    for node in (cfg.get("callbacks") or {}).values():
-        if node is not None and node.get("_target_") == BATCH_SIZE_CONTROL:
-            return instantiate(node)
-    return None
-
-
-def _value_hooks(cfg: DictConfig) -> list:
-    """Callbacks that set a hyperparameter per step and say which (a ``planned_values`` method)."""
-    hooks = []
-    for node in (cfg.get("callbacks") or {}).values():
-        if node is not None and "_target_" in node and hasattr(get_object(node._target_), "planned_values"):
-            hooks.append(instantiate(node))
-    return hooks
+def _batch_growth(recipe: str, cfg: DictConfig) -> tuple[dict[int, int], bool] | None:
+    """``callbacks.batch_size_control``'s (growth table, scale_lr), read as config: planning builds no callback
+    (the callback, `lightning_lars.callbacks.techniques.batch_size_control`, reads the same two keys)."""
+    node = (cfg.get("callbacks") or {}).get("batch_size_control")
+    if node is None:
+        return None
+    growth = OmegaConf.to_container(node.get("growth"), resolve=True) if node.get("growth") else {}
+    try:
+        BatchGrowth.from_table(1, growth)
+    except (TypeError, ValueError):
+        raise recipe_error(
+            recipe, "callbacks.batch_size_control.growth", f"needs epoch: factor >= 1 pairs, got {growth}"
+        ) from None
+    return {int(e): int(f) for e, f in growth.items()}, bool(node.get("scale_lr", GROWTH_SCALES_LR))
 
 
 def _total_steps(cfg: DictConfig, epoch_ends: list[int]) -> int:
@@ -211,11 +209,13 @@ def make_plan(
     devices: int | None,
     nodes: int,
     counted: bool = False,
+    callbacks: Sequence[Any] = (),
 ) -> RecipePlan:
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images (``counted``: in the
-    data, else the recipe's ``epoch_length.num_train_images``). ``devices=None`` (the composition checks) leaves
-    out the callbacks' planned values: reading them imports every callback module, so Lightning, before the data
-    files are checked; the run and the card read them."""
+    data, else the recipe's ``epoch_length.num_train_images``). ``callbacks``: the run's callbacks, built by the
+    layer that may import them (`lightning_lars.training`); each with a ``planned_values(step, values, plan)``
+    method sets the hyperparameter it changes per step. None (the composition checks): no callback is imported
+    before the data files are checked."""
     deviations = OmegaConf.to_container(cfg.deviations, resolve=True)  # four strings each: config.schema
     batch = cfg.batch
     world = configured_world(cfg.trainer) if devices is None else None
@@ -230,8 +230,8 @@ def make_plan(
     mode, per_epoch, text = epoch_length(
         recipe, cfg, num_train_images, plan.global_size, plan.world_size, counted
     )
-    growth = _batch_growth(cfg)
-    batch_growth = BatchGrowth.from_table(per_epoch, growth.growth) if growth is not None else None
+    growth = _batch_growth(recipe, cfg)
+    batch_growth = BatchGrowth.from_table(per_epoch, growth[0]) if growth is not None else None
     max_epochs = cfg.trainer.get("max_epochs")
     max_steps = cfg.trainer.get("max_steps")
     epochs = int(max_epochs) if max_epochs is not None and max_epochs >= 0 else 0
@@ -272,16 +272,11 @@ def make_plan(
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)
     schedule = base_schedule
     if growth is not None:
-        schedule = GrownBatchSchedule(base=base_schedule, growth=batch_growth, scale_lr=growth.scale_lr)
+        schedule = GrownBatchSchedule(base=base_schedule, growth=batch_growth, scale_lr=growth[1])
     optimizer = cfg.optimizer
     momentum = optimizer.get("momentum")
     if momentum is None and optimizer.get("betas") is not None:
         momentum = optimizer.betas[0]
-    hooks = (
-        []
-        if devices is None
-        else [h for h in _value_hooks(cfg) if not (growth is not None and type(h) is type(growth))]
-    )
     return RecipePlan(
         recipe=recipe,
         num_train_images=num_train_images,
@@ -300,7 +295,8 @@ def make_plan(
         base_lr_schedule=base_schedule,
         deviations=deviations,
         published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
-        value_hooks=([growth] if growth is not None else []) + hooks,
+        value_hooks=[c for c in callbacks if hasattr(c, "planned_values")],
+        batch_growth=batch_growth,
         base_weight_decay=float(optimizer.get("weight_decay") or 0.0),
         base_momentum=None if momentum is None else float(momentum),
     )
@@ -338,17 +334,8 @@ def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
 
 
 def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """`lightning_lars.config.compose.check_command_line` (schema and rules), then the checks that need the planned
+    """`lightning_lars.config.compose.compose_command_line` (schema and rules), then the checks that need the planned
     run: every mistake one line, before anything heavy starts."""
-    cfg, accepted = config.check_command_line(overrides)
+    cfg, accepted = compose.compose_command_line(overrides)
     check_recipe(cfg, recipe_of(overrides))
     return cfg, accepted
-
-
-def plan_recipe(
-    name: str, devices: int = 1, nodes: int = 1, overrides: list[str] | tuple[str, ...] = ()
-) -> RecipePlan:
-    """Compose recipe ``name`` (with ``overrides``) and plan it at ``epoch_length.num_train_images`` images
-    (ImageNet-1k: 1,281,167) on ``devices x nodes``: no data, no GPU."""
-    cfg = compose_recipe(name, overrides)
-    return make_plan(cfg, name, planned_train_images(cfg, name), devices, nodes)

@@ -11,7 +11,7 @@ computes them from each run's ``results.json``.
 from __future__ import annotations
 
 import math
-import statistics as stats
+import statistics
 
 from lightning_lars.core.errors import UserError
 
@@ -52,7 +52,7 @@ def run_value(record: dict, statistic: str, target: float) -> tuple[float, str]:
     if statistic == "median_last_5_epochs":
         last = [e["top1"] for e in evals[-MEDIAN_EPOCHS:]] or [final]
         note = f"median of last {len(last)}" + ("" if len(last) == MEDIAN_EPOCHS else " (fewer evals)")
-        return stats.median(last), note
+        return statistics.median(last), note
     return final, "last eval"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe import reference_points as rcp
+from lightning_lars.recipe import reference_points
 
 MIN_STEPS = 3  # optimizer steps per epoch below which a "large batch" run is not a schedule at all
 LR_RULES = ("linear", "sqrt", "reference")  # how a recipe's LR moves to the large batch (lr_overrides)
@@ -65,12 +65,14 @@ def reference_lr(ratio: float, epochs: int) -> tuple[str, float, float]:
     """MLCommons' reference point for LARS at the same share of ImageNet as ``ratio`` (nearest batch, in log):
     (entry, its LR, its warmup as the same share of our ``epochs``). Its LR is not scaled: LARS' LR multiplies
     the trust ratio, not the gradient, and the reference quotes it at its own batch."""
-    batch = ratio * rcp.NUM_TRAIN_IMAGES
-    name = min(rcp.names(), key=lambda n: abs(math.log(rcp.entries()[n]["BS"] / batch)))
-    entry = rcp.entries()[name]
+    batch = ratio * reference_points.NUM_TRAIN_IMAGES
+    name = min(
+        reference_points.names(), key=lambda n: abs(math.log(reference_points.entries()[n]["BS"] / batch))
+    )
+    entry = reference_points.entries()[name]
     hyper = entry["Hyperparams"]
     # opt_learning_rate_decay_steps counts the whole run in steps of BS images (reference_points.py)
-    run_epochs = hyper["opt_learning_rate_decay_steps"] * entry["BS"] / rcp.NUM_TRAIN_IMAGES
+    run_epochs = hyper["opt_learning_rate_decay_steps"] * entry["BS"] / reference_points.NUM_TRAIN_IMAGES
     warmup = hyper["opt_learning_rate_warmup_epochs"] / run_epochs * epochs
     return name, float(hyper["opt_base_learning_rate"]), warmup
 

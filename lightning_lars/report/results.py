@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-from lightning_lars.report import plot as report_plot
+from lightning_lars.report import plot
 from lightning_lars.report.record import RunRecord
 from lightning_lars.runtime.run_folder import RESULTS_FILE
 
@@ -197,7 +197,7 @@ def finish(cfg, metrics: dict[str, float], record: RunRecord, loggers: list[Logg
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS_FILE).write_text(json.dumps(written, indent=2, default=str) + "\n")
-    png = report_plot.write_report_png(cfg, record, out_dir)  # the curves, viewable without W&B
+    png = plot.write_report_png(cfg, record, out_dir)  # the curves, viewable without W&B
     log_to_wandb(cfg, metrics, record, loggers, png)
     print(results_table(cfg, metrics, record, loggers), flush=True)
     print(f"Report: {png if png else 'no report.png'}; numbers: {out_dir / RESULTS_FILE}", flush=True)

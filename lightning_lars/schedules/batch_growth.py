@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from lightning_lars.schedules.phases import LRSchedule
 
+GROWTH_SCALES_LR = (
+    True  # default of ``scale_lr``: the LR grows with the batch (linear scaling) while it is grown
+)
+
 
 @dataclass(frozen=True)
 class BatchGrowth:
@@ -27,7 +31,7 @@ class BatchGrowth:
     def from_table(cls, steps_per_epoch: int, growth: Mapping[int, int]) -> BatchGrowth:
         """From a recipe's ``growth`` table, epoch -> factor (``callbacks.batch_size_control.growth``)."""
         factors = {int(epoch): int(factor) for epoch, factor in dict(growth).items()}
-        if any(epoch < 0 or factor < 1 for epoch, factor in factors.items()):
+        if not factors or any(epoch < 0 or factor < 1 for epoch, factor in factors.items()):
             raise ValueError(f"batch growth needs epochs >= 0 and integer factors >= 1, got {dict(growth)}")
         return cls(steps_per_epoch, tuple(sorted(factors.items())))
 

@@ -19,7 +19,7 @@ from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.config import schema
 from lightning_lars.recipe.plan import RecipePlan, make_plan
-from lightning_lars.report import results as report
+from lightning_lars.report import results
 from lightning_lars.report.provenance import provenance
 from lightning_lars.report.wandb_logger import close_runs
 from lightning_lars.runtime import preemption, resume, run_folder
@@ -86,6 +86,7 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         trainer.num_devices,
         trainer.num_nodes,
         counted=True,
+        callbacks=callbacks,
     )
     apply_plan(trainer, plan)
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
@@ -151,7 +152,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})
         # table, results.json, report.png, W&B summary table and plots: from the run's numbers as plain data
-        report.finish(cfg, metrics, run_record(trainer), trainer.loggers)
+        results.finish(cfg, metrics, run_record(trainer), trainer.loggers)
         close_runs(trainer.loggers)
     return metrics
 

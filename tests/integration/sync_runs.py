@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # helpers.py, for rank 1 too (started w
 
 from helpers import HostReadRecorder  # noqa: E402
 
-from lightning_lars.config import compose as config  # noqa: E402
-from lightning_lars.training import run as train  # noqa: E402
+from lightning_lars.config.compose import compose_job  # noqa: E402
+from lightning_lars.training import run  # noqa: E402
 
 LOG_EVERY, MAX_STEPS, TRUST_EVERY = 4, 12, 3
 OUR_CODE = (ROOT / "lightning_lars", ROOT / "callbacks")
@@ -51,13 +51,13 @@ def demo_config(data_dir: str, out_dir: str, progress: str):
         "callbacks.checkpoint.every_n_epochs=null",
         "~logger",
     ]  # checkpoint saves may sync: not steady state
-    return config.compose_job(overrides)
+    return compose_job(overrides)
 
 
 def main(data_dir: str, out_dir: str) -> None:
     for mode in ("bare", "lines", "bar"):
         L.seed_everything(0, verbose=False)
-        trainer, module, datamodule, plan = train.build(
+        trainer, module, datamodule, plan = run.build(
             demo_config(data_dir, out_dir, "lines" if mode == "bare" else mode)
         )
         if mode == "bare":

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job
 from lightning_lars.runtime import checkpoint_io, resume
 from lightning_lars.training.run import run
 
@@ -282,7 +282,7 @@ class FullDiskAfter:
 
 def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
     GlobalHydra.instance().clear()
-    cfg = config.compose_job(
+    cfg = compose_job(
         [
             *OVERRIDES,
             f"paths.data_dir={shared / 'data'}",

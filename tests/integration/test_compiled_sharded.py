@@ -12,7 +12,7 @@ import os
 import warnings
 
 import pytest
-import test_sharded_optim as sharded
+import test_sharded_optim
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from helpers import free_port
@@ -23,12 +23,14 @@ COMPILED_CASES = ("lars_mlperf_nesterov", "lamb")
 def _worker(rank: int, port: int, queue) -> None:
     warnings.filterwarnings("error", message="compiling the optimizer step failed")
     for case in COMPILED_CASES:  # this process's copy of the cases
-        sharded.CASES[case][1]["implementation"] = "compiled"
+        test_sharded_optim.CASES[case][1]["implementation"] = "compiled"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=sharded.WORLD)
+    dist.init_process_group("gloo", rank=rank, world_size=test_sharded_optim.WORLD)
     try:
-        results = {f"fsdp2 {case}": sharded._run_case(rank, case) for case in COMPILED_CASES}
-        results.update({f"fsdp1 {case}": sharded._fsdp1_case(rank, case) for case in COMPILED_CASES})
+        results = {f"fsdp2 {case}": test_sharded_optim._run_case(rank, case) for case in COMPILED_CASES}
+        results.update(
+            {f"fsdp1 {case}": test_sharded_optim._fsdp1_case(rank, case) for case in COMPILED_CASES}
+        )
         queue.put((rank, results))
     finally:
         dist.destroy_process_group()
@@ -37,8 +39,10 @@ def _worker(rank: int, port: int, queue) -> None:
 @pytest.mark.slow
 def test_compiled_sharded_steps_match_unsharded():
     queue = mp.get_context("spawn").Queue()
-    mp.start_processes(_worker, args=(free_port(), queue), nprocs=sharded.WORLD, start_method="spawn")
-    results = dict(queue.get(timeout=30) for _ in range(sharded.WORLD))
+    mp.start_processes(
+        _worker, args=(free_port(), queue), nprocs=test_sharded_optim.WORLD, start_method="spawn"
+    )
+    results = dict(queue.get(timeout=30) for _ in range(test_sharded_optim.WORLD))
     for rank, cases in sorted(results.items()):
         for case, ((error, moved), reductions_per_step) in cases.items():
             assert moved > 1e-3, f"{case}: the weights did not move; the comparison would be empty"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job
 from lightning_lars.config.paths import CONF_DIR
 
 pytestmark = pytest.mark.slow
@@ -113,6 +113,6 @@ def test_no_make_variable_is_a_key_or_group_of_the_config(tmp_path):
     ).stdout
     (line,) = [ln for ln in database.splitlines() if ln.startswith("MAKE_VARS := ")]
     own = set(line.removeprefix("MAKE_VARS := ").split()) - {"recipe"}
-    cfg = config.compose_job(["recipe=demo"])
+    cfg = compose_job(["recipe=demo"])
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"recipe", "local", "debug"}
     assert own and not own & (set(cfg.keys()) | groups), own & (set(cfg.keys()) | groups)

@@ -14,9 +14,9 @@ from lightning_lars.callbacks.monitors.mlperf_log import LOG_FILE
 from mlperf_logging.compliance_checker import mlp_parser
 from resume_runs import make_demo_data
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job
 from lightning_lars.report import mlperf
-from lightning_lars.training import run as train
+from lightning_lars.training import run
 
 pytestmark = pytest.mark.slow
 ROUNDS = {
@@ -51,20 +51,20 @@ def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:
     ghost BN over 4, one val batch of 8); returns the run's metrics and its trainer."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     sizes = [] if "alexnet" in name else ["data.resolution=16", "data.val_resolution=16"]
-    cfg = config.compose_job(
+    cfg = compose_job(
         [f"recipe={name}", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={out_dir}",
          f"paths.output_dir={out_dir}", "batch.global_size=16", "batch.max_per_device=8", "batch.bn_group=4",
          "trainer.limit_val_batches=1", "~logger", *sizes]
     )  # fmt: skip
     built = {}
-    original = train.build
+    original = run.build
 
     def build_and_keep(*args, **kwargs):
         built["parts"] = original(*args, **kwargs)
         return built["parts"]
 
-    monkeypatch.setattr(train, "build", build_and_keep)
-    metrics = train.run(cfg)
+    monkeypatch.setattr(run, "build", build_and_keep)
+    metrics = run.run(cfg)
     return metrics, built["parts"][0]
 
 

@@ -79,7 +79,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
         ]
     )
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
-    card = run(["-m", "lightning_lars.recipe.catalog", "show", "demo", *plan_overrides])
+    card = run(["-m", "lightning_lars.recipe_card", "demo", *plan_overrides])
     assert card.returncode == 0, card.stderr[-2000:]
 
     lines = (trained.stdout + trained.stderr).splitlines()

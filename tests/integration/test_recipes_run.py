@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job, recipe_names
 from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
-from lightning_lars.training import run as train
+from lightning_lars.training import run
 
 pytestmark = pytest.mark.slow
-RECIPES = [name for name in config.recipe_names() if name != "demo"]
+RECIPES = [name for name in recipe_names() if name != "demo"]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def compose_run(name, data_dir, out_dir):
         *sizes,
         "trainer.limit_val_batches=1",
     ]
-    return config.compose_job(overrides)
+    return compose_job(overrides)
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -72,14 +72,14 @@ def test_recipe_runs_three_steps(name, data_dir, tmp_path, capsys, caplog, monke
     caplog.set_level(logging.INFO)
     cfg = compose_run(name, data_dir, tmp_path)
     built = {}
-    original_build = train.build
+    original_build = run.build
 
     def build_and_keep(*args, **kwargs):
         built["parts"] = original_build(*args, **kwargs)
         return built["parts"]
 
-    monkeypatch.setattr(train, "build", build_and_keep)  # keep the real parts to inspect after the run
-    metrics = train.run(cfg)
+    monkeypatch.setattr(run, "build", build_and_keep)  # keep the real parts to inspect after the run
+    metrics = run.run(cfg)
     trainer, module, _, plan = built["parts"]
     out = capsys.readouterr().out
     assert trainer.global_step == 3, name

@@ -21,7 +21,7 @@ from resume_runs import ROOT, env, make_demo_data
 from slurm_cluster import slurm_cluster, why_not
 from submitit.slurm.slurm import _make_sbatch_string
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.paths import CONF_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 def launcher(tmp_path, name: str, *overrides: str):
     """The launcher Hydra builds for ``-m hydra/launcher=NAME``: ``instantiate_launcher`` resolves a list's items,
     re-wraps them, and the launcher's ``__init__`` resolves every value again."""
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "train",
             overrides=[f"hydra/launcher={name}", "recipe=demo", f"paths.log_dir={tmp_path}", *overrides],

@@ -10,17 +10,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import recipe_names
+from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.schedules.build import build_lr_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
-RECIPES = [name for name in config.recipe_names() if name != "demo"]
+RECIPES = [name for name in recipe_names() if name != "demo"]
 
 
 @cache
 def _composed(name: str, overrides: tuple[str, ...]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("train", overrides=[f"recipe={name}", *overrides])
 
 

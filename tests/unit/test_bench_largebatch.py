@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from lightning_lars.config import compose as config
 from lightning_lars.config import rules, schema
+from lightning_lars.config.compose import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.schedules.scaling import scale_lr
@@ -58,7 +58,7 @@ def test_a_ratio_without_three_steps_per_epoch_names_the_largest_that_works(imag
 
 
 def test_schedule_marks_scale_with_the_ratio_of_epochs():
-    goyal = config.compose_job(["recipe=goyal_8k"])
+    goyal = compose_job(["recipe=goyal_8k"])
     marks = dict(m.split("=", 1) for m in bench.scaled_marks(goyal, 9, 10))
     # Goyal sec. 5.1: 5 warmup epochs, /10 at 30, 60, 80 of 90; at 9 epochs a tenth of each
     assert float(marks["scheduler.warmup_epochs"]) == pytest.approx(0.5)
@@ -67,13 +67,13 @@ def test_schedule_marks_scale_with_the_ratio_of_epochs():
     )
     assert marks["trainer.max_epochs"] == "9"
 
-    lamb = config.compose_job(["recipe=lamb_32k"])
+    lamb = compose_job(["recipe=lamb_32k"])
     marks = dict(m.split("=", 1) for m in bench.scaled_marks(lamb, 10, 20))
     # LAMB's run.sh: warmup 782 of 3519 steps; here 200 steps in all
     assert int(marks["scheduler.warmup_steps"]) == round(782 / 3519 * 200)
     assert int(marks["scheduler.total_steps"]) == 200 and marks["trainer.max_steps"] == "-1"
 
-    neumann = config.compose_job(["recipe=neumann_32k"])
+    neumann = compose_job(["recipe=neumann_32k"])
     marks = dict(m.split("=", 1) for m in bench.scaled_marks(neumann, 10, 20))
     # Neumann Table 1: 5 epochs of SGD and a first reset after 10, of 237 epochs (40 steps each at 32000)
     assert int(marks["optimizer.sgd_steps"]) == round(5 / 237 * 200)
@@ -84,9 +84,9 @@ def test_schedule_marks_scale_with_the_ratio_of_epochs():
 @pytest.mark.parametrize("arm", bench.ARMS, ids=lambda a: a.name)
 def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path):
     data = fake_prepared(tmp_path, classes=7)
-    recipe = config.compose_job([f"recipe={arm.recipe}"])
+    recipe = compose_job([f"recipe={arm.recipe}"])
     batch = 500 if arm.large else bench.SMALL_BATCH
-    cfg = config.compose_job(bench.run_overrides(arm, recipe, batch, 8, data, 7, 0, tmp_path / "out", 32))
+    cfg = compose_job(bench.run_overrides(arm, recipe, batch, 8, data, 7, 0, tmp_path / "out", 32))
     assert cfg.model.num_classes == 7 and cfg.data.train_path == str(data / "train.beton")
     assert cfg.batch.global_size == batch and cfg.trainer.max_epochs == 8
     assert cfg.optimizer._target_ == recipe.optimizer._target_  # the recipe's own optimizer, not a stand-in
@@ -160,13 +160,11 @@ def test_rows_of_before_the_factors_read_as_todays_set_up(tmp_path):
 def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path):
     data = fake_prepared(tmp_path)
     mlperf = next(a for a in bench.ARMS if a.name == "lars_mlperf")
-    recipe = config.compose_job([f"recipe={mlperf.recipe}"])
+    recipe = compose_job([f"recipe={mlperf.recipe}"])
 
     def lr_of(rule, ratio, batch):
         setup = {"lr_rule": rule, "ratio": ratio}
-        cfg = config.compose_job(
-            bench.run_overrides(mlperf, recipe, batch, 8, data, 10, 0, tmp_path, 32, setup)
-        )
+        cfg = compose_job(bench.run_overrides(mlperf, recipe, batch, 8, data, 10, 0, tmp_path, 32, setup))
         return scale_lr(cfg.scheduler.base_lr, cfg.scheduler.base_batch, cfg.batch.global_size), cfg
 
     assert lr_of("linear", 0.1, 500)[0] == pytest.approx(10.5 * 500 / 3264)  # NVIDIA's 10.5 at 3264, linearly
@@ -213,14 +211,12 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
 def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path):
     data = fake_prepared(tmp_path)
     arm = next(a for a in bench.ARMS if a.name == "sgd_small")
-    recipe = config.compose_job([f"recipe={arm.recipe}"])
+    recipe = compose_job([f"recipe={arm.recipe}"])
     setup = {"width": "full", "device": "cuda", "workers": 4}
-    cfg = config.compose_job(
-        bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32, setup)
-    )
+    cfg = compose_job(bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32, setup))
     assert cfg.trainer.accelerator == "gpu" and cfg.data.num_workers == 4
     assert "model_kwargs" not in cfg.model  # timm's resnet10t at its own widths
-    quarter = config.compose_job(bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32))
+    quarter = compose_job(bench.run_overrides(arm, recipe, 64, 8, data, 10, 0, tmp_path / "out", 32))
     assert quarter.trainer.accelerator == "cpu" and list(quarter.model.model_kwargs.channels) == [
         16,
         32,

@@ -5,7 +5,8 @@ import statistics
 
 import pytest
 
-from lightning_lars.check import incomplete_beta, one_sided_test, t_sf
+from lightning_lars.check import one_sided_test
+from lightning_lars.report.seed_stats import incomplete_beta, t_sf
 
 
 @pytest.mark.parametrize("t", [-3.0, -0.4, 0.0, 0.7, 1.3, 6.0, 40.0])

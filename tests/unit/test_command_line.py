@@ -18,7 +18,8 @@ import yaml
 from helpers import assert_one_line_error
 
 from lightning_lars import check
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import check_overrides, compose_command_line
+from lightning_lars.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,23 +146,19 @@ def test_trainer_arguments_without_plus_reach_the_trainer_through_the_entry_poin
 
 
 def test_a_trainer_argument_needs_no_plus_but_an_unread_key_is_still_refused():
-    cfg, accepted = config.check_command_line(
-        ["trainer.max_steps=1", "trainer.limit_val_batches=1", "seed=3"]
-    )
+    cfg, accepted = compose_command_line(["trainer.max_steps=1", "trainer.limit_val_batches=1", "seed=3"])
     assert accepted == ["+trainer.max_steps=1", "+trainer.limit_val_batches=1", "seed=3"]
     assert cfg.trainer.max_steps == 1 and cfg.trainer.limit_val_batches == 1
-    with pytest.raises(config.UserError, match="unknown config key 'trainer.max_step'"):
-        config.check_command_line(["trainer.max_step=1"])
-    with pytest.raises(config.UserError, match="unknown config key 'trainer.max_step'"):
-        config.check_command_line(["+trainer.max_step=1"])  # a + does not get a misspelt Trainer key past
-    cfg, accepted = config.check_command_line(
-        ["debug=toy", "trainer.max_steps=2"]
-    )  # set by toy.yaml: no plus
+    with pytest.raises(UserError, match="unknown config key 'trainer.max_step'"):
+        compose_command_line(["trainer.max_step=1"])
+    with pytest.raises(UserError, match="unknown config key 'trainer.max_step'"):
+        compose_command_line(["+trainer.max_step=1"])  # a + does not get a misspelt Trainer key past
+    cfg, accepted = compose_command_line(["debug=toy", "trainer.max_steps=2"])  # set by toy.yaml: no plus
     assert accepted == ["debug=toy", "trainer.max_steps=2"] and cfg.trainer.max_steps == 2
 
 
 def test_the_demo_recipe_has_a_target_for_make_check():
-    target, source = check.target_of(config.check_overrides(["recipe=demo"]))
+    target, source = check.target_of(check_overrides(["recipe=demo"]))
     assert (target, source) == (70.0, "callbacks.time_to_target.target_top1")
 
 

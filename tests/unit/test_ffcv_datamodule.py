@@ -17,7 +17,7 @@ from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 
-# numba's dispatcher finalizer prints KeyError noise at teardown after FFCV ran (findings.md): not a failure.
+# numba's dispatcher finalizer prints KeyError noise at teardown after FFCV ran (numba 0.68, FFCV 1.0.2): not a failure.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 NUM_TRAIN, NUM_VAL = 45, 9  # val: batches of 8 and 1  # 45 = 2 global batches of 2 x 8, plus 13 dropped

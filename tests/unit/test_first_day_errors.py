@@ -17,7 +17,7 @@ import yaml
 from helpers import assert_one_line_error
 from PIL import Image
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import check_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,7 +193,7 @@ def test_every_key_the_usage_screen_names_composes(tmp_path):
             key, _, value = override.partition("=")
             overrides.append(f"{key}={placeholders.get(value, value)}" if value else key)
     assert "debug=toy" in overrides and "run.ckpt_path=last" in overrides and len(overrides) >= 12
-    cfg = config.check_overrides(["recipe=demo", *overrides])  # the entry point's own composition and checks
+    cfg = check_overrides(["recipe=demo", *overrides])  # the entry point's own composition and checks
     assert cfg.trainer.max_steps == 3 and cfg.batch.global_size == 64 and cfg.data.root == str(tmp_path)
     assert "_target_" not in (cfg.get("logger") or {})  # ~logger: no W&B logger is built (training.run)
 

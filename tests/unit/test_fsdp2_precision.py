@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.strategies import ModelParallelStrategy
 from recipe_helpers import RECIPES, recipe
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import explain_instantiation_error
 from lightning_lars.parallel.fsdp import FSDP2Strategy
 
 
@@ -26,7 +26,7 @@ def test_fp16_recipes_under_fsdp2_stop_with_the_fix_named():
     for name in fp16:
         with pytest.raises(InstantiationException) as caught:  # as train.build instantiates it
             instantiate(recipe(name, "strategy=fsdp2").strategy)
-        line = config.explain_instantiation_error(caught.value)  # what the entry point prints after "error: "
+        line = explain_instantiation_error(caught.value)  # what the entry point prints after "error: "
         assert "\n" not in line and "trainer.precision=bf16-mixed" in line and "strategy=ddp_bucketed" in line
 
 

@@ -1,4 +1,4 @@
-"""Golden schedules of the MLPerf, TPU and Fujitsu recipes, taken from the primary sources (issue 11, point 5).
+"""Golden schedules of the MLPerf, TPU and Fujitsu recipes, taken from the primary sources.
 
 Every value below is what the source logged or what its own code computes at that step (the transcriptions in
 `tests.unit.source_oracles`), never our schedules. `plan_recipe` composes each recipe at ImageNet size
@@ -19,7 +19,7 @@ from functools import cache
 
 import pytest
 
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
     MXNetPolySchedule,

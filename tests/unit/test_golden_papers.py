@@ -13,7 +13,7 @@ sec. 5, Tables 3-4, Algorithm 1) and Goyal et al. (1706.02677: sec. 2.1-2.3, 5.1
 1711.04325, 1811.05233, 1807.11205, 2102.06356, 1812.02886) were NOT reachable, only abstracts (2102.06356's rows are
 the MLPerf v0.7 JAX code its LARS baseline comes from, read line by line): rows resting on
 them cite
-records.md's reading ("lead" / [secondary]), and values no source gives (the recipes' "our choice") have no row.
+a second-hand reading ("lead" / [secondary]), and values no source gives (the recipes' "our choice") have no row.
 Step convention: ``step`` = optimizer updates done before this one (0-based); eval steps count completed updates.
 """
 
@@ -23,7 +23,7 @@ import math
 
 import pytest
 
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.source_oracles import nus_polynomial_warmup
 
 N = 1_281_167  # ImageNet-1k training images
@@ -145,7 +145,7 @@ GOLDEN = {
         90 * (N // 32768),
         every_epoch(N // 32768, 90),
         # slow-start LR: 0.1 * 32768 / 256 = 12.8 times 0.5 / 0.075 / 0.01 / 0.001 from epochs 0 / 40 / 70 / 85
-        # ([secondary] per records.md; 1711.04325's text not reachable); batch 32768, 90 epochs: abstract
+        # ([secondary]: quoted by blogs and tables; 1711.04325's text not reachable); batch 32768, 90 epochs: abstract
         [
             (0, 6.4, None, 0.9, 32768, "slow-start x0.5 [secondary]"),
             (40 * 39 - 1, 6.4, None, 0.9, 32768, "x0.5 for 40 epochs [secondary]"),
@@ -171,7 +171,7 @@ GOLDEN = {
         N // 65536,
         90 * (N // 65536),
         every_epoch(N // 65536, 90),
-        # batch 65536, 90 epochs (1807.11205 abstract / records.md); its LR schedule is not reachable: no LR row
+        # batch 65536, 90 epochs (1807.11205 abstract); its LR schedule is not reachable: no LR row
         [
             (0, None, None, None, 65536, "abstract: batch 65536"),
             (90 * 19 - 1, None, None, None, 65536, "90 epochs"),

@@ -21,8 +21,8 @@ from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
 from lightning_lars.config.paths import RECIPES_DIR
 from lightning_lars.recipe import reference_points
-from lightning_lars.recipe.card import show
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.recipe_card import show
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.helpers import assert_one_line_error
 from tests.unit.recipe_helpers import IMAGENET_TRAIN_IMAGES as N
 from tests.unit.recipe_helpers import RECIPES, recipe
@@ -176,7 +176,7 @@ def test_card_of_a_recipe_without_lars_has_no_reference():
 
 def test_unknown_reference_point_is_one_line_listing_those_that_exist():
     done = subprocess.run(
-        [sys.executable, "-m", "lightning_lars.recipe.catalog", "show", "resnet_ref_9999"],
+        [sys.executable, "-m", "lightning_lars.recipe_card", "resnet_ref_9999"],
         capture_output=True,
         text=True,
         timeout=300,

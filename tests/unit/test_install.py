@@ -3,6 +3,7 @@ set, the wheelhouse's platform tags, the synthetic DataModule."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import subprocess
@@ -17,12 +18,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from lightning_lars import wheelhouse
 from lightning_lars.data.checks import prints_only
 from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.report import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
+# benchmarks/wheelhouse.py: a script of the clone (make wheelhouse), not a module of the package
+spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "benchmarks" / "wheelhouse.py")
+wheelhouse = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wheelhouse)
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EXTRAS = [*PROJECT["optional-dependencies"]["ffcv"], *PROJECT["optional-dependencies"]["mlperf"]]
 DECLARED = [Requirement(r) for r in [*PROJECT["dependencies"], *EXTRAS]]

@@ -33,7 +33,8 @@ def _grads(model: nn.Module, steps: int) -> list[list[torch.Tensor]]:
 
 
 def reference(weights, grads_per_step, lrs, *, adapted, decay, form, mu, eta, eps, nesterov, clip):
-    """LARS in float64, one tensor at a time, straight from the formulas in ../shared/records.md."""
+    """LARS in float64, one tensor at a time, straight from the formulas: You et al. 2017 (arXiv 1708.03888,
+    Algorithm 1) with the LR inside the buffer, NVIDIA's MLPerf form with it outside, apex's LARC clip."""
     weights = [w.clone().double() for w in weights]
     bufs = [torch.zeros_like(w) for w in weights]
     for grads, lr in zip(grads_per_step, lrs):

@@ -33,7 +33,7 @@ LAYERS = [
 ENTRY_POINTS = {
     "train",
     "check",
-    "wheelhouse",
+    "recipe_card",
 }  # lightning_lars/<name>.py: the commands, above every layer
 
 

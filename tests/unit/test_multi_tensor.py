@@ -13,7 +13,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.optim import multi_tensor as mt
+from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.param_groups import UNSHARDED_SHAPE
 
 SHAPES = [(4, 3), (3,), (5, 2, 3), (1,), (7,)]
@@ -45,7 +45,7 @@ def test_only_tensors_with_a_gradient_are_handed_over_named_by_their_place_in_th
     params = parameters(torch.float32)
     give_grads(params, seed=1, skip=(1, 3))
     opt = Bare([{"params": params[:2]}, {"params": params[2:]}])
-    work = mt.collect_groups(opt, lambda group: ("buf",))
+    work = multi_tensor.collect_groups(opt, lambda group: ("buf",))
     assert [len(tensors.params) for _, tensors in work] == [1, 2]
     assert [tensors.names for _, tensors in work] == [["group0.0"], ["group1.0", "group1.2"]]
     assert all(
@@ -65,8 +65,8 @@ def test_a_group_without_gradients_is_skipped_and_given_names_are_kept():
             {"params": params[2:], "param_names": ["c", "d", "e"]},
         ]
     )
-    assert mt.collect(opt, opt.param_groups[0], 0, ()) is None
-    work = mt.collect_groups(opt, lambda group: ())
+    assert multi_tensor.collect(opt, opt.param_groups[0], 0, ()) is None
+    work = multi_tensor.collect_groups(opt, lambda group: ())
     assert [group is opt.param_groups[1] for group, _ in work] == [True]
     assert work[0][1].names == ["c", "d", "e"]
 
@@ -76,7 +76,7 @@ def test_fp32_parameters_are_updated_in_place_and_state_starts_at_zero_in_their_
         params = parameters(dtype)
         give_grads(params, seed=1)
         opt = Bare(params)
-        tensors = mt.collect(opt, opt.param_groups[0], 0, ("buf", "other"))
+        tensors = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf", "other"))
         assert all(w is p for w, p in zip(tensors.weights, params))  # the update writes the parameter itself
         assert all(g is p.grad for g, p in zip(tensors.grads, params))
         assert tensors.rounded == ([], [])
@@ -84,7 +84,7 @@ def test_fp32_parameters_are_updated_in_place_and_state_starts_at_zero_in_their_
             for s, p in zip(tensors.state[key], params):
                 assert s.dtype == dtype and torch.equal(s, torch.zeros_like(p))
                 assert s is opt.state[p][key]
-        assert all(mt.MASTER not in opt.state[p] for p in params)
+        assert all(multi_tensor.MASTER not in opt.state[p] for p in params)
 
 
 @pytest.mark.parametrize("dtype", LOW)
@@ -92,12 +92,12 @@ def test_low_precision_parameters_get_fp32_masters_grads_and_state(dtype):
     params = parameters(dtype)
     give_grads(params, seed=1)
     opt = Bare(params)
-    tensors = mt.collect(opt, opt.param_groups[0], 0, ("buf",))
+    tensors = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
     for p, w, g, s in zip(params, tensors.weights, tensors.grads, tensors.state["buf"]):
         assert w.dtype == g.dtype == s.dtype == torch.float32
         assert torch.equal(w, p.detach().float())  # bf16/fp16 -> fp32 is exact
         assert torch.equal(g, p.grad.float())
-        assert w is opt.state[p][mt.MASTER]
+        assert w is opt.state[p][multi_tensor.MASTER]
     assert all(a is b for a, b in zip(tensors.rounded[0], params))
     assert all(a is b for a, b in zip(tensors.rounded[1], tensors.weights))
 
@@ -107,10 +107,10 @@ def test_the_fp32_gradient_copies_are_refreshed_each_step_and_state_is_made_once
     params = parameters(dtype)
     opt = Bare(params)
     give_grads(params, seed=1)
-    first = mt.collect(opt, opt.param_groups[0], 0, ("buf",))
+    first = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
     first.state["buf"][0].fill_(3.0)  # a step wrote its state
     give_grads(params, seed=2)
-    second = mt.collect(opt, opt.param_groups[0], 0, ("buf",))
+    second = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
     assert all(a is b for a, b in zip(first.grads, second.grads))  # persistent scratch, no new allocation
     assert all(torch.equal(g, p.grad.float()) for g, p in zip(second.grads, params))
     assert torch.equal(second.state["buf"][0], torch.full(SHAPES[0], 3.0))
@@ -126,10 +126,12 @@ def test_each_collect_rounds_only_its_own_parameters(dtype):
     give_grads(other, seed=2)
     mine_opt, other_opt = Bare(mine), Bare(other)
     for _ in range(3):
-        mt.collect(other_opt, other_opt.param_groups[0], 0, ())
-        tensors = mt.collect(mine_opt, mine_opt.param_groups[0], 0, ())
+        multi_tensor.collect(other_opt, other_opt.param_groups[0], 0, ())
+        tensors = multi_tensor.collect(mine_opt, mine_opt.param_groups[0], 0, ())
         assert [id(p) for p in tensors.rounded[0]] == [id(p) for p in mine]
-        assert [id(w) for w in tensors.rounded[1]] == [id(mine_opt.state[p][mt.MASTER]) for p in mine]
+        assert [id(w) for w in tensors.rounded[1]] == [
+            id(mine_opt.state[p][multi_tensor.MASTER]) for p in mine
+        ]
 
 
 def test_a_sparse_gradient_is_refused():
@@ -137,7 +139,7 @@ def test_a_sparse_gradient_is_refused():
     embedding(torch.tensor([1, 2])).sum().backward()
     opt = Bare(embedding.parameters())
     with pytest.raises(RuntimeError, match="does not support sparse gradients"):
-        mt.collect(opt, opt.param_groups[0], 0, ())
+        multi_tensor.collect(opt, opt.param_groups[0], 0, ())
 
 
 # --- write_back --------------------------------------------------------------------------------------------
@@ -148,12 +150,12 @@ def test_write_back_rounds_each_master_as_torch_casts_it(dtype):
     params = parameters(dtype)
     give_grads(params, seed=1)
     opt = Bare(params)
-    tensors = mt.collect(opt, opt.param_groups[0], 0, ())
+    tensors = multi_tensor.collect(opt, opt.param_groups[0], 0, ())
     generator = torch.Generator().manual_seed(3)
     for w in tensors.weights:  # an fp32 update whose low bits the rounding must drop
         w.add_(torch.randn(w.shape, generator=generator) * 1e-3)
     with torch.no_grad():  # as in an optimizer's step
-        mt.write_back(tensors)
+        multi_tensor.write_back(tensors)
     for p, w in zip(params, tensors.weights):
         assert torch.equal(p.detach(), w.to(dtype))  # torch's round-to-nearest-even cast, per tensor
         assert not torch.equal(p.detach().float(), w)
@@ -165,7 +167,7 @@ def test_write_back_leaves_fp32_parameters_alone():
     opt = Bare(params)
     before = [p.detach().clone() for p in params]
     with torch.no_grad():
-        mt.write_back(mt.collect(opt, opt.param_groups[0], 0, ()))
+        multi_tensor.write_back(multi_tensor.collect(opt, opt.param_groups[0], 0, ()))
     assert all(torch.equal(p, b) for p, b in zip(params, before))
 
 
@@ -191,7 +193,7 @@ def test_add_scaled_with_one_scale_per_tensor_is_y_plus_scale_times_x(dtype):
         ]
         for y, s, x in zip(ys, scale, xs)
     ]
-    mt.add_scaled_(ys, scale, xs)
+    multi_tensor.add_scaled_(ys, scale, xs)
     unit_roundoff = torch.finfo(dtype).eps / 2
     for y, expected in zip(ys, exact):
         for got, (value, size) in zip(y.flatten().tolist(), expected):
@@ -202,7 +204,7 @@ def test_add_scaled_with_one_scale_per_tensor_is_y_plus_scale_times_x(dtype):
 def test_add_scaled_with_a_python_float_matches_torchs_add_with_alpha():
     ys, xs = lists(torch.float32, seed=5)
     expected = [y.clone().add_(x, alpha=-0.37) for y, x in zip(ys, xs)]  # the per-tensor torch op
-    mt.add_scaled_(ys, -0.37, xs)
+    multi_tensor.add_scaled_(ys, -0.37, xs)
     assert all(torch.equal(y, e) for y, e in zip(ys, expected))
 
 
@@ -210,7 +212,7 @@ def test_add_scaled_by_zero_writes_nothing():
     ys, xs = lists(torch.float32, seed=6)
     before = [y.clone() for y in ys]
     xs[0][0, 0] = float("inf")  # torch's y + 0 * inf would be NaN; a zero scale skips the op entirely
-    mt.add_scaled_(ys, 0.0, xs)
+    multi_tensor.add_scaled_(ys, 0.0, xs)
     assert all(torch.equal(y, b) for y, b in zip(ys, before))
 
 
@@ -221,7 +223,7 @@ def trained_bf16_optimizer() -> tuple[list[nn.Parameter], Bare]:
     params = parameters(torch.bfloat16) + parameters(torch.float32, seed=9)[:2]
     give_grads(params, seed=1)
     opt = Bare(params)
-    tensors = mt.collect(opt, opt.param_groups[0], 0, ("buf",))
+    tensors = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
     generator = torch.Generator().manual_seed(7)
     for buf in tensors.state["buf"]:  # fp32 values bf16 cannot hold
         buf.copy_(torch.randn(buf.shape, generator=generator) / 3)
@@ -243,13 +245,13 @@ def test_restore_fp32_state_reads_the_saved_fp32_values_back_bitwise():
     saved = opt.state_dict()
     fresh = Bare(params)
     fresh.load_state_dict(saved)
-    mt.restore_fp32_state(fresh, saved)
+    multi_tensor.restore_fp32_state(fresh, saved)
     for index, p in enumerate(params):
         for key, value in saved["state"][index].items():
             loaded = fresh.state[p][key]
             assert loaded.dtype == value.dtype, (index, key)
             assert torch.equal(loaded, value), (index, key)
-    assert fresh.state[params[0]][mt.MASTER].dtype == torch.float32
+    assert fresh.state[params[0]][multi_tensor.MASTER].dtype == torch.float32
 
 
 # --- sharded_order and stats -------------------------------------------------------------------------------
@@ -257,11 +259,11 @@ def test_restore_fp32_state_reads_the_saved_fp32_values_back_bitwise():
 
 def test_sharded_order_without_a_shard_group_is_none_and_refuses_fsdp1_shards():
     params = parameters(torch.float32)
-    assert mt.sharded_order(Bare(params), lambda group: True) is None
+    assert multi_tensor.sharded_order(Bare(params), lambda group: True) is None
     flattened = parameters(torch.float32)
     setattr(flattened[0], UNSHARDED_SHAPE, torch.Size([8, 3]))  # an FSDP1 slice of an 8x3 weight
     with pytest.raises(UserError, match="shard_group"):
-        mt.sharded_order(Bare(flattened), lambda group: True)
+        multi_tensor.sharded_order(Bare(flattened), lambda group: True)
 
 
 def test_sharded_order_with_a_shard_group_lists_every_chosen_groups_parameters_in_order():
@@ -275,14 +277,14 @@ def test_sharded_order_with_a_shard_group_lists_every_chosen_groups_parameters_i
         ]
     )
     opt.shard_group = object()  # only its presence is read here
-    order = mt.sharded_order(opt, lambda group: group["keep"])
+    order = multi_tensor.sharded_order(opt, lambda group: group["keep"])
     assert [id(p) for p in order] == [id(p) for p in params[:2] + params[4:]]
 
 
 def test_stats_are_detached_fp32_vectors_with_the_names():
     w = torch.tensor([1.0, 2.0], dtype=torch.bfloat16, requires_grad=True) * 1
     g, ratio = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.tensor([0.5, 0.25])
-    out = mt.stats(["a", "b"], w, g, ratio)
+    out = multi_tensor.stats(["a", "b"], w, g, ratio)
     assert out["names"] == ["a", "b"]
     for key, source in (("w_norm", w), ("g_norm", g), ("trust_ratio", ratio)):
         assert out[key].dtype == torch.float32 and not out[key].requires_grad

@@ -75,7 +75,7 @@ def test_torch_normalize_matches_imagenet_stats_and_keeps_channels_last():
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
-        # the hang in findings.md: a jitted op after ToTensor on a CPU pipeline
+        # FFCV 1.0.2 loops forever in Graph.group_operations: a jitted op after ToTensor on a CPU pipeline
         (["center_crop", "to_tensor", "flip", {"normalize": "imagenet"}, "channels_last"], "hangs"),
         (["center_crop", "to_tensor", {"normalize": "imagenet"}, "channels_last"], "hangs"),
         (["center_crop", {"normalize": "imagenet"}, "to_tensor", "channels_last", "flip"], "hangs"),
@@ -88,7 +88,8 @@ def test_orders_that_would_hang_ffcv_are_refused_with_the_order_to_use(entries, 
 
 
 def test_built_op_guard_refuses_normalize_image_after_to_tensor():
-    # The exact FFCV list from findings.md, as a caller outside the config path could build it.
+    # NormalizeImage after ToTensor/ToTorchImage (FFCV 1.0.2 hangs on it), as a caller outside the config path
+    # could build it.
     ops = [
         CenterCropRGBImageDecoder((32, 32), 0.875),
         ToTensor(),

@@ -8,9 +8,9 @@ import pytest
 
 from lightning_lars import check
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe import published as judged
+from lightning_lars.recipe import published
 from lightning_lars.recipe.card import card
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 from tests.unit.recipe_helpers import RECIPES, recipe
 from tests.unit.source_oracles import N
 
@@ -27,8 +27,8 @@ LOGGED_EPOCHS = [
 @pytest.mark.parametrize("name, step, logged", LOGGED_EPOCHS)
 def test_source_epoch_is_the_number_the_log_prints(name, step, logged):
     cfg = recipe(name)
-    count = judged.source_epoch_count(cfg.published)
-    assert judged.source_epoch(step, count, N, cfg.batch.global_size) == logged
+    count = published.source_epoch_count(cfg.published)
+    assert published.source_epoch(step, count, N, cfg.batch.global_size) == logged
     assert plan_recipe(name).epoch_at(step) != logged  # our count differs there: the reason for the field
 
 
@@ -43,7 +43,7 @@ def test_card_prints_the_sources_epoch_beside_ours(name):
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_has_a_target_or_says_why_not(name):
     cfg = recipe(name)
-    reason = judged.no_target_reason(cfg.published)
+    reason = published.no_target_reason(cfg.published)
     if reason:
         with pytest.raises(UserError, match=r"has no target \(published.no_target\): the abstract"):
             check.target_of(cfg)
@@ -51,11 +51,11 @@ def test_every_recipe_has_a_target_or_says_why_not(name):
     else:
         target, _ = check.target_of(cfg)
         assert 0 < target <= 100
-    assert judged.statistic_of(cfg.published) in judged.STATISTICS
+    assert published.statistic_of(cfg.published) in published.STATISTICS
 
 
 def test_nlcg_has_no_target_and_says_why():
-    assert judged.no_target_reason(recipe("nlcg_65k").published)
+    assert published.no_target_reason(recipe("nlcg_65k").published)
 
 
 def _record(top1s: list[float]) -> dict:
@@ -65,22 +65,22 @@ def _record(top1s: list[float]) -> dict:
 
 def test_goyal_is_judged_by_the_median_of_the_last_five_epochs():
     """1706.02677 sec. 5.1: a run's error is the median of its final 5 epochs (not its last epoch)."""
-    assert judged.statistic_of(recipe("goyal_8k").published) == "median_last_5_epochs"
+    assert published.statistic_of(recipe("goyal_8k").published) == "median_last_5_epochs"
     record = _record([70.0, 76.0, 76.4, 76.1, 76.3, 76.2, 75.0])  # last 5: 76.4 76.1 76.3 76.2 75.0
-    value, _ = judged.run_value(record, "median_last_5_epochs", 76.26)
+    value, _ = published.run_value(record, "median_last_5_epochs", 76.26)
     assert value == pytest.approx(76.2)
-    assert judged.run_value(record, "final", 76.26)[0] == pytest.approx(75.0)
+    assert published.run_value(record, "final", 76.26)[0] == pytest.approx(75.0)
 
 
 def test_mlperf_runs_are_judged_at_their_first_eval_at_target():
     record = _record([75.0, 75.95, 75.5])
-    assert judged.run_value(record, "first_at_target", 75.9)[0] == pytest.approx(75.95)
-    assert judged.run_value(_record([75.0, 75.5]), "first_at_target", 75.9)[0] == pytest.approx(75.5)
+    assert published.run_value(record, "first_at_target", 75.9)[0] == pytest.approx(75.95)
+    assert published.run_value(_record([75.0, 75.5]), "first_at_target", 75.9)[0] == pytest.approx(75.5)
 
 
 def test_unknown_statistic_is_one_line_naming_the_choices():
     with pytest.raises(UserError, match="use one of final, first_at_target, median_last_5_epochs"):
-        judged.statistic_of({"statistic": "best"})
+        published.statistic_of({"statistic": "best"})
 
 
 def test_make_check_on_goyal_judges_each_seed_by_its_median_of_the_last_five(monkeypatch, tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Each recipe's LR, weight decay, momentum and batch at named steps equal its published schedule.
 
-Expected values are computed here from the papers' numbers (records.md), not read back from the recipes
+Expected values are computed here from the papers' numbers (each row cites its source), not read back from the recipes
 (the MLPerf, TPU and Fujitsu recipes are checked against their sources in test_golden_mlperf.py):
 N = 1,281,167 ImageNet training images, steps per epoch = N // global batch (drop-last).
 """

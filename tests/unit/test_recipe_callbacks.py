@@ -16,7 +16,7 @@ from lightning_lars.optim.rmsprop_warmup import RMSpropWarmup
 from lightning_lars.schedules.lr import WarmupPoly
 from lightning_lars.schedules.phases import EpochClock
 from lightning_lars.schedules.scaling import plan_batch
-from tests.unit import callback_harness as harness
+from tests.unit import callback_harness
 
 
 def schedule(steps_per_epoch, epochs=4, peak=0.05):
@@ -41,12 +41,14 @@ class StepRecorder(ScheduleCallback):
 def test_batch_size_control_doubles_the_batch_exactly(tmp_path):
     # 40 images, micro-batch 4: 10 micro-batches per epoch; recipe batch 8 (accumulation 2) -> 5 steps/epoch
     spe = 40 // 8
-    module = harness.classifier("sgd", lr_schedule=schedule(spe))
+    module = callback_harness.classifier("sgd", lr_schedule=schedule(spe))
     recorder = StepRecorder()
     control = BatchSizeControl(growth={1: 2}, scale_lr=True)
-    trainer = harness.trainer([control, recorder], tmp_path, max_epochs=3, accumulate_grad_batches=2)
+    trainer = callback_harness.trainer([control, recorder], tmp_path, max_epochs=3, accumulate_grad_batches=2)
     trainer.fit(
-        module, harness.loader(harness.images(40), batch_size=4), harness.loader(harness.images(8), 4)
+        module,
+        callback_harness.loader(callback_harness.images(40), batch_size=4),
+        callback_harness.loader(callback_harness.images(8), 4),
     )
     per_epoch = [sum(1 for s in recorder.steps if s[0] == e) for e in range(3)]
     assert per_epoch == [5, 2, 2]  # after the growth: 5 // 2 whole steps of 16 images, the rest trimmed
@@ -59,10 +61,10 @@ def test_batch_size_control_doubles_the_batch_exactly(tmp_path):
 
 
 def test_weight_decay_follows_lr_in_a_fit(tmp_path):
-    module = harness.classifier("lars", weight_decay=1e-3, lr_schedule=schedule(5))
+    module = callback_harness.classifier("lars", weight_decay=1e-3, lr_schedule=schedule(5))
     recorder = StepRecorder()
-    harness.trainer([WeightDecayFollowsLR(), recorder], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(40), batch_size=8)
+    callback_harness.trainer([WeightDecayFollowsLR(), recorder], tmp_path, max_epochs=1).fit(
+        module, callback_harness.loader(callback_harness.images(40), batch_size=8)
     )
     for _, _, lr, group in recorder.steps[-1:]:
         assert group["initial_weight_decay"] == 1e-3
@@ -104,23 +106,23 @@ def test_rmsprop_warmup_refuses_to_run_without_its_blend():
 
 
 def test_rmsprop_blend_callback_sets_the_elu_fraction(tmp_path):
-    module = harness.classifier("sgd", lr_schedule=schedule(5))
+    module = callback_harness.classifier("sgd", lr_schedule=schedule(5))
     module.optimizer_factory = functools.partial(RMSpropWarmup, weight_decay=1e-4)
     recorder = StepRecorder()
-    harness.trainer(
+    callback_harness.trainer(
         [RMSpropWarmupBlend(center_epochs=0.5, period_epochs=1.0), recorder], tmp_path, max_epochs=1
-    ).fit(module, harness.loader(harness.images(40), batch_size=8))
+    ).fit(module, callback_harness.loader(callback_harness.images(40), batch_size=8))
     group = recorder.steps[-1][3]
     epoch = 4 / 5  # the last of 5 steps in an epoch of 5
     assert group["sgd_fraction"] == pytest.approx(0.5 + (epoch - 0.5) / 1.0)  # Akiba et al.: 0.5 + (e - c)/p
 
 
 def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):
-    module = harness.classifier("sgd")
+    module = callback_harness.classifier("sgd")
     plan = plan_batch(8, 1, 1, 8, bn_group=4)
     callback = BatchNormGroups(plan)
-    harness.trainer([callback], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(16), batch_size=8)
+    callback_harness.trainer([callback], tmp_path, max_epochs=1).fit(
+        module, callback_harness.loader(callback_harness.images(16), batch_size=8)
     )
     bns = batch_norms(module)
     assert callback.converted == len(bns) > 0
@@ -128,10 +130,10 @@ def test_bn_groups_callback_converts_to_ghost_bn_in_a_fit(tmp_path):
 
 
 def test_bn_without_moving_average_in_a_fit(tmp_path):
-    module = harness.classifier("sgd")
-    harness.trainer([BatchNormWithoutMovingAverage()], tmp_path, max_epochs=1).fit(
+    module = callback_harness.classifier("sgd")
+    callback_harness.trainer([BatchNormWithoutMovingAverage()], tmp_path, max_epochs=1).fit(
         module,
-        harness.loader(harness.images(16), batch_size=8),
-        harness.loader(harness.images(8), batch_size=8),
+        callback_harness.loader(callback_harness.images(16), batch_size=8),
+        callback_harness.loader(callback_harness.images(8), batch_size=8),
     )
     assert all(bn.momentum == 1.0 for _, bn in batch_norms(module))

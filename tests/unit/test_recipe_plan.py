@@ -9,11 +9,12 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import recipe_names
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.card import card, named_steps
 from lightning_lars.recipe.keys import count_steps_per_epoch, eval_steps
-from lightning_lars.recipe.plan import check_command_line, plan_recipe
+from lightning_lars.recipe.plan import check_command_line
+from lightning_lars.training.recipe_plan import plan_recipe
 
 IMAGENET = 1_281_167
 
@@ -106,7 +107,7 @@ def test_demo_plan_counts():
     assert plan.epoch_at(plan.eval_steps[2]) == 3.0
 
 
-@pytest.mark.parametrize("name", config.recipe_names())
+@pytest.mark.parametrize("name", recipe_names())
 def test_every_recipe_has_a_card(name):
     try:
         plan = plan_recipe(name, devices=8, nodes=2)

@@ -9,7 +9,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from lightning_lars.config.compose import RECIPES_DIR
-from lightning_lars.recipe import catalog as recipe_table
+from lightning_lars.recipe import catalog
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 
 PUBLISHED_KEYS = {"claim", "source", "top1", "time", "epochs", "global_batch", "hardware"}
@@ -19,7 +19,7 @@ MLPERF = [
     for name in RECIPES
     if "mlperf" in name or name.startswith("resnet_ref_") or name in ("fujitsu_86k", "nado_nesterov_32k")
 ]
-ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
+PUBLISHED_RECIPES = {  # the published runs, one recipe each (sources in each recipe's header)
     "goyal_8k",
     "you_alexnet_bn_8k",
     "you_resnet50_32k",
@@ -41,7 +41,7 @@ ISSUE_RECIPES = {  # the published runs of records.md, one recipe each
 
 
 def test_every_published_run_has_a_recipe():
-    assert ISSUE_RECIPES <= set(RECIPES), sorted(ISSUE_RECIPES - set(RECIPES))
+    assert PUBLISHED_RECIPES <= set(RECIPES), sorted(PUBLISHED_RECIPES - set(RECIPES))
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -105,7 +105,7 @@ def test_every_recipe_value_cites_a_source_or_says_our_choice(name):
 
 
 def test_readme_table_is_generated_from_the_recipes():
-    assert (RECIPES_DIR / "README.md").read_text() == recipe_table.markdown(), (
+    assert (RECIPES_DIR / "README.md").read_text() == catalog.markdown(), (
         "recipes/README.md is stale: python -m lightning_lars.recipe.catalog --markdown > recipes/README.md"
     )
 
@@ -177,7 +177,7 @@ def test_runs_of_ours_table_lists_the_rows_make_check_appends(tmp_path):
     }
     record_run(row, runs)
     record_run({**row, "date": "2026-11-24"}, runs)
-    text = recipe_table.markdown(runs)
+    text = catalog.markdown(runs)
     table = text.split("## Runs of ours", 1)[1]
     assert (
         "| demo (debug=toy) | 1 x CPU (2 cores) | 8 | 81.90 +- 0.40 %, n=3 | 257.0 s wall | 2026-11-23 |"

@@ -16,7 +16,7 @@ from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from omegaconf import OmegaConf
 from PIL import Image
 
-from lightning_lars.report import plot as report_plot
+from lightning_lars.report import plot
 from lightning_lars.report.record import RunRecord
 from lightning_lars.training.run_record import run_record
 
@@ -34,7 +34,7 @@ def draw(monkeypatch, record, out_dir):
     """``write_report_png``'s figure, kept open to be read (it closes the figure after saving)."""
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
-    path = report_plot.write_report_png(CFG, record, out_dir)
+    path = plot.write_report_png(CFG, record, out_dir)
     (figure,) = figures
     panels = {ax.get_title().split(" (")[0]: ax for ax in figure.axes if ax.get_title()}
     return path, figure, panels

@@ -12,8 +12,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from lightning_lars.config import compose as config
 from lightning_lars.config import groups, schema
+from lightning_lars.config.compose import compose_job, to_yaml
+from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
 
@@ -36,7 +37,7 @@ def omegaconf_reason(dotted_key: str, value) -> str:
 
 
 def test_train_yaml_sets_the_schema_keys_in_the_schema_order_with_the_schema_defaults():
-    train = yaml.safe_load((config.CONF_DIR / "train.yaml").read_text())
+    train = yaml.safe_load((CONF_DIR / "train.yaml").read_text())
     own = {key: value for key, value in train.items() if key != "defaults"}
     fields = [f.name for f in dataclasses.fields(schema.TrainConfig)]
     assert list(own) == fields[: len(own)]  # --cfg job prints the schema's order
@@ -198,7 +199,7 @@ def test_a_key_an_open_group_does_not_set_names_the_plus_that_adds_it():
 
 def test_numbers_print_as_written_and_the_mode_as_its_name():
     """``--cfg job`` is unchanged by the schema: an int stays an int in the open groups, the Enum prints its name."""
-    cfg = config.compose_job(
+    cfg = compose_job(
         [
             "recipe=demo",
             "scheduler.base_lr=10",
@@ -207,7 +208,7 @@ def test_numbers_print_as_written_and_the_mode_as_its_name():
             "seed=7",
         ]
     )
-    text = config.to_yaml(cfg)
+    text = to_yaml(cfg)
     assert "  base_lr: 10\n" in text and "  mode: padded\n" in text and "seed: 7\n" in text
     assert cfg.epoch_length.mode is schema.EpochMode.padded
     assert OmegaConf.to_yaml(cfg).count("mode: padded") == 1  # Hydra's own printer agrees
@@ -228,7 +229,7 @@ def test_the_model_schema_is_the_image_classifiers_signature(model_schema):
     "model, model_schema", [("resnet", schema.ResNetModelConfig), ("alexnet_bn", schema.ModelConfig)]
 )
 def test_each_model_file_sets_its_schemas_fields_in_order(model, model_schema):
-    text = yaml.safe_load((config.CONF_DIR / "model" / f"{model}.yaml").read_text())
+    text = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
     assert text["defaults"] == [f"/{model}_model_schema@_here_", "_self_"]
     assert [key for key in text if key != "defaults"] == [f.name for f in dataclasses.fields(model_schema)]
 
@@ -296,13 +297,13 @@ GROUP_FILES = [
 
 @pytest.mark.parametrize("group, name, kind", GROUP_FILES, ids=lambda v: getattr(v, "__name__", v))
 def test_each_group_file_sets_its_schemas_fields_in_order(group, name, kind):
-    text = yaml.safe_load((config.CONF_DIR / group / f"{name}.yaml").read_text())
+    text = yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text())
     assert text["defaults"] == [f"/{groups.schema_name(group, name)}@_here_", "_self_"]
     assert [key for key in text if key != "defaults"] == [f.name for f in dataclasses.fields(kind)]
 
 
 def test_each_default_callback_entry_sets_its_schemas_fields_in_order():
-    text = yaml.safe_load((config.CONF_DIR / "callbacks" / "default.yaml").read_text())
+    text = yaml.safe_load((CONF_DIR / "callbacks" / "default.yaml").read_text())
     entries = {key: value for key, value in text.items() if key != "defaults"}
     assert text["defaults"] == [f"/{groups.schema_name('callback', n)}@{n}" for n in entries] + ["_self_"]
     for entry, keys in entries.items():
@@ -326,12 +327,10 @@ def test_each_group_schema_is_its_targets_signature(kind):
         text["_target_"]
         for group, name, k in GROUP_FILES
         if k is kind
-        and "_target_" in (text := yaml.safe_load((config.CONF_DIR / group / f"{name}.yaml").read_text()))
+        and "_target_" in (text := yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text()))
     } | {
         entry["_target_"]
-        for name, entry in yaml.safe_load(
-            (config.CONF_DIR / "callbacks" / "default.yaml").read_text()
-        ).items()
+        for name, entry in yaml.safe_load((CONF_DIR / "callbacks" / "default.yaml").read_text()).items()
         if name != "defaults" and groups.SCHEMAS["callback"][name] is kind
     }
     fields = {f.name for f in dataclasses.fields(kind)} - {"_target_", "_partial_", "base_lr", "base_batch"}
@@ -358,7 +357,7 @@ def test_a_choice_reaches_its_target_as_text_not_as_the_schemas_enum():
     import torch
     from hydra.utils import instantiate
 
-    cfg = config.compose_job(["recipe=demo", "optimizer.form=you2017", "optimizer.implementation=eager"])
+    cfg = compose_job(["recipe=demo", "optimizer.form=you2017", "optimizer.implementation=eager"])
     assert isinstance(cfg.optimizer.form, groups.LarsForm)  # typed in the composed config
     optimizer = instantiate(schema.plain(cfg.optimizer))([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
     assert type(optimizer.defaults["form"]) is str and optimizer.defaults["form"] == "you2017"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_lars.recipe.plan import plan_recipe
+from lightning_lars.training.recipe_plan import plan_recipe
 
 
 def stops_early_lines(plan) -> list[str]:

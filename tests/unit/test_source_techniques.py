@@ -22,7 +22,7 @@ from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.schedules.phases import EpochClock
 from lightning_lars.schedules.source import FujitsuLR, FujitsuWeightDecay, MXNetPoly, TFLarsPoly
 from lightning_lars.training.module import ImageClassifier
-from tests.unit import callback_harness as harness
+from tests.unit import callback_harness
 from tests.unit.source_oracles import (
     FujitsuExplorerLoop,
     MXNetPolySchedule,
@@ -187,10 +187,10 @@ def test_weight_decay_schedule_sets_fujitsus_coefficient_before_each_step_of_a_f
     schedule = functools.partial(
         FujitsuWeightDecay, warmup_steps=4, decay_steps=3, end_lr_ratio=0.0025, power=2.2
     )
-    module = harness.classifier("lars", weight_decay=6.5e-4)
+    module = callback_harness.classifier("lars", weight_decay=6.5e-4)
     seen = Seen()
-    harness.trainer([WeightDecaySchedule(schedule), seen], tmp_path, max_epochs=1).fit(
-        module, harness.loader(harness.images(48), batch_size=8)
+    callback_harness.trainer([WeightDecaySchedule(schedule), seen], tmp_path, max_epochs=1).fit(
+        module, callback_harness.loader(callback_harness.images(48), batch_size=8)
     )
     expected = [c for _, c in FujitsuExplorerLoop(13.0, 1, 4, 3, 0.0025, 2.2).run(6)]
     assert seen.coefficients == pytest.approx(expected, rel=1e-12)

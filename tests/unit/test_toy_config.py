@@ -7,12 +7,13 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import lightning_lars.models  # noqa: F401  (the ${at_least_model_min:} resolver the toy config reads)
-from lightning_lars.config import compose as config
+from lightning_lars.config.compose import compose_job, recipe_names
+from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.recipe.plan import make_plan
 
 
 def toy_config(recipe):
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("train", overrides=[f"recipe={recipe}", "debug=toy"])
 
 
@@ -26,7 +27,7 @@ def runs_at(arch, pixels):
     return True
 
 
-@pytest.mark.parametrize("recipe", config.recipe_names())
+@pytest.mark.parametrize("recipe", recipe_names())
 def test_toy_size_fits_every_recipe_model(recipe):
     cfg = toy_config(recipe)
     size = cfg.data.resolution
@@ -44,7 +45,7 @@ def test_alexnet_recipes_get_63_px_and_resnets_keep_32():
 def test_toy_reads_the_demo_images_without_ffcv_and_data_demo_puts_ffcv_back():
     toy = toy_config("demo")
     assert toy.data._target_.endswith("TorchvisionDataModule") and toy.data.root.endswith("/demo/jpeg")
-    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         ffcv = compose("train", overrides=["recipe=demo", "debug=toy", "data=demo"])
     assert ffcv.data._target_.endswith("FFCVDataModule")
     for key in ("num_classes", "resolution", "val_resolution", "pipeline", "prepare_command"):
@@ -94,11 +95,11 @@ def test_toy_batches_equal_ffcvs_on_the_same_demo_data(tmp_path):
     assert seen == 60
 
 
-@pytest.mark.parametrize("recipe", config.recipe_names())
+@pytest.mark.parametrize("recipe", recipe_names())
 def test_toy_schedule_has_a_decay_phase_after_its_warmup(recipe):
     """A toy run shrinks the schedule with the data: its decay never ends before its warmup does (the TF
     recipes once planned a 2,421-step warmup inside 1,738 steps and logged decay steps -682)."""
-    cfg = config.compose_job([f"recipe={recipe}", "debug=toy"])
+    cfg = compose_job([f"recipe={recipe}", "debug=toy"])
     plan = make_plan(cfg, recipe, num_train_images=5000, devices=1, nodes=1)
     assert plan.decay_end_step > plan.warmup_steps >= 0
 
@@ -107,11 +108,11 @@ def test_toy_schedule_has_a_decay_phase_after_its_warmup(recipe):
 def test_toy_tf_schedule_spans_the_sources_tf_epochs(recipe):
     """TF's schedule counts the warmup in epochs of N / B and the run in the source's train_steps: the toy's
     decay ends after as many of its own TF epochs as the source's train_steps are of the source's."""
-    full = config.compose_job([f"recipe={recipe}"])
+    full = compose_job([f"recipe={recipe}"])
     source_epochs = full.scheduler.total_steps / (
         1281167 / full.batch.global_size
     )  # float64, from the recipe
-    plan = make_plan(config.compose_job([f"recipe={recipe}", "debug=toy"]), recipe, 5000, 1, 1)
+    plan = make_plan(compose_job([f"recipe={recipe}", "debug=toy"]), recipe, 5000, 1, 1)
     toy_epochs = (plan.decay_end_step - 1) / (5000 / 64)  # TF's decay ends one step past train_steps
     assert toy_epochs == pytest.approx(source_epochs, abs=1 / (5000 / 64))  # within the one rounded step
     assert plan.lr_schedule(plan.decay_end_step) == pytest.approx(full.scheduler.end_lr)

@@ -1,6 +1,6 @@
 """Every wheel the project needs, for a target Python and platform, in one folder: installs on offline nodes.
 
-    python -m lightning_lars.wheelhouse --out wheelhouse [--python 3.12] [--platform manylinux_2_28_x86_64]
+    python benchmarks/wheelhouse.py --out wheelhouse [--python 3.12] [--platform manylinux_2_28_x86_64]
                                         [--without torch,ffcv]
     # on the node:  pip install --no-index --find-links wheelhouse 'lightning-lars[ffcv]'
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT, is_checkout
+from lightning_lars.config.paths import PACKAGE_DIR, PROJECT_ROOT, is_checkout
 from lightning_lars.core.errors import UserError
 
 GROUPS = {
@@ -286,7 +286,7 @@ def project_wheel(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lightning_lars.wheelhouse", description=__doc__.split("\n")[0]
+        prog="python benchmarks/wheelhouse.py", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--out", default="wheelhouse", help="folder to fill (default: wheelhouse)")
     parser.add_argument("--python", default=None, help="target Python, e.g. 3.12 (default: this one)")
