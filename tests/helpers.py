@@ -1,4 +1,5 @@
-"""Helpers every tier of the tests shares: a free TCP port for a gloo rendezvous, small seeded models, and the
+"""Helpers every tier of the tests shares: a free TCP port for a gloo rendezvous, a command run the way a user
+runs it (``run``, ``entry_point_env``), the demo dataset made by its real command, small seeded models, and the
 check that a command failed with one line of error.
 
 Importable as ``helpers``: pytest puts ``tests/`` on ``sys.path`` when it loads ``tests/conftest.py``
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +25,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent  # the checkout
 
 
 _PORTS_GIVEN: set[int] = set()
@@ -77,18 +79,70 @@ def outside_slurm(monkeypatch) -> None:
             monkeypatch.delenv(name)
 
 
-def entry_point_env(*paths: Path, **extra: str) -> dict[str, str]:
+def entry_point_env(*paths: Path, unset: Iterable[str] = (), **extra: str) -> dict[str, str]:
     """The environment for a subprocess of the entry point: ``paths`` (a folder of probe callbacks a test names
     with ``+callbacks.NAME._target_=module.Class``), the test helpers (which such probes import) and the checkout
-    importable, offline W&B, no SLURM job of the caller's."""
+    importable, offline W&B, unbuffered output, no SLURM job of the caller's; then ``extra``; last, without the
+    names in ``unset`` (``"PIP_*"``: every name that starts so), for a program that must not see them."""
+    # WANDB_SERVICE: set once this process ran W&B (an in-process test); a child would join that service,
+    # which still holds the run of a process we SIGKILLed ("run ID ... is in use") -- a fresh job has none
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
-    importable = [*map(str, paths), str(TESTS_DIR), str(TESTS_DIR.parent), clean.get("PYTHONPATH", "")]
-    return {
+    importable = [*map(str, paths), str(TESTS_DIR), str(ROOT), clean.get("PYTHONPATH", "")]
+    env = {
         **clean,
         "PYTHONPATH": os.pathsep.join(p for p in importable if p),
         "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
         **extra,
     }
+    prefixes = tuple(name.removesuffix("*") for name in unset if name.endswith("*"))
+    names = set(unset)
+    return {k: v for k, v in env.items() if k not in names and not (prefixes and k.startswith(prefixes))}
+
+
+def run(
+    command: Sequence[str | os.PathLike],
+    *,
+    cwd: Path = ROOT,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
+    """``command`` run to its end from ``cwd`` (default: the checkout) in ``env`` (default:
+    ``entry_point_env()``), its stdout and stderr captured as text. A nonzero exit is returned, not raised: the
+    tests read it. ``timeout`` (s) only ends a hung command; a normal one takes far less."""
+    return subprocess.run(
+        [os.fspath(part) for part in command],
+        cwd=cwd,
+        env=dict(entry_point_env() if env is None else env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def make_demo_data(
+    data_dir: Path, *, train_per_class: int = 16, val_per_class: int = 8, env: Mapping[str, str] | None = None
+) -> Path:
+    """The demo dataset (10 classes; ``train_per_class`` and ``val_per_class`` images each) in
+    ``data_dir/demo``, made by its real command (``python -m lightning_lars.data.demo``) unless it is there
+    already; returns ``data_dir``, the folder ``paths.data_dir`` names."""
+    if not (data_dir / "demo" / "val.beton").is_file():
+        made = run(
+            [sys.executable, "-m", "lightning_lars.data.demo", "--out", data_dir / "demo"]
+            + [
+                "--train-per-class",
+                str(train_per_class),
+                "--val-per-class",
+                str(val_per_class),
+                "--workers",
+                "1",
+            ],
+            env=env,
+            timeout=600,
+        )
+        assert made.returncode == 0, made.stderr[-2000:]
+    return data_dir
 
 
 # The two places an FFCV pipeline may normalise: in its numpy stage (float32 over the copy) or on the device after

@@ -14,11 +14,8 @@ from resume_runs import ROOT, env, make_demo_data
 pytestmark = pytest.mark.slow
 
 
-def test_bad_neumann_value_exits_2_with_one_line(tmp_path_factory, tmp_path):
-    shared = (
-        tmp_path_factory.getbasetemp() / "resume_runs"
-    )  # the data test_bad_input.py makes, if it ran first
-    make_demo_data(shared)
+def test_bad_neumann_value_exits_2_with_one_line(shared_runs, tmp_path):
+    make_demo_data(shared_runs)
     done = subprocess.run(
         [
             sys.executable,
@@ -33,7 +30,7 @@ def test_bad_neumann_value_exits_2_with_one_line(tmp_path_factory, tmp_path):
             f"hydra.run.dir={tmp_path / 'run'}",
         ],
         cwd=ROOT,
-        env=env(shared),
+        env=env(shared_runs),
         capture_output=True,
         text=True,
         timeout=600,
