@@ -207,14 +207,16 @@ def small_conv_net(
 
 
 def small_mlp(
-    sizes: tuple[int, int, int] = (6, 5, 2), dtype: torch.dtype = torch.float64, relu: bool = True
+    sizes: tuple[int, int, int] = (6, 5, 2),
+    dtype: torch.dtype = torch.float64,
+    activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Module:
-    """A seeded ``Linear -> BatchNorm1d [-> ReLU] -> Linear`` in ``dtype``: ``sizes`` are (inputs, hidden,
-    outputs). Two 2-D weights (adapted) and four 1-D tensors (biases, BN gamma and beta: excluded)."""
+    """A seeded ``Linear -> BatchNorm1d -> activation -> Linear`` in ``dtype``: ``sizes`` are (inputs,
+    hidden, outputs). Two 2-D weights (adapted) and four 1-D tensors (biases, BN gamma and beta: excluded)."""
     inputs, hidden, outputs = sizes
     torch.manual_seed(0)
-    layers = [nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden)] + ([nn.ReLU()] if relu else [])
-    return nn.Sequential(*layers, nn.Linear(hidden, outputs)).to(dtype)
+    layers = [nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden), activation(), nn.Linear(hidden, outputs)]
+    return nn.Sequential(*layers).to(dtype)
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alone: bool = True) -> str:
