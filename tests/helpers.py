@@ -26,6 +26,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent  # the checkout
+# The entry point and make as a user types them (this interpreter; make from the checkout, from any folder,
+# without reinstalling the venv it would otherwise check first)
+TRAIN = [sys.executable, "-m", "lightning_lars.train"]
+MAKE = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", f"PY={sys.executable}"]
 
 
 _PORTS_GIVEN: set[int] = set()

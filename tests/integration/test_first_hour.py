@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, assert_one_line_error, entry_point_env, run
+from helpers import MAKE, ROOT, TRAIN, assert_one_line_error, entry_point_env, run
 from PIL import Image
 
 from lightning_lars.data.beton_header import read_num_samples
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.slow
 ENV = entry_point_env()
 # the size of the data_dir fixture's demo dataset: 160 train / 80 val images
 DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]
-TRAIN = [sys.executable, "-m", "lightning_lars.train"]
 PREPARE = [sys.executable, "-m", "lightning_lars.data.prepare"]
 
 
@@ -217,18 +216,7 @@ def test_damaged_demo_file_is_made_again_by_make_demo_data(data_dir, tmp_path):
     shutil.copytree(data_dir / "demo", copy)
     whole = (copy / "train.beton").read_bytes()
     (copy / "train.beton").write_bytes(whole[: len(whole) // 2])
-    made = run(
-        [
-            "make",
-            "--no-print-directory",
-            "-o",
-            ".venv/.installed",
-            f"PY={sys.executable}",
-            "demo-data",
-            f"out={copy}",
-            f"args={' '.join(DEMO_ARGS)}",
-        ]
-    )
+    made = run([*MAKE, "demo-data", f"out={copy}", f"args={' '.join(DEMO_ARGS)}"])
     assert made.returncode == 0, made.stderr[-3000:]
     assert "train.beton damaged" in made.stderr
     assert read_num_samples(str(copy / "train.beton"), "") == 160
