@@ -24,8 +24,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "demo_data(train_per_class=16, val_per_class=8): the size of the demo dataset the data_dir fixture gives "
-        "this module's tests",
+        "demo_data(train_per_class=16, val_per_class=8): on a test or a module, the size of the demo dataset "
+        "the data_dir fixture gives it",
     )
 
 
@@ -67,9 +67,8 @@ def environment_restored_after_each_test():
 def demo_datasets(tmp_path_factory) -> Callable[..., Path]:
     """``demo_datasets(train_per_class=16, val_per_class=8)``: a ``paths.data_dir`` folder holding the demo
     dataset at that size, made by its real command the first time a test of this session asks for that size."""
-    from helpers import (
-        make_demo_data,
-    )  # here, not at the top: helpers imports Lightning, which few tests need
+    # imported here, not at the top: helpers imports Lightning, which a collection of unit tests need not wait for
+    from helpers import make_demo_data
 
     made: dict[tuple[int, int], Path] = {}
 

@@ -132,19 +132,9 @@ def make_demo_data(
     ``data_dir/demo``, made by its real command (``python -m lightning_lars.data.demo``) unless it is there
     already; returns ``data_dir``, the folder ``paths.data_dir`` names."""
     if not (data_dir / "demo" / "val.beton").is_file():
-        made = run(
-            [sys.executable, "-m", "lightning_lars.data.demo", "--out", data_dir / "demo"]
-            + [
-                "--train-per-class",
-                str(train_per_class),
-                "--val-per-class",
-                str(val_per_class),
-                "--workers",
-                "1",
-            ],
-            env=env,
-            timeout=600,
-        )
+        sizes = ["--train-per-class", str(train_per_class), "--val-per-class", str(val_per_class)]
+        demo = [sys.executable, "-m", "lightning_lars.data.demo", "--out", data_dir / "demo", *sizes]
+        made = run([*demo, "--workers", "1"], env=env, timeout=600)
         assert made.returncode == 0, made.stderr[-2000:]
     return data_dir
 

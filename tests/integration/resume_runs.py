@@ -10,7 +10,6 @@ repeat the augmentation too. Everything else (order, LARS, schedule, BN, metrics
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import helpers
@@ -59,13 +58,12 @@ def env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def train_command(tmp: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
+    return [*helpers.TRAIN, *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
 
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     """``python -m lightning_lars.train paths.log_dir=<tmp>/logs ARGS`` on ``tmp``'s data, run to its end."""
-    command = [sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args]
-    return helpers.run(command, env=env(tmp), timeout=600)
+    return helpers.run([*helpers.TRAIN, f"paths.log_dir={tmp / 'logs'}", *args], env=env(tmp), timeout=600)
 
 
 def run_to_end(command: list[str], tmp: Path, timeout: float = 600, **env_extra: str) -> str:
