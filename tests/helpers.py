@@ -213,6 +213,21 @@ def small_mlp(
     return nn.Sequential(*layers).to(dtype)
 
 
+def steps_with(
+    model: nn.Module, optimizer: torch.optim.Optimizer, grads_per_step: Sequence, lrs: Sequence[float]
+) -> list[torch.Tensor]:
+    """``optimizer.step()`` once per entry of ``grads_per_step`` (one gradient per parameter of ``model``, in
+    its order, cast to the parameter's dtype) at the matching LR of ``lrs`` (every group's); returns the
+    weights after the last step, in float64, for a comparison with a float64 reference."""
+    for grads, lr in zip(grads_per_step, lrs):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.to(p.dtype).clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    return [p.detach().double() for p in model.parameters()]
+
+
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alone: bool = True) -> str:
     """``done`` exited with status 2, no traceback, and its stderr ends in ONE ``error: ...`` line containing
     every phrase; returns that line.
