@@ -238,8 +238,9 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alon
     assert done.returncode == 2, output[-3000:]
     assert "Traceback" not in output
     lines = done.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
+    errors = [line for line in lines if line.startswith("error:")]  # one, even counting "error:" unspaced
     assert len(errors) == 1 and lines[-1] == errors[0], done.stderr[-3000:]
+    assert errors[0].startswith("error: "), errors[0]
     if alone:
         assert len(lines) == 1, done.stderr[-3000:]
     for phrase in phrases:
