@@ -13,17 +13,9 @@ set -euo pipefail
 data=${1:?usage: benchmarks/factor_study.sh DATA RUNS [bench options]}
 runs=${2:?usage: benchmarks/factor_study.sh DATA RUNS [bench options]}
 shift 2
-here=$(cd "$(dirname "$0")/.." && pwd)
-py=${PYTHON:-$here/.venv/bin/python}
-
-cell() {  # one set-up: ARMS then the options that change it from today's
-    local arms=$1 seeds=$2
-    shift 2
-    echo "[study] $(date -u +%H:%M:%S) seeds=$seeds only=$arms $*"
-    "$py" "$here/benchmarks/bench_largebatch.py" --data "$data" --runs "$runs" --no-readme --seeds "$seeds" \
-        --only $arms "$@" "${extra[@]}"
-}
-extra=("$@")
+label=study
+base=()  # today's set-up: bench_largebatch.py's defaults; a cell's options change one factor from it
+source "$(dirname "$0")/study_cell.sh"  # cell ARMS SEEDS [options]
 
 for seeds in 2 3; do
     cell "sgd_small lars_mlperf" "$seeds"                          # today's set-up

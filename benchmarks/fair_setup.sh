@@ -13,17 +13,9 @@ set -euo pipefail
 data=${1:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
 runs=${2:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
 shift 2
-here=$(cd "$(dirname "$0")/.." && pwd)
-py=${PYTHON:-$here/.venv/bin/python}
-extra=("$@")
-
-cell() {  # ARMS SEEDS then the options of the cell
-    local arms=$1 seeds=$2
-    shift 2
-    echo "[fair] $(date -u +%H:%M:%S) seeds=$seeds only=$arms $*"
-    "$py" "$here/benchmarks/bench_largebatch.py" --data "$data" --runs "$runs" --no-readme --seeds "$seeds" \
-        --width full --epochs 16 --resolution 32 --only $arms "$@" "${extra[@]}"
-}
+label=fair
+base=(--width full --epochs 16 --resolution 32)  # the set-up every cell shares
+source "$(dirname "$0")/study_cell.sh"  # cell ARMS SEEDS [options]
 
 for seeds in 3 6; do
     cell "sgd_small lars_mlperf lars_you" "$seeds" --ratio 0.1 --lr-rule sqrt

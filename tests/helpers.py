@@ -1,4 +1,5 @@
-"""Helpers every tier of the tests shares: a free TCP port for a gloo rendezvous, small seeded models, and the
+"""Helpers every tier of the tests shares: a free TCP port for a gloo rendezvous, a command run the way a user
+runs it (``run``, ``entry_point_env``), the demo dataset made by its real command, small seeded models, and the
 check that a command failed with one line of error.
 
 Importable as ``helpers``: pytest puts ``tests/`` on ``sys.path`` when it loads ``tests/conftest.py``
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +25,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent  # the checkout
+# The entry point and make as a user types them (this interpreter; make from the checkout, from any folder,
+# without reinstalling the venv it would otherwise check first)
+TRAIN = [sys.executable, "-m", "lightning_lars.train"]
+MAKE = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", f"PY={sys.executable}"]
 
 
 _PORTS_GIVEN: set[int] = set()
@@ -77,18 +83,60 @@ def outside_slurm(monkeypatch) -> None:
             monkeypatch.delenv(name)
 
 
-def entry_point_env(*paths: Path, **extra: str) -> dict[str, str]:
+def entry_point_env(*paths: Path, unset: Iterable[str] = (), **extra: str) -> dict[str, str]:
     """The environment for a subprocess of the entry point: ``paths`` (a folder of probe callbacks a test names
     with ``+callbacks.NAME._target_=module.Class``), the test helpers (which such probes import) and the checkout
-    importable, offline W&B, no SLURM job of the caller's."""
+    importable, offline W&B, unbuffered output, no SLURM job of the caller's; then ``extra``; last, without the
+    names in ``unset`` (``"PIP_*"``: every name that starts so), for a program that must not see them."""
+    # WANDB_SERVICE: set once this process ran W&B (an in-process test); a child would join that service,
+    # which still holds the run of a process we SIGKILLed ("run ID ... is in use") -- a fresh job has none
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
-    importable = [*map(str, paths), str(TESTS_DIR), str(TESTS_DIR.parent), clean.get("PYTHONPATH", "")]
-    return {
+    importable = [*map(str, paths), str(TESTS_DIR), str(ROOT), clean.get("PYTHONPATH", "")]
+    env = {
         **clean,
         "PYTHONPATH": os.pathsep.join(p for p in importable if p),
         "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
         **extra,
     }
+    prefixes = tuple(name.removesuffix("*") for name in unset if name.endswith("*"))
+    names = set(unset)
+    return {k: v for k, v in env.items() if k not in names and not (prefixes and k.startswith(prefixes))}
+
+
+def run(
+    command: Sequence[str | os.PathLike],
+    *,
+    cwd: Path = ROOT,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
+    """``command`` run to its end from ``cwd`` (default: the checkout) in ``env`` (default:
+    ``entry_point_env()``), its stdout and stderr captured as text. A nonzero exit is returned, not raised: the
+    tests read it. ``timeout`` (s) only ends a hung command; a normal one takes far less."""
+    return subprocess.run(
+        [os.fspath(part) for part in command],
+        cwd=cwd,
+        env=dict(entry_point_env() if env is None else env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def make_demo_data(
+    data_dir: Path, *, train_per_class: int = 16, val_per_class: int = 8, env: Mapping[str, str] | None = None
+) -> Path:
+    """The demo dataset (10 classes; ``train_per_class`` and ``val_per_class`` images each) in
+    ``data_dir/demo``, made by its real command (``python -m lightning_lars.data.demo``) unless it is there
+    already; returns ``data_dir``, the folder ``paths.data_dir`` names."""
+    if not (data_dir / "demo" / "val.beton").is_file():
+        sizes = ["--train-per-class", str(train_per_class), "--val-per-class", str(val_per_class)]
+        demo = [sys.executable, "-m", "lightning_lars.data.demo", "--out", data_dir / "demo", *sizes]
+        made = run([*demo, "--workers", "1"], env=env, timeout=600)
+        assert made.returncode == 0, made.stderr[-2000:]
+    return data_dir
 
 
 # The two places an FFCV pipeline may normalise: in its numpy stage (float32 over the copy) or on the device after
@@ -153,14 +201,31 @@ def small_conv_net(
 
 
 def small_mlp(
-    sizes: tuple[int, int, int] = (6, 5, 2), dtype: torch.dtype = torch.float64, relu: bool = True
+    sizes: tuple[int, int, int] = (6, 5, 2),
+    dtype: torch.dtype = torch.float64,
+    activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Module:
-    """A seeded ``Linear -> BatchNorm1d [-> ReLU] -> Linear`` in ``dtype``: ``sizes`` are (inputs, hidden,
-    outputs). Two 2-D weights (adapted) and four 1-D tensors (biases, BN gamma and beta: excluded)."""
+    """A seeded ``Linear -> BatchNorm1d -> activation -> Linear`` in ``dtype``: ``sizes`` are (inputs,
+    hidden, outputs). Two 2-D weights (adapted) and four 1-D tensors (biases, BN gamma and beta: excluded)."""
     inputs, hidden, outputs = sizes
     torch.manual_seed(0)
-    layers = [nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden)] + ([nn.ReLU()] if relu else [])
-    return nn.Sequential(*layers, nn.Linear(hidden, outputs)).to(dtype)
+    layers = [nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden), activation(), nn.Linear(hidden, outputs)]
+    return nn.Sequential(*layers).to(dtype)
+
+
+def steps_with(
+    model: nn.Module, optimizer: torch.optim.Optimizer, grads_per_step: Sequence, lrs: Sequence[float]
+) -> list[torch.Tensor]:
+    """``optimizer.step()`` once per entry of ``grads_per_step`` (one gradient per parameter of ``model``, in
+    its order, cast to the parameter's dtype) at the matching LR of ``lrs`` (every group's); returns the
+    weights after the last step, in float64, for a comparison with a float64 reference."""
+    for grads, lr in zip(grads_per_step, lrs):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.to(p.dtype).clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    return [p.detach().double() for p in model.parameters()]
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alone: bool = True) -> str:
@@ -173,8 +238,9 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alon
     assert done.returncode == 2, output[-3000:]
     assert "Traceback" not in output
     lines = done.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
+    errors = [line for line in lines if line.startswith("error:")]  # one, even counting "error:" unspaced
     assert len(errors) == 1 and lines[-1] == errors[0], done.stderr[-3000:]
+    assert errors[0].startswith("error: "), errors[0]
     if alone:
         assert len(lines) == 1, done.stderr[-3000:]
     for phrase in phrases:

@@ -12,14 +12,14 @@ a minute on 2 cores. tests/unit/test_golden_baseline.py runs both checks in ``ma
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))  # tests/, for the shared test helpers when this runs as a script
+from helpers import ROOT, run  # noqa: E402
+
 CONFIGS = HERE / "configs"
 LOSSES = HERE / "demo_losses.txt"
 NUM_LOSSES = 20
@@ -36,19 +36,6 @@ MOVED: dict[str, str] = {}
 def recipe_names() -> list[str]:
     return sorted(p.stem for p in (HERE / "configs").glob("*.yaml")) or sorted(
         p.stem for p in (ROOT / "recipes").glob("*.yaml")
-    )
-
-
-def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_lars.train", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
     )
 
 
@@ -73,9 +60,8 @@ def mapped(text: str) -> str:
 def demo_losses(log_dir: Path | None = None) -> list[tuple[int, str]]:
     """The demo's first NUM_LOSSES steps, each printed; its run folder under ``log_dir`` (default: logs/)."""
     where = [f"paths.log_dir={log_dir}"] if log_dir else []
-    done = run(
-        ["recipe=demo", "trainer.log_every_n_steps=1", f"+trainer.max_steps={NUM_LOSSES}", "~logger", *where]
-    )
+    demo = ["recipe=demo", "trainer.log_every_n_steps=1", f"+trainer.max_steps={NUM_LOSSES}", "~logger"]
+    done = run([sys.executable, "-m", "lightning_lars.train", *demo, *where])
     if done.returncode != 0:
         raise SystemExit(f"make demo's command failed: {done.stderr.strip()[-2000:]}")
     return [(int(step), loss) for step, loss in LOSS_LINE.findall(done.stdout + done.stderr)][:NUM_LOSSES]

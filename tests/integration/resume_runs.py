@@ -9,11 +9,10 @@ repeat the augmentation too. Everything else (order, LARS, schedule, BN, metrics
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import lightning as L
 import torch
 
@@ -53,66 +52,32 @@ class FinalState(L.Callback):
 
 
 def env(tmp: Path, **extra: str) -> dict[str, str]:
-    """The subprocess environment: this checkout and the test helpers importable, offline W&B, no SLURM."""
-    # WANDB_SERVICE: set once this process ran W&B (an in-process test); a child would join that service,
-    # which still holds the run of a process we SIGKILLed ("run ID ... is in use") -- a fresh job has none
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "WANDB_SERVICE"}
-    return {
-        **clean,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}",
-        "WANDB_MODE": "offline",
-        "PYTHONUNBUFFERED": "1",
-        "LARS_DATA_DIR": str(tmp / "data"),
-        **extra,
-    }
+    """The subprocess environment (``helpers.entry_point_env``: this checkout and the test helpers importable,
+    offline W&B, no SLURM) with this folder importable and ``tmp``'s data as ``LARS_DATA_DIR``."""
+    return helpers.entry_point_env(HERE, LARS_DATA_DIR=str(tmp / "data"), **extra)
 
 
 def train_command(tmp: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
+    return [*helpers.TRAIN, *OVERRIDES, f"paths.log_dir={tmp / 'logs'}", *extra]
+
+
+def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    """``python -m lightning_lars.train paths.log_dir=<tmp>/logs ARGS`` on ``tmp``'s data, run to its end."""
+    return helpers.run([*helpers.TRAIN, f"paths.log_dir={tmp / 'logs'}", *args], env=env(tmp), timeout=600)
 
 
 def run_to_end(command: list[str], tmp: Path, timeout: float = 600, **env_extra: str) -> str:
     """Runs ``command`` from the checkout in `env` (``tmp``'s data, offline W&B) and asserts it exits 0; its
     console (stdout, then stderr)."""
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env=env(tmp, **env_extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = helpers.run(command, env=env(tmp, **env_extra), timeout=timeout)
     console = done.stdout + done.stderr
     assert done.returncode == 0, console[-3000:]
     return console
 
 
 def make_demo_data(tmp: Path, val_per_class: int = 5) -> None:
-    if (tmp / "data" / "demo" / "val.beton").is_file():
-        return
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(tmp / "data" / "demo"),
-            "--train-per-class",
-            "20",
-            "--val-per-class",
-            str(val_per_class),
-            "--workers",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env(tmp),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+    """The demo dataset at 20 train and ``val_per_class`` val images a class in ``tmp/data``, unless there."""
+    helpers.make_demo_data(tmp / "data", train_per_class=20, val_per_class=val_per_class, env=env(tmp))
 
 
 def reference_run(tmp: Path) -> dict:

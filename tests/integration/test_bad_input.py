@@ -16,42 +16,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_one_line_error
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
-from resume_runs import OVERRIDES, ROOT, assert_same_training, env, make_demo_data, reference_run
+from resume_runs import (
+    OVERRIDES,
+    ROOT,
+    assert_same_training,
+    entry_point,
+    env,
+    make_demo_data,
+    reference_run,
+)
 
 from lightning_lars.config.compose import compose_job
 from lightning_lars.runtime import checkpoint_io, resume
 from lightning_lars.training.run import run
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def shared(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "resume_runs"
-
-
-def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
-        cwd=ROOT,
-        env=env(tmp),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
-    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
-    assert "Traceback" not in done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
-    for phrase in phrases:
-        assert phrase in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -126,13 +108,13 @@ def test_a_users_recipe_that_sets_the_optimizers_lr_is_refused(tmp_path):
     assert "+" not in line
 
 
-def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared, tmp_path):
-    make_demo_data(shared)
+def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared_runs, tmp_path):
+    make_demo_data(shared_runs)
     (tmp_path / "data" / "demo").mkdir(parents=True)
-    whole = (shared / "data" / "demo" / "train.beton").read_bytes()
+    whole = (shared_runs / "data" / "demo" / "train.beton").read_bytes()
     (tmp_path / "data" / "demo" / "train.beton").write_bytes(whole[: len(whole) // 2])  # a copy that died
     (tmp_path / "data" / "demo" / "val.beton").write_bytes(
-        (shared / "data" / "demo" / "val.beton").read_bytes()
+        (shared_runs / "data" / "demo" / "val.beton").read_bytes()
     )
     # $LARS_DATA_DIR is the user's own folder: the command named must write there, not to data/demo
     assert_one_line_error(
@@ -143,17 +125,21 @@ def test_truncated_dataset_and_missing_or_damaged_checkpoint_are_one_line(shared
 
     damaged = tmp_path / "epoch0-step4.ckpt"
     damaged.write_bytes(b"PK\x03\x04" + os.urandom(3000))  # starts like a zip, ends nowhere
-    assert_one_line_error(entry_point(f"run.ckpt_path={damaged}", tmp=shared), "damaged or not a checkpoint")
     assert_one_line_error(
-        entry_point("run.ckpt_path=/nonexistent/last.ckpt", tmp=shared),
+        entry_point(f"run.ckpt_path={damaged}", tmp=shared_runs), "damaged or not a checkpoint"
+    )
+    assert_one_line_error(
+        entry_point("run.ckpt_path=/nonexistent/last.ckpt", tmp=shared_runs),
         "checkpoint /nonexistent/last.ckpt not found",
         "run.ckpt_path=last",
     )
 
 
-def test_global_batch_that_does_not_divide_across_devices(shared, tmp_path):
-    make_demo_data(shared)
-    done = entry_point("batch.global_size=30", "trainer.devices=4", "trainer.accelerator=cpu", tmp=shared)
+def test_global_batch_that_does_not_divide_across_devices(shared_runs, tmp_path):
+    make_demo_data(shared_runs)
+    done = entry_point(
+        "batch.global_size=30", "trainer.devices=4", "trainer.accelerator=cpu", tmp=shared_runs
+    )
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     # Lightning's start-up notices may precede it (the device count needs the Trainer); the error ends the run
@@ -280,12 +266,12 @@ class FullDiskAfter:
         return Full()
 
 
-def run_in_process(shared: Path, run_dir: Path, *extra: str) -> dict:
+def run_in_process(shared_runs: Path, run_dir: Path, *extra: str) -> dict:
     GlobalHydra.instance().clear()
     cfg = compose_job(
         [
             *OVERRIDES,
-            f"paths.data_dir={shared / 'data'}",
+            f"paths.data_dir={shared_runs / 'data'}",
             f"paths.log_dir={run_dir.parent / 'logs'}",
             f"paths.output_dir={run_dir}",
             *extra,
@@ -301,14 +287,14 @@ def deterministic_off_afterwards():
 
 
 def test_disk_full_while_checkpointing_keeps_previous_checkpoint_and_resume_is_exact(
-    shared, tmp_path, monkeypatch, caplog, deterministic_off_afterwards
+    shared_runs, tmp_path, monkeypatch, caplog, deterministic_off_afterwards
 ):
-    reference = reference_run(shared)
+    reference = reference_run(shared_runs)
     run_dir = tmp_path / "run"
     # step 4 writes epoch0-step4.ckpt and last.ckpt; then the disk is full for the saves at steps 8 and 12
     monkeypatch.setattr(checkpoint_io, "open", FullDiskAfter(files=2), raising=False)
     with caplog.at_level(logging.WARNING, logger="lightning_lars.runtime.checkpoint_io"):
-        metrics = run_in_process(shared, run_dir)
+        metrics = run_in_process(shared_runs, run_dir)
     assert "val/top1" in metrics  # the run went on to the end
     failures = [r.getMessage() for r in caplog.records if "NOT written" in r.getMessage()]
     assert len(failures) >= 2 and all("No space left on device" in f and "\n" not in f for f in failures)
@@ -319,5 +305,5 @@ def test_disk_full_while_checkpointing_keeps_previous_checkpoint_and_resume_is_e
 
     monkeypatch.undo()  # disk space freed; the user resumes from the newest good checkpoint
     (run_dir / "final.pt").unlink()
-    run_in_process(shared, run_dir, "run.ckpt_path=last")
+    run_in_process(shared_runs, run_dir, "run.ckpt_path=last")
     assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)

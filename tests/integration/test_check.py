@@ -2,52 +2,22 @@
 
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import make_demo_data, run
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(args, timeout=1200):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
 
 
 def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
-    data = tmp_path / "data"
-    made = run(
-        [
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(data / "demo"),
-            "--train-per-class",
-            "16",
-            "--val-per-class",
-            "8",
-            "--workers",
-            "1",
-        ]
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+    data = make_demo_data(tmp_path / "data")
     out = tmp_path / "check"
     runs = tmp_path / "runs.jsonl"
     checked = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.check",
             "--recipe",
@@ -61,7 +31,8 @@ def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
             "debug=toy",
             f"paths.data_dir={data}",
             "callbacks.time_to_target.target_top1=10",
-        ]
+        ],
+        timeout=1200,
     )
     assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
 
@@ -92,6 +63,7 @@ def test_two_seeds_give_mean_std_and_an_exact_p_value(tmp_path):
 def test_a_recipe_without_a_target_is_one_line():
     checked = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.check",
             "--recipe",
@@ -99,7 +71,8 @@ def test_a_recipe_without_a_target_is_one_line():
             "--seeds",
             "2",
             "callbacks.time_to_target.target_top1=null",
-        ]
+        ],
+        timeout=1200,
     )
     assert checked.returncode == 2
     assert checked.stderr.strip().startswith("error: no target to test against")

@@ -1,43 +1,20 @@
 """``model.compile=default`` through the real entry point: the demo at toy scale, 2 steps on CPU, compiled by
 torch's inductor (the oracle that it compiled: inductor's own cache folder fills)."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
+from helpers import TRAIN, entry_point_env, run
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_compiled_toy_run_finishes(tmp_path):
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(tmp_path / "data" / "demo"),
-            "--train-per-class",
-            "20",
-            "--val-per-class",
-            "4",
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+@pytest.mark.demo_data(train_per_class=20, val_per_class=4)
+def test_a_compiled_toy_run_finishes(data_dir, tmp_path):
     cache = tmp_path / "inductor"
-    env = {**os.environ, "WANDB_MODE": "offline", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-    done = subprocess.run(
+    done = run(
         [
-            sys.executable,
-            "-m",
-            "lightning_lars.train",
+            *TRAIN,
             "recipe=demo",
             "debug=toy",
             "model.compile=default",
@@ -45,13 +22,11 @@ def test_a_compiled_toy_run_finishes(tmp_path):
             "data.resolution=16",
             "trainer.limit_val_batches=1",
             "~logger",
-            f"paths.data_dir={tmp_path / 'data'}",
+            f"paths.data_dir={data_dir}",
             f"paths.log_dir={tmp_path / 'logs'}",
         ],
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        env=entry_point_env(TORCHINDUCTOR_CACHE_DIR=str(cache)),
         timeout=1200,
     )
     out = done.stdout + done.stderr

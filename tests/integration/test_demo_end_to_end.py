@@ -1,48 +1,25 @@
 """The demo pipeline as a user runs it, at reduced size: generate -> prepare -> train -> offline W&B run."""
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import entry_point_env, make_demo_data, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.demo]  # make test runs it, make test-slow does not
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(args, env_extra, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env_extra}
-    env.pop("WANDB_MODE", None)  # no credentials and no mode: the logger must choose offline by itself
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_generate_prepare_train_and_log_offline(tmp_path):
     data_dir, logs = tmp_path / "data", tmp_path / "logs"
-    env = {"LARS_DATA_DIR": str(data_dir), "HOME": str(tmp_path)}  # HOME: no ~/.netrc credentials
-    made = run(
-        [
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(data_dir / "demo"),
-            "--train-per-class",
-            "16",
-            "--val-per-class",
-            "8",
-            "--workers",
-            "1",
-        ],
-        env,
+    # no credentials (HOME: no ~/.netrc) and no W&B mode: the logger must choose offline by itself
+    env = entry_point_env(
+        unset=("WANDB_MODE", "WANDB_API_KEY"), LARS_DATA_DIR=str(data_dir), HOME=str(tmp_path)
     )
-    assert made.returncode == 0, made.stderr[-2000:]
+    make_demo_data(data_dir, env=env)
     assert (data_dir / "demo" / "train.beton").is_file() and (data_dir / "demo" / "val.beton").is_file()
 
     trained = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.train",
             "recipe=demo",
@@ -52,7 +29,7 @@ def test_generate_prepare_train_and_log_offline(tmp_path):
             "trainer.max_epochs=2",
             "trainer.limit_val_batches=2",
         ],
-        env,
+        env=env,
     )  # a Trainer argument the demo does not set: no + needed
     out = trained.stdout + trained.stderr
     assert trained.returncode == 0, out[-3000:]

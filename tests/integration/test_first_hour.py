@@ -18,37 +18,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import MAKE, ROOT, TRAIN, assert_one_line_error, entry_point_env, run
 from PIL import Image
 
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.runtime import resume
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-ENV.pop("WANDB_SERVICE", None)
-DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]  # 160 train / 80 val images
+ENV = entry_point_env()
+# the size of the data_dir fixture's demo dataset: 160 train / 80 val images
+DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]
+PREPARE = [sys.executable, "-m", "lightning_lars.data.prepare"]
 
 
-def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+def start_training(args: list[str]) -> subprocess.Popen:
+    """``python -m lightning_lars.train ARGS`` started from the checkout, its stdout and stderr piped as text."""
+    return subprocess.Popen(
+        [*TRAIN, *args], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    made = run("-m", "lightning_lars.data.demo", "--out", str(root / "demo"), *DEMO_ARGS)
-    assert made.returncode == 0, made.stderr[-2000:]
-    return root
 
 
 ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine does not have
@@ -68,14 +55,7 @@ ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine 
 )
 def test_target_mistakes_are_one_line_and_leave_no_run_folder(override, phrases, data_dir, tmp_path):
     logs = tmp_path / "logs"
-    done = run(
-        "-m",
-        "lightning_lars.train",
-        "debug=toy",
-        f"paths.data_dir={data_dir}",
-        f"paths.log_dir={logs}",
-        override,
-    )
+    done = run([*TRAIN, "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={logs}", override])
     assert_one_line_error(done, *phrases, alone=False)  # the train entry point may log lines before it fails
     # no empty W&B run, and no run folder: Hydra made logs/demo/runs/<date> for it, the refusal took it back
     assert not logs.exists() or not list(logs.rglob("*")), sorted(map(str, logs.rglob("*")))
@@ -86,12 +66,7 @@ def test_a_run_folder_of_the_users_own_is_kept_when_the_run_is_refused(data_dir,
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     done = run(
-        "-m",
-        "lightning_lars.train",
-        "debug=toy",
-        f"paths.data_dir={data_dir}",
-        f"hydra.run.dir={out}",
-        "model.arch=resnet5O",
+        [*TRAIN, "debug=toy", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", "model.arch=resnet5O"]
     )
     assert_one_line_error(done, "timm has no such model", alone=False)
     assert (out / "notes.txt").read_text() == "mine" and (out / ".hydra").is_dir()
@@ -114,14 +89,7 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
         "callbacks.checkpoint.every_n_train_steps=2",
         "+callbacks.checkpoint.save_top_k=-1",  # not set by the config: Hydra's + adds it
     ]  # + every epoch
-    first = subprocess.Popen(
-        [sys.executable, "-m", "lightning_lars.train", *args],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_training(args)
     for line in first.stdout:  # a real Ctrl-C, once training runs
         if line.startswith("[train] epoch") and " step 1/7 " in line:
             first.send_signal(signal.SIGINT)
@@ -136,13 +104,13 @@ def test_ctrl_c_saves_and_the_printed_command_resumes_into_the_same_folder(data_
     step = resume.load_meta(saved)["global_step"]
     assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 5
 
-    changed = run("-m", "lightning_lars.train", *args, "run.ckpt_path=last", "model.arch=resnet18")
+    changed = run([*TRAIN, *args, "run.ckpt_path=last", "model.arch=resnet18"])
     assert_one_line_error(
         changed, "model.arch (resnet10t -> resnet18)", f"run.ckpt_path={saved}", alone=False
     )
 
-    assert command[:3] == [sys.executable, "-m", "lightning_lars.train"]  # this venv, not PATH's python
-    resumed = run(*command[1:])
+    assert command[:3] == TRAIN  # this venv, not PATH's python
+    resumed = run(command)
     assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
         -3000:
     ]
@@ -174,14 +142,7 @@ def test_ctrl_c_twice_within_a_second_says_which_steps_are_lost(data_dir, tmp_pa
         "callbacks.checkpoint.every_n_train_steps=2",
         "~logger",
     ]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "lightning_lars.train", *args],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_training(args)
     for line in first.stdout:  # two real Ctrl-Cs inside step 4
         if line.startswith("[train] epoch") and " step 3/6 " in line:
             first.send_signal(signal.SIGINT)
@@ -202,13 +163,11 @@ def test_resuming_a_named_checkpoint_with_another_global_batch_says_what_changes
     """run.ckpt_path=last refuses a run of another config; a checkpoint named by its path is resumed as asked,
     and one line says which keys differ from its run's config and what that does to the schedule and data."""
     args = ["recipe=demo", "debug=toy", f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path / 'logs'}"]
-    first = run("-m", "lightning_lars.train", *args, "~logger")
+    first = run([*TRAIN, *args, "~logger"])
     assert first.returncode == 0, first.stderr[-3000:]
     (saved,) = (tmp_path / "logs" / "demo" / "runs").glob("*/checkpoints/last.ckpt")
     step = resume.load_meta(saved)["global_step"]
-    again = run(
-        "-m", "lightning_lars.train", *args, "~logger", f"run.ckpt_path={saved}", "batch.global_size=32"
-    )
+    again = run([*TRAIN, *args, "~logger", f"run.ckpt_path={saved}", "batch.global_size=32"])
     assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
     (said,) = [ln for ln in (again.stdout + again.stderr).splitlines() if "whose config differs" in ln]
     assert f"run.ckpt_path={saved}: resuming step {step} of a run whose config differs:" in said
@@ -231,14 +190,7 @@ def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_p
         "trainer.max_epochs=2",
         "trainer.log_every_n_steps=1",
     ]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "lightning_lars.train", *args],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_training(args)
     for line in first.stdout:  # a real SIGTERM, once training runs
         if line.startswith("[train] epoch") and " step 1/7 " in line:
             first.send_signal(signal.SIGTERM)
@@ -251,8 +203,8 @@ def test_sigterm_saves_exits_143_and_the_printed_command_resumes(data_dir, tmp_p
     saved = Path(command[-1].removeprefix("run.ckpt_path="))
     step = resume.load_meta(saved)["global_step"]
     assert saved.name == f"signal-step{step}.ckpt" and 1 <= step < 7
-    assert command[:3] == [sys.executable, "-m", "lightning_lars.train"]
-    resumed = run(*command[1:])
+    assert command[:3] == TRAIN
+    resumed = run(command)
     assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr, resumed.stderr[
         -3000:
     ]
@@ -264,24 +216,7 @@ def test_damaged_demo_file_is_made_again_by_make_demo_data(data_dir, tmp_path):
     shutil.copytree(data_dir / "demo", copy)
     whole = (copy / "train.beton").read_bytes()
     (copy / "train.beton").write_bytes(whole[: len(whole) // 2])
-    made = subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "-o",
-            ".venv/.installed",
-            f"PY={sys.executable}",
-            "demo-data",
-            f"out={copy}",
-            f"args={' '.join(DEMO_ARGS)}",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    made = run([*MAKE, "demo-data", f"out={copy}", f"args={' '.join(DEMO_ARGS)}"])
     assert made.returncode == 0, made.stderr[-3000:]
     assert "train.beton damaged" in made.stderr
     assert read_num_samples(str(copy / "train.beton"), "") == 160
@@ -305,7 +240,7 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
     (cat / "more").mkdir()
     shutil.copy(cat / "0.jpg", cat / "more" / "0.jpg")
     out = tmp_path / "out"
-    done = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--workers", "2")
+    done = run([*PREPARE, "--src", str(src), "--out", str(out), "--workers", "2"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\r" not in done.stderr + done.stdout  # not a terminal: plain lines, no tqdm redraws
     assert "write train: 500/500" in done.stderr
@@ -317,9 +252,7 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
         assert any(str(path) in line and reason in line for line in done.stderr.splitlines()), done.stderr
     assert (out / "train.beton").stat().st_size < 8 << 20  # 2 MiB pages for a small dataset, not 25 MB
 
-    again = run(
-        "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out), "--splits", "train"
-    )
+    again = run([*PREPARE, "--src", str(src), "--out", str(out), "--splits", "train"])
     assert again.returncode == 0 and "keeps val.beton from an earlier conversion" in again.stderr, (
         again.stderr
     )
@@ -327,7 +260,7 @@ def test_prepare_lists_what_it_drops_and_warns_about_older_splits(tmp_path):
     a_file = tmp_path / "not_a_folder"
     a_file.write_text("")
     for where, phrase in ((a_file, "is a file, not a folder"), (a_file / "sub", "cannot write to --out")):
-        wrong = run("-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(where))
+        wrong = run([*PREPARE, "--src", str(src), "--out", str(where)])
         assert_one_line_error(wrong, phrase, alone=False)
 
 
@@ -341,19 +274,9 @@ def test_prepare_to_a_read_only_file_system_is_one_line(tmp_path):
     src = image_tree(tmp_path / "src", 2)
     mount, out = tmp_path / "ro", tmp_path / "ro" / "out"
     mount.mkdir()
-    prepare = shlex.join(
-        [sys.executable, "-m", "lightning_lars.data.prepare", "--src", str(src), "--out", str(out)]
-    )
+    prepare = shlex.join([*PREPARE, "--src", str(src), "--out", str(out)])
     script = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(mount))} && exec {prepare}"
-    done = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run(["unshare", "-rm", "sh", "-c", script])
     assert_one_line_error(
         done, f"cannot write to --out {out} (Read-only file system)", "choose a writable folder", alone=False
     )
@@ -380,9 +303,7 @@ def test_prepare_workers_die_with_a_killed_parent(tmp_path):
     out = tmp_path / "out"
     parent = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "lightning_lars.data.prepare",
+            *PREPARE,
             "--src",
             str(src),
             "--out",
@@ -437,9 +358,9 @@ def test_the_batch_advised_for_a_tiny_image_folder_trains(tmp_path):
                 Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{n}.jpg")
     logs = tmp_path / "logs"
     args = ["debug=toy", "data=imagefolder", f"data.root={tmp_path / 'tiny'}", "data.num_classes=2"]
-    refused = run("-m", "lightning_lars.train", *args, f"paths.log_dir={logs}")
+    refused = run([*TRAIN, *args, f"paths.log_dir={logs}"])
     line = assert_one_line_error(refused, "the data has 24 training images", "set batch.global_size=")
     advised = line.partition("set ")[2].partition(" (")[0]  # batch.global_size=N
-    done = run("-m", "lightning_lars.train", *args, advised, f"paths.log_dir={logs}", "~logger")
+    done = run([*TRAIN, *args, advised, f"paths.log_dir={logs}", "~logger"])
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert len(list(logs.glob("demo/runs/*/results.json"))) == 1

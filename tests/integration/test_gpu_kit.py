@@ -8,43 +8,47 @@ import importlib.util
 import json
 import os
 import site
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT, entry_point_env, run
 
 from lightning_lars.recipe.plan import check_command_line
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 GPU_PARTS = (
     11  # the recipe eager and compiled, on JPEGs, bench_gpu, the gpu tests, bf16, profile x 2, 3 levers
 )
 MAX_FILES = 8  # what a GPU job may bring back
 
 
-def run(command, cwd, timeout=900, offline=False):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT", "MAKEFLAGS", "MAKELEVEL")}
-    if offline:  # as on the node: no index or wheel folder from this machine's pip config, only the kit
-        env = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-    return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+# this machine's settings that the GPU node does not share: the clone on PYTHONPATH (the node's venv installs
+# it), the $OUT of a caller, a parent make's flags
+KIT_ENV = entry_point_env(unset=("PYTHONPATH", "OUT", "MAKEFLAGS", "MAKELEVEL"))
+# as on the node: no index or wheel folder from this machine's pip config, only the kit
+NODE_ENV = {
+    **entry_point_env(unset=("PYTHONPATH", "OUT", "MAKEFLAGS", "MAKELEVEL", "PIP_*")),
+    "PIP_CONFIG_FILE": os.devnull,
+}
 
 
 def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_path):
     kit = tmp_path / "kit"
-    built = run([sys.executable, str(ROOT / "benchmarks" / "gpu_kit.py"), "--out", str(kit)], cwd=ROOT)
+    built = run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_kit.py"), "--out", str(kit)], cwd=ROOT, env=KIT_ENV
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     manifest = json.loads((kit / "kit.json").read_text())
     assert (kit / manifest["project_wheel"]).is_file()
     assert sum(w.stat().st_size for w in kit.glob("*.whl")) <= 64 * 2**20
 
     venv = tmp_path / "venv"
-    assert run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path).returncode == 0
+    assert run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, env=KIT_ENV).returncode == 0
     python = str(venv / "bin" / "python")
-    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path)
+    purelib = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path, env=KIT_ENV
+    )
     # this environment's site folders after the venv's own: torch & co. are "already on the node"
     borrowed = [p for p in sys.path if p.endswith("site-packages")] + site.getsitepackages()
     Path(purelib.stdout.strip(), "node.pth").write_text("\n".join(dict.fromkeys(borrowed)) + "\n")
@@ -61,8 +65,8 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
             f"kit={kit}",
             f"out={out}",
         ],
-        tmp_path,
-        offline=True,
+        cwd=tmp_path,
+        env=NODE_ENV,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     skips = [line for line in done.stdout.splitlines() if line.startswith("skip:")]
@@ -77,7 +81,7 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
     assert len([f for f in out.rglob("*") if f.is_file()]) <= MAX_FILES
     # the clone itself runs there (editable), with its callbacks, not a copy of it
     code = "import lightning_lars.callbacks as c; print(c.__file__)"
-    where = run([python, "-c", code], cwd=tmp_path)
+    where = run([python, "-c", code], cwd=tmp_path, env=KIT_ENV)
     assert where.stdout.strip() == str(ROOT / "callbacks" / "__init__.py"), where.stdout + where.stderr
 
 
@@ -112,7 +116,7 @@ def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
         f"paths.log_dir={tmp_path}",
     ]
     script = [sys.executable, str(ROOT / "benchmarks" / "profile_steps.py"), "--steps", "4", "--skip", "3"]
-    done = run([*script, "--json", str(table), "--", *overrides], cwd=tmp_path, timeout=600)
+    done = run([*script, "--json", str(table), "--", *overrides], cwd=tmp_path, env=KIT_ENV, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 4 whole steps recorded after 3 |" in done.stdout, done.stdout[-2000:]
     parts = json.loads(table.read_text())

@@ -2,7 +2,6 @@
 from a folder that is not the clone. The venv reuses this environment's dependencies through a .pth file (no
 download), so the test proves what the wheel holds and what it declares, not what PyPI serves."""
 
-import os
 import re
 import subprocess
 import sys
@@ -11,9 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import ROOT, entry_point_env, run
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 USER_RECIPE = """\
 # @package _global_
@@ -25,42 +24,33 @@ batch:
 """
 
 
-def run(command, cwd, timeout=600, **env_extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WANDB_API_KEY")}
-    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="offline", **env_extra)
-    return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+# what runs is the installed wheel: not the clone, nor the test helpers, on PYTHONPATH
+INSTALLED = entry_point_env(unset=("PYTHONPATH", "WANDB_API_KEY"))
+
+
+def pip_wheel(folder: Path, verbosity: str) -> subprocess.CompletedProcess:
+    """``pip wheel`` of the clone into ``folder/dist`` with this environment's setuptools (no isolation, no
+    download); ``verbosity`` is pip's ``-q`` or ``-v``."""
+    command = [sys.executable, "-m", "pip", "wheel", verbosity, "--no-deps", "--no-build-isolation"]
+    return run([*command, "-w", folder / "dist", ROOT], cwd=folder, env=INSTALLED)
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(venv bin folder, a working folder outside the clone) with the wheel installed."""
     tmp = tmp_path_factory.mktemp("wheel")
-    built = run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp / "dist"),
-            str(ROOT),
-        ],
-        cwd=tmp,
-    )
+    built = pip_wheel(tmp, "-q")
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("lightning_lars-*.whl")
 
     venv = tmp / "venv"
-    made = run([sys.executable, "-m", "venv", str(venv)], cwd=tmp)
+    made = run([sys.executable, "-m", "venv", str(venv)], cwd=tmp, env=INSTALLED)
     assert made.returncode == 0, made.stderr[-2000:]
     bin_dir = venv / "bin"
     purelib = run(
-        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp
+        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd=tmp,
+        env=INSTALLED,
     ).stdout.strip()
     # this environment's packages, appended after the venv's own site-packages: the wheel's copy wins
     Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
@@ -78,9 +68,10 @@ def installed(tmp_path_factory):
             str(wheel),
         ],
         cwd=tmp,
+        env=INSTALLED,
     )
     assert installed_.returncode == 0, installed_.stderr[-2000:]
-    check = run([str(bin_dir / "python"), "-m", "pip", "check"], cwd=tmp)
+    check = run([str(bin_dir / "python"), "-m", "pip", "check"], cwd=tmp, env=INSTALLED)
     assert "lightning-lars" not in check.stdout, check.stdout  # every declared dependency is satisfied
     work = tmp / "work"
     work.mkdir()
@@ -98,7 +89,7 @@ def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
         " and paths.RECIPES_DIR.is_relative_to(paths.PACKAGE_DIR));"
         "print((paths.PACKAGE_DIR / 'requirements' / 'lock-newest.txt').is_file())"
     )
-    probe = run([str(bin_dir / "python"), "-c", code], cwd=work)
+    probe = run([str(bin_dir / "python"), "-c", code], cwd=work, env=INSTALLED)
     assert probe.returncode == 0, probe.stderr[-2000:]
     package, callback, checkout, root, top_level_callbacks, recipe, lock = probe.stdout.split("\n")[:7]
     venv = str(bin_dir.parent)
@@ -108,7 +99,9 @@ def test_wheel_holds_configs_and_callbacks_under_the_package(installed):
 
 def test_print_a_recipe_config_without_its_data(installed):
     bin_dir, work = installed
-    printed = run([str(bin_dir / "lightning-lars"), "recipe=goyal_8k", "--cfg", "job"], cwd=work)
+    printed = run(
+        [str(bin_dir / "lightning-lars"), "recipe=goyal_8k", "--cfg", "job"], cwd=work, env=INSTALLED
+    )
     assert printed.returncode == 0, printed.stderr[-2000:]
     assert "global_size: 8192" in printed.stdout
     assert "_target_: lightning_lars.data.ffcv_datamodule.FFCVDataModule" in printed.stdout
@@ -119,10 +112,14 @@ def test_a_users_recipe_folder_on_the_search_path(installed):
     (work / "my_conf" / "recipe").mkdir(parents=True)
     (work / "my_conf" / "recipe" / "my_demo.yaml").write_text(USER_RECIPE)
     searchpath = f"hydra.searchpath=[file://{work / 'my_conf'}]"
-    printed = run([str(bin_dir / "lightning-lars"), "recipe=my_demo", searchpath, "--cfg", "job"], cwd=work)
+    printed = run(
+        [str(bin_dir / "lightning-lars"), "recipe=my_demo", searchpath, "--cfg", "job"],
+        cwd=work,
+        env=INSTALLED,
+    )
     assert printed.returncode == 0, printed.stderr[-2000:]
     assert "global_size: 96" in printed.stdout and "arch: resnet10t" in printed.stdout  # delta on the demo
-    unknown = run([str(bin_dir / "lightning-lars"), "recipe=my_dem0", searchpath], cwd=work)
+    unknown = run([str(bin_dir / "lightning-lars"), "recipe=my_dem0", searchpath], cwd=work, env=INSTALLED)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr[-2000:]
     assert "unknown recipe 'my_dem0'" in unknown.stderr and "my_demo" in unknown.stderr
 
@@ -144,9 +141,14 @@ def test_demo_trains_from_the_working_folder(installed):
             "1",
         ],
         cwd=work,
+        env=INSTALLED,
     )
     assert made.returncode == 0, made.stderr[-2000:]
-    trained = run([str(bin_dir / "lightning-lars"), "recipe=demo", "debug=toy"], cwd=work, HOME=str(work))
+    trained = run(
+        [str(bin_dir / "lightning-lars"), "recipe=demo", "debug=toy"],
+        cwd=work,
+        env={**INSTALLED, "HOME": str(work)},
+    )
     out = trained.stdout + trained.stderr
     assert trained.returncode == 0, out[-3000:]
     assert "Results: recipe demo" in out
@@ -159,21 +161,7 @@ def test_demo_trains_from_the_working_folder(installed):
 def test_the_wheel_build_declares_every_config_folder_and_ships_every_yaml(tmp_path):
     """setuptools warns with a 30-line "Package would be ignored" wall for each data folder that Python could
     import but `packages` does not list (12 config groups, twice each: 24 walls in `make install`)."""
-    built = run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            "dist",
-            str(ROOT),
-        ],
-        cwd=tmp_path,
-    )
+    built = pip_wheel(tmp_path, "-v")
     assert built.returncode == 0, built.stderr[-2000:]
     output = built.stdout + built.stderr
     assert "would be ignored" not in output and "is absent from the `packages`" not in output, output[-3000:]

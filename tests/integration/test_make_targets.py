@@ -4,34 +4,22 @@ variables."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import MAKE, entry_point_env, run
 
 from lightning_lars.config.compose import compose_job
 from lightning_lars.config.paths import CONF_DIR
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-MAKE = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", f"PY={sys.executable}"]
-
 
 def make(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*MAKE, *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run([*MAKE, *args], cwd=cwd, env=entry_point_env(**env), timeout=600)
 
 
 def test_recipe_card_of_a_users_recipe_with_overrides_and_a_plot_in_a_folder_with_a_space(tmp_path):

@@ -12,13 +12,12 @@ import sys
 import pytest
 from lightning_lars.callbacks.monitors.mlperf_log import LOG_FILE
 from mlperf_logging.compliance_checker import mlp_parser
-from resume_runs import make_demo_data
 
 from lightning_lars.config.compose import compose_job
 from lightning_lars.report import mlperf
 from lightning_lars.training import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.demo_data(train_per_class=20, val_per_class=4)]
 ROUNDS = {
     "nvidia_mlperf06_60k": "0.6.0",
     "google_mlperf06_32k": "0.6.0",
@@ -37,13 +36,6 @@ ACCURACY_RULE = {
     "1.0.0": "Failed checks for eval_accuracy : v['value'] >= 0.7590",
     "4.0.0": "Failed checks for eval_accuracy : v['value'] >= 0.7590 and v['value'] < 1.0",
 }
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("run")
-    make_demo_data(root, val_per_class=4)
-    return root / "data"
 
 
 def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:

@@ -18,20 +18,12 @@ from pathlib import Path
 
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
-from resume_runs import make_demo_data
 
 from lightning_lars.report import mlperf
 from lightning_lars.report.results import RESULTS_FILE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.demo_data(train_per_class=20, val_per_class=4)]
 SEEDS = 3
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("run")
-    make_demo_data(root, val_per_class=4)
-    return root / "data"
 
 
 def test_check_prints_the_rcp_checkers_verdict_on_the_runs_logs(data_dir, tmp_path, monkeypatch):

@@ -29,19 +29,20 @@ def shape(events: list[dict]) -> list[tuple]:
     ]  # fmt: skip
 
 
-def test_killed_and_resumed_run_writes_one_continuous_log(tmp_path_factory, tmp_path):
-    shared = tmp_path_factory.getbasetemp() / "resume_runs"
-    make_demo_data(shared)
+def test_killed_and_resumed_run_writes_one_continuous_log(shared_runs, tmp_path):
+    make_demo_data(shared_runs)
     reference_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     unbroken = subprocess.run(
-        train_command(shared, f"hydra.run.dir={reference_dir}", *MLPERF),
-        cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False,
+        train_command(shared_runs, f"hydra.run.dir={reference_dir}", *MLPERF),
+        cwd=ROOT, env=env(shared_runs), capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert unbroken.returncode == 0, (unbroken.stdout + unbroken.stderr)[-3000:]
 
-    command = train_command(shared, f"hydra.run.dir={run_dir}", *MLPERF)
+    command = train_command(shared_runs, f"hydra.run.dir={run_dir}", *MLPERF)
     with open(tmp_path / "killed.log", "w") as out:
-        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=out, stderr=subprocess.STDOUT)
+        victim = subprocess.Popen(
+            command, cwd=ROOT, env=env(shared_runs), stdout=out, stderr=subprocess.STDOUT
+        )
         checkpoint = run_dir / "checkpoints" / "epoch1-step8.ckpt"  # step 8: inside epoch 2 (steps 7-12)
         deadline = time.monotonic() + 600
         while not checkpoint.exists() and victim.poll() is None and time.monotonic() < deadline:
@@ -58,7 +59,7 @@ def test_killed_and_resumed_run_writes_one_continuous_log(tmp_path_factory, tmp_
 
     resumed = subprocess.run(
         [*command, "run.ckpt_path=last"],
-        cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, env=env(shared_runs), capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
@@ -84,18 +85,17 @@ def test_killed_and_resumed_run_writes_one_continuous_log(tmp_path_factory, tmp_
     ],
 )
 def test_ctrl_c_then_the_printed_resume_command_continue_one_log(
-    round_, target, verdict, tmp_path_factory, tmp_path
+    round_, target, verdict, shared_runs, tmp_path
 ):
     """As a user resumes: Ctrl-C, then the command the run printed, which runs in a new run folder (Hydra's
     timestamp): the events go on in the first folder's log, the new folder gets none, and MLCommons' checker
     reads one run with one run_start and one run_stop."""
-    shared = tmp_path_factory.getbasetemp() / "resume_runs"
-    make_demo_data(shared)
+    make_demo_data(shared_runs)
     logs = tmp_path / "logs"
     mlperf_args = [f"mlperf.round={round_}", "evaluation.every_n_epochs=1", "~logger", *target]
     first = subprocess.Popen(
         [sys.executable, "-m", "lightning_lars.train", *OVERRIDES, f"paths.log_dir={logs}", *mlperf_args],
-        cwd=ROOT, env=env(shared), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env(shared_runs), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     for line in first.stdout:  # a real Ctrl-C inside epoch 1 (steps 1-6)
         if line.startswith("[train] epoch") and " step 3/12 " in line:
@@ -110,7 +110,7 @@ def test_ctrl_c_then_the_printed_resume_command_continue_one_log(
     assert "run_start" in [e["key"] for e in before] and "run_stop" not in [e["key"] for e in before]
 
     resumed = subprocess.run(
-        command, cwd=ROOT, env=env(shared), capture_output=True, text=True, timeout=600, check=False
+        command, cwd=ROOT, env=env(shared_runs), capture_output=True, text=True, timeout=600, check=False
     )
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]

@@ -38,11 +38,6 @@ SLURM_VARS = {
 }
 
 
-@pytest.fixture(scope="session")
-def shared(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "resume_runs"
-
-
 def fake_scontrol(folder):
     """An ``scontrol`` that appends its arguments to ``scontrol.calls`` and succeeds."""
     folder.mkdir()
@@ -52,12 +47,12 @@ def fake_scontrol(folder):
     return folder / "scontrol.calls"
 
 
-def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(shared, tmp_path):
-    reference = reference_run(shared)
+def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes_exactly(shared_runs, tmp_path):
+    reference = reference_run(shared_runs)
     calls = fake_scontrol(tmp_path / "bin")
-    job_env = env(shared, **SLURM_VARS, PATH=f"{tmp_path / 'bin'}:{env(shared)['PATH']}")
+    job_env = env(shared_runs, **SLURM_VARS, PATH=f"{tmp_path / 'bin'}:{env(shared_runs)['PATH']}")
     logs = tmp_path / "logs"
-    command = train_command(shared, f"paths.log_dir={logs}")  # no hydra.run.dir: pinned to the job id
+    command = train_command(shared_runs, f"paths.log_dir={logs}")  # no hydra.run.dir: pinned to the job id
     run_dir = logs / "demo" / "runs" / "slurm-4242"
 
     with open(tmp_path / "first.log", "w") as log:

@@ -3,52 +3,17 @@ planned steps (offset, padded epochs longer than a pass over the data, the final
 registers at the evaluated step in the source's epochs, and deviations reach the results."""
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import make_demo_data, run
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 DEVIATION = "[{technique: 'BN span', published: '32 per GPU', ours: '16 (ghost BN)', why: 'toy scale'}]"
 
 
-def run(args, timeout=900):
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
-        "PYTHONUNBUFFERED": "1",
-        "WANDB_MODE": "offline",
-    }
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
-
-
 def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
-    data = tmp_path / "data"
-    made = run(
-        [
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(data / "demo"),
-            "--train-per-class",
-            "16",
-            "--val-per-class",
-            "2",
-            "--workers",
-            "1",
-        ]
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+    data = make_demo_data(tmp_path / "data", val_per_class=2)
     # 160 images, global batch 64: our loader gives 160 // 64 = 2 steps per pass; the "source" (2 MXNet
     # workers of 32, each padding its last batch) counted ceil(int(160 / 2) / 32) = 3 steps per epoch.
     plan_overrides = [
@@ -65,6 +30,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
     out = tmp_path / "run"
     trained = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.train",
             "recipe=demo",
@@ -79,7 +45,7 @@ def test_run_evaluates_at_planned_steps_and_prints_the_card_plan(tmp_path):
         ]
     )
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
-    card = run(["-m", "lightning_lars.recipe_card", "demo", *plan_overrides])
+    card = run([sys.executable, "-m", "lightning_lars.recipe_card", "demo", *plan_overrides])
     assert card.returncode == 0, card.stderr[-2000:]
 
     lines = (trained.stdout + trained.stderr).splitlines()

@@ -9,8 +9,6 @@ formed from 8-image micro-batches; 4 exercises ghost BN in every recipe) until c
 
 import logging
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -18,33 +16,8 @@ from lightning_lars.config.compose import compose_job, recipe_names
 from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 from lightning_lars.training import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.demo_data(train_per_class=20, val_per_class=4)]
 RECIPES = [name for name in recipe_names() if name != "demo"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(root / "demo"),
-            "--train-per-class",
-            "20",
-            "--val-per-class",
-            "4",
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
-    return root
 
 
 def compose_run(name, data_dir, out_dir):

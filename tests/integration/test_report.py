@@ -3,49 +3,17 @@ progress lines in a log, and a diverged run that ends in one line."""
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import run
 from PIL import Image
 
 from lightning_lars.config.compose import RECIPES_DIR
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-PY = [sys.executable]
-
-
-def run(args, env_extra=None, timeout=900):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", **(env_extra or {})}
-    return subprocess.run(
-        [*PY, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout
-    )
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """A small demo dataset: 10 classes x 16 train / 8 val images (160 / 80)."""
-    folder = tmp_path_factory.mktemp("data")
-    made = run(
-        [
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(folder / "demo"),
-            "--train-per-class",
-            "16",
-            "--val-per-class",
-            "8",
-            "--workers",
-            "1",
-        ]
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
-    return folder
 
 
 def _table(run_dir: Path, key: str) -> dict:
@@ -59,6 +27,7 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
     out = tmp_path / "run"
     trained = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.train",
             "recipe=demo",
@@ -129,6 +98,7 @@ def test_a_diverged_run_ends_in_one_line_naming_the_step(data_dir, tmp_path):
     out = tmp_path / "run"
     diverged = run(
         [
+            sys.executable,
             "-m",
             "lightning_lars.train",
             "recipe=demo",

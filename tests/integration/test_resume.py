@@ -14,11 +14,6 @@ from resume_runs import ROOT, assert_same_training, env, reference_run, run_to_e
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def shared(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "resume_runs"
-
-
 def kill_when(path, process, timeout_s=600):
     """SIGKILL ``process`` as soon as ``path`` exists (it is written atomically: complete when it appears)."""
     deadline = time.monotonic() + timeout_s
@@ -28,12 +23,14 @@ def kill_when(path, process, timeout_s=600):
     process.wait()
 
 
-def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
-    reference = reference_run(shared)
+def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared_runs, tmp_path):
+    reference = reference_run(shared_runs)
     run_dir = tmp_path / "run"
-    command = train_command(shared, f"hydra.run.dir={run_dir}")
+    command = train_command(shared_runs, f"hydra.run.dir={run_dir}")
     with open(tmp_path / "killed.log", "w") as log:
-        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=log, stderr=subprocess.STDOUT)
+        victim = subprocess.Popen(
+            command, cwd=ROOT, env=env(shared_runs), stdout=log, stderr=subprocess.STDOUT
+        )
         # step 8 is the 2nd of 6 steps of epoch 2: the kill lands mid-epoch, after that checkpoint
         kill_when(run_dir / "checkpoints" / "epoch1-step8.ckpt", victim)
     assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
@@ -42,7 +39,7 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     assert saved["FFCVDataModule"] == {"epoch": 1, "samples_consumed": 64}  # 2 of 6 global batches of epoch 2
     killed_wandb = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
 
-    output = run_to_end([*command, "run.ckpt_path=last"], shared)
+    output = run_to_end([*command, "run.ckpt_path=last"], shared_runs)
     assert "Restoring states from the checkpoint path at" in output
     assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)
     # the resumed process logged into the W&B run the killed one started
@@ -50,21 +47,23 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(shared, tmp_path):
     assert len(killed_wandb) == 1 and run_ids == killed_wandb, (killed_wandb, run_ids)
 
 
-def test_an_image_folder_run_resumes_mid_epoch_exactly(shared, tmp_path):
+def test_an_image_folder_run_resumes_mid_epoch_exactly(shared_runs, tmp_path):
     """The torchvision loader (data=demo_imagefolder: the demo's JPEGs): killed after step 8, 2 of epoch 2's 6
     steps, it resumes with the epoch's remaining samples and their own crops and flips, so it ends bitwise where
     the unbroken run ends, and Lightning has no "not resumable" warning to give."""
-    reference_run(shared)  # makes the demo data (JPEGs and FFCV files) once per session
+    reference_run(shared_runs)  # makes the demo data (JPEGs and FFCV files) once per session
     folder = ["data=demo_imagefolder"]
-    reference_dir = shared / "reference_imagefolder"
+    reference_dir = shared_runs / "reference_imagefolder"
     if not (reference_dir / "final.pt").is_file():
-        run_to_end(train_command(shared, *folder, f"hydra.run.dir={reference_dir}"), shared)
+        run_to_end(train_command(shared_runs, *folder, f"hydra.run.dir={reference_dir}"), shared_runs)
     reference = torch.load(reference_dir / "final.pt", weights_only=False)
 
     run_dir = tmp_path / "run"
-    command = train_command(shared, *folder, f"hydra.run.dir={run_dir}")
+    command = train_command(shared_runs, *folder, f"hydra.run.dir={run_dir}")
     with open(tmp_path / "killed.log", "w") as log:
-        victim = subprocess.Popen(command, cwd=ROOT, env=env(shared), stdout=log, stderr=subprocess.STDOUT)
+        victim = subprocess.Popen(
+            command, cwd=ROOT, env=env(shared_runs), stdout=log, stderr=subprocess.STDOUT
+        )
         kill_when(run_dir / "checkpoints" / "epoch1-step8.ckpt", victim)
     assert victim.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
     saved = torch.load(run_dir / "checkpoints" / "epoch1-step8.ckpt", weights_only=True)
@@ -73,7 +72,7 @@ def test_an_image_folder_run_resumes_mid_epoch_exactly(shared, tmp_path):
         {"epoch": 1, "samples_consumed": 64}
     ]
 
-    output = run_to_end([*command, "run.ckpt_path=last"], shared)
+    output = run_to_end([*command, "run.ckpt_path=last"], shared_runs)
     assert "Restoring states from the checkpoint path at" in output
     assert "not resumable" not in output, output[-3000:]
     assert_same_training(torch.load(run_dir / "final.pt", weights_only=False), reference)

@@ -5,53 +5,28 @@ that a live process still trains, and says a finished run finished instead of tr
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error
+from helpers import ROOT, TRAIN, assert_one_line_error, entry_point_env, run
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-DEMO_ARGS = ["--train-per-class", "16", "--val-per-class", "8", "--workers", "1"]  # 160 train / 80 val images
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    data = tmp_path_factory.mktemp("data")
-    environment = {
-        **os.environ,
-        "LARS_DATA_DIR": str(data),
-        "PYTHONPATH": str(ROOT),
-        "WANDB_MODE": "offline",
-        "PYTHONUNBUFFERED": "1",
-    }
-    environment.pop("WANDB_SERVICE", None)
-    made = subprocess.run(
-        [sys.executable, "-m", "lightning_lars.data.demo", "--out", str(data / "demo"), *DEMO_ARGS],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
-    return environment
+@pytest.fixture
+def env(data_dir):
+    """The demo data (160 train / 80 val images) as $LARS_DATA_DIR."""
+    return entry_point_env(LARS_DATA_DIR=str(data_dir))
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lightning_lars.train", "recipe=demo", "debug=toy", *args]
+    return [*TRAIN, "recipe=demo", "debug=toy", *args]
 
 
 def train(env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    return run(command(*args), env=env, timeout=600)
 
 
 def test_a_sweep_runs_both_jobs_each_in_its_own_folder(env, tmp_path):

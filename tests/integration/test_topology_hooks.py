@@ -15,11 +15,11 @@ import lightning as L
 import pytest
 import torch
 import torch.multiprocessing as mp
-from helpers import free_port
+from helpers import free_port, small_conv_net
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
-from topology_workers import DEVICES, NODES, compare, small_net
+from topology_workers import DEVICES, NET, NODES, compare
 from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = pytest.mark.slow
@@ -31,11 +31,11 @@ def test_hooks_average_like_ddp_and_train_like_ddp_on_a_2x2_grid():
 
 
 class TinyClassifier(L.LightningModule):
-    """small_net with SGD; logs the grid the hook ran on, if there is one."""
+    """topology_workers' net with SGD; logs the grid the hook ran on, if there is one."""
 
     def __init__(self):
         super().__init__()
-        self.net = small_net()
+        self.net = small_conv_net(**NET)
 
     def training_step(self, batch, batch_idx):
         images, labels = batch

@@ -28,29 +28,8 @@ class SaveWeightsPerRank(L.Callback):
         )
 
 
-def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(tmp_path):
-    data_dir = tmp_path / "data"  # its own small copy of the demo data: the test needs no earlier make demo
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_lars.data.demo",
-            "--out",
-            str(data_dir / "demo"),
-            "--train-per-class",
-            "20",
-            "--val-per-class",
-            "4",
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+@pytest.mark.demo_data(train_per_class=20, val_per_class=4)  # made by the test session: no make demo needed
+def test_two_node_launch_trains_the_demo_recipe_and_ranks_end_equal(data_dir, tmp_path):
     env = {
         k: v
         for k, v in os.environ.items()

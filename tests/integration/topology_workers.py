@@ -24,9 +24,8 @@ HOOKS = {
 }
 
 
-def small_net() -> torch.nn.Module:
-    """Conv + BN + linear with 1-18 KiB gradient tensors (odd width 13: the torus pads its slices)."""
-    return small_conv_net(widths=(8, 16, 13), last_conv=None)
+# conv + BN + linear with 1-18 KiB gradient tensors (odd width 13: the torus pads its slices)
+NET = {"widths": (8, 16, 13), "last_conv": None}
 
 
 def batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,7 +39,9 @@ def backward(model, images, labels) -> None:
 
 def hooked_ddp(name: str, caps, grid) -> tuple[DistributedDataParallel, object]:
     state_cls, hook = HOOKS[name]
-    model = DistributedDataParallel(small_net(), bucket_cap_mb=0.001)  # ~1 KiB buckets: several per backward
+    model = DistributedDataParallel(
+        small_conv_net(**NET), bucket_cap_mb=0.001
+    )  # ~1 KiB buckets: several per backward
     state = state_cls(group_caps_mb=caps, grid=grid)
     register(model, state, hook)
     return model, state
@@ -54,10 +55,10 @@ def compare(rank: int, port: int) -> None:
     # grid configured, or from LOCAL_WORLD_SIZE (as torchrun sets it); groups of 1 KiB buckets, or none
     for name, caps, grid in (("torus2d", [0.001, 0.016], [NODES, DEVICES]), ("hierarchical", None, None)):
         where = f"{name} caps={caps} grid={grid} rank {rank}"
-        plain = DistributedDataParallel(small_net(), bucket_cap_mb=0.001)
+        plain = DistributedDataParallel(small_conv_net(**NET), bucket_cap_mb=0.001)
         hooked, state = hooked_ddp(name, caps, grid)
         assert state.grid == [NODES, DEVICES], where
-        local = small_net()  # this rank's own gradient, for the float64 oracle
+        local = small_conv_net(**NET)  # this rank's own gradient, for the float64 oracle
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (plain, hooked, local)]
         generator = torch.Generator().manual_seed(rank)  # different data on each rank
         for step in range(3):
@@ -87,7 +88,7 @@ def compare(rank: int, port: int) -> None:
                 optimizer.step()
         assert state.num_allreduces >= 3, where
         # Training without any gradient copying: 5 steps, same data, hooked vs plain DDP.
-        plain = DistributedDataParallel(small_net(), bucket_cap_mb=0.001)
+        plain = DistributedDataParallel(small_conv_net(**NET), bucket_cap_mb=0.001)
         hooked, _ = hooked_ddp(name, caps, grid)
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (plain, hooked)]
         generator = torch.Generator().manual_seed(100 + rank)
@@ -96,7 +97,7 @@ def compare(rank: int, port: int) -> None:
             for model, optimizer in zip((plain, hooked), optimizers):
                 backward(model, images, labels)
                 optimizer.step()
-        start = small_net().state_dict()
+        start = small_conv_net(**NET).state_dict()
         for (pname, ref), param in zip(
             plain.module.state_dict().items(), hooked.module.state_dict().values()
         ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 import torch
+from helpers import small_conv_net
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -29,16 +30,10 @@ def recipe(name: str, *overrides: str) -> DictConfig:
     return _composed(name, tuple(overrides)).copy()
 
 
-def small_model() -> nn.Module:
-    """Conv + BN + linear: one tensor of each kind the exclusion rule sorts."""
-    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
-
-
 def build_optimizer(cfg: DictConfig, model: nn.Module | None = None) -> torch.optim.Optimizer:
     """As ImageClassifier.configure_optimizers: groups by the recipe's rule, the recipe's optimizer."""
-    if model is None:
-        model = small_model()
-        model(torch.zeros(1, 3, 5, 5))  # materialise the lazy layer
+    if model is None:  # conv + BN + linear: one tensor of each kind the exclusion rule sorts
+        model = small_conv_net(widths=(4,), last_conv=None, classes=2)
     factory = instantiate(cfg.optimizer)
     groups = param_groups(model, factory.keywords.get("weight_decay", 0.0), cfg.model.exclusion_rule)
     return factory(groups, lr=0.0)

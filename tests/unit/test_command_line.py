@@ -7,7 +7,6 @@ config) are in tests/integration/test_first_hour.py.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -15,26 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_one_line_error
+from helpers import MAKE, TRAIN, assert_one_line_error, run
 
 from lightning_lars import check
 from lightning_lars.config.compose import check_overrides, compose_command_line
 from lightning_lars.core.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_lars.train", f"paths.log_dir={tmp / 'logs'}", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run([*TRAIN, f"paths.log_dir={tmp / 'logs'}", *args], timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -71,21 +59,11 @@ def test_wrong_values_are_one_line_before_anything_is_built(args, phrases, tmp_p
 
 
 def test_the_same_mistakes_through_make(tmp_path):
-    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
     for args, phrase in (
         (["recipe=goyal8k"], "unknown recipe 'goyal8k'"),
         (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: expected an integer"),
     ):
-        done = subprocess.run(
-            [*make, *args, f"paths.log_dir={tmp_path}"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = run([*MAKE, *args, f"paths.log_dir={tmp_path}"], timeout=300)
         assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and phrase in errors[0], done.stderr  # make adds only its own "Error 2" line
@@ -121,16 +99,7 @@ def test_command_line_mistakes_are_found_before_the_heavy_stack_is_imported(args
     """These errors cost about a second because torch, Lightning, timm, FFCV and W&B (~10 s on 2 cores) are
     imported only after the command line passed its checks: the data files are checked before the recipe's plan
     imports any callback, and a Trainer key is checked against `config.trainer_arguments`, not Lightning."""
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run([sys.executable, "-c", IMPORTS_AFTER, f"paths.log_dir={tmp_path}", *args], timeout=300)
     assert done.stderr.startswith("error: ") and done.stdout.strip() == "exit 2 heavy:", (
         done.stdout + done.stderr
     )
@@ -179,17 +148,7 @@ def test_a_sweep_cannot_be_printed(tmp_path):
 
 
 def test_make_passes_multirun_and_the_sweep(tmp_path):
-    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    done = subprocess.run(
-        [*make, "recipe=demo", "multirun=1", "seed=x,0", f"paths.log_dir={tmp_path}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run([*MAKE, "recipe=demo", "multirun=1", "seed=x,0", f"paths.log_dir={tmp_path}"], timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
     command = shlex.split(done.stdout)  # make echoes the command it runs, each override shell-quoted
     assert "--multirun" in command and "seed=x,0" in command, done.stdout

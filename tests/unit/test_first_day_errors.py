@@ -14,25 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import assert_one_line_error
+from helpers import MAKE, ROOT, TRAIN, assert_one_line_error, run
 from PIL import Image
 
 from lightning_lars.config.compose import check_overrides
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def entry_point(*args: str, tmp: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_lars.train", *args],
-        cwd=tmp,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    """The entry point run from ``tmp``, as a user runs it from a folder of their own."""
+    return run([*TRAIN, *args], cwd=tmp, timeout=300)
 
 
 def image_folder(root: Path, per_class: int, classes: int = 2) -> Path:
@@ -199,9 +189,7 @@ def test_every_key_the_usage_screen_names_composes(tmp_path):
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
-    command = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}", *args]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
+    return run([*MAKE, *args])
 
 
 def test_a_recipe_card_plot_path_with_a_space_says_how_make_splits_args(tmp_path):

@@ -4,16 +4,15 @@ set, the wheelhouse's platform tags, the synthetic DataModule."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import packaging.tags
 import pytest
 import torch
+from helpers import ROOT, run
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -22,7 +21,6 @@ from lightning_lars.data.checks import prints_only
 from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.report import provenance
 
-ROOT = Path(__file__).resolve().parents[2]
 # benchmarks/wheelhouse.py: a script of the clone (make wheelhouse), not a module of the package
 spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "benchmarks" / "wheelhouse.py")
 wheelhouse = importlib.util.module_from_spec(spec)
@@ -70,16 +68,7 @@ def test_run_records_which_tested_set_its_libraries_match():
 
 
 def run_without_ffcv(code: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    return subprocess.run(
-        [sys.executable, "-c", BLOCK_FFCV + code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run([sys.executable, "-c", BLOCK_FFCV + code], timeout=300)
 
 
 def test_without_ffcv_the_package_imports_and_an_ffcv_recipe_names_the_install_command():

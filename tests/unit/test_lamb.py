@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from helpers import small_mlp
+from helpers import small_mlp, steps_with
 from torch import nn
 
 from lightning_lars.optim.lamb import LAMB
@@ -44,16 +44,6 @@ def reference(weights, grads_per_step, lrs, *, adapted, decay, b1, b2, eps, max_
     return weights
 
 
-def _run(model, optimizer, grads_per_step, lrs):
-    for grads, lr in zip(grads_per_step, lrs):
-        for p, g in zip(model.parameters(), grads):
-            p.grad = g.to(p.dtype).clone()
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-    return [p.detach().double() for p in model.parameters()]
-
-
 @pytest.mark.parametrize("max_grad_norm", [None, 0.5, 100.0])  # off, clipping every step, never clipping
 @pytest.mark.parametrize("bias_correction", [True, False])
 def test_matches_float64_reference(max_grad_norm, bias_correction):
@@ -78,7 +68,7 @@ def _check_reference(max_grad_norm, bias_correction, implementation):
         bias_correction=bias_correction,
         implementation=implementation,
     )
-    ours = _run(model, opt, grads, LRS)
+    ours = steps_with(model, opt, grads, LRS)
     assert opt.implementation == implementation  # a compiled case that fell back would test eager twice
     adapted = [p.ndim > 1 for p in start]
     expected = reference(
@@ -101,7 +91,7 @@ def _check_reference(max_grad_norm, bias_correction, implementation):
 def test_clipping_changes_the_result_only_when_the_norm_exceeds_the_limit():
     def final(max_grad_norm):
         model = small_mlp()
-        return _run(
+        return steps_with(
             model,
             LAMB(model.parameters(), max_grad_norm=max_grad_norm, eps=1e-3),
             _grads(model, len(LRS)),
@@ -136,20 +126,22 @@ def test_step_never_modifies_grad_and_state_dict_round_trip_continues_identicall
     model = small_mlp()
     grads = _grads(model, 4, scale=3.0)
     opt = LAMB(param_groups(model, 0.1), max_grad_norm=1.0)
-    _run(model, opt, grads[:2], LRS[:2])
+    steps_with(model, opt, grads[:2], LRS[:2])
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads[1]))
     twin = copy.deepcopy(model)
     opt_twin = LAMB(param_groups(twin, 0.1), max_grad_norm=1.0)
     opt_twin.load_state_dict(copy.deepcopy(opt.state_dict()))
     assert opt_twin.param_groups[0]["step"] == 2
-    for a, b in zip(_run(model, opt, grads[2:], LRS[2:]), _run(twin, opt_twin, grads[2:], LRS[2:])):
+    for a, b in zip(
+        steps_with(model, opt, grads[2:], LRS[2:]), steps_with(twin, opt_twin, grads[2:], LRS[2:])
+    ):
         assert torch.equal(a, b)
 
 
 def test_bf16_params_use_fp32_state():
     model = small_mlp(dtype=torch.float32).to(torch.bfloat16)
     opt = LAMB(model.parameters(), weight_decay=0.1)
-    _run(model, opt, _grads(model, 2), LRS[:2])
+    steps_with(model, opt, _grads(model, 2), LRS[:2])
     for p in model.parameters():
         assert {k: v.dtype for k, v in opt.state[p].items()} == dict.fromkeys(
             ["master_weight", "exp_avg", "exp_avg_sq"], torch.float32
@@ -241,7 +233,7 @@ def test_matches_the_authors_resnet50_code_over_24_steps():
         (True, 1.5, ["0.weight", "0.bias", "3.weight", "3.bias"]),
         (False, 0.0, ["1.weight", "1.bias"]),
     ]
-    ours = _run(model, opt, grads, lrs)
+    ours = steps_with(model, opt, grads, lrs)
     for got, want, before in zip(ours, expected, start):
         assert (want - before).abs().max() > 1e-3
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -255,13 +247,13 @@ def test_compiled_step_keeps_grad_and_does_not_recompile_when_lr_and_step_change
     opt = LAMB(param_groups(model, 0.1), implementation="compiled")
     grads = _grads(model, len(LRS))
     counters.clear()
-    _run(model, opt, grads[:1], LRS[:1])
+    steps_with(model, opt, grads[:1], LRS[:1])
     compiled = counters["stats"]["unique_graphs"]
     # a direction per group; an apply per adapted group (the others take step 5 inside their direction)
     adapted = sum(1 for group in opt.param_groups if group["trust_adaptation"])
     assert compiled == len(opt.param_groups) + adapted
     kept = [g.clone() for g in grads[-1]]  # p.grad of the last step
-    _run(model, opt, grads[1:], LRS[1:])
+    steps_with(model, opt, grads[1:], LRS[1:])
     assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
     assert opt.implementation == "compiled"
     for p, g in zip(model.parameters(), kept):

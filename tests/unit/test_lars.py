@@ -14,7 +14,7 @@ import copy
 
 import pytest
 import torch
-from helpers import small_mlp
+from helpers import small_mlp, steps_with
 from torch import nn
 
 from lightning_lars.optim.lars import LARS
@@ -53,16 +53,6 @@ def reference(weights, grads_per_step, lrs, *, adapted, decay, form, mu, eta, ep
     return weights
 
 
-def _run(model, optimizer, grads_per_step, lrs):
-    for grads, lr in zip(grads_per_step, lrs):
-        for p, g in zip(model.parameters(), grads):
-            p.grad = g.to(p.dtype).clone()
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-    return [p.detach().double() for p in model.parameters()]
-
-
 @pytest.mark.parametrize("form", ["nvidia", "mlperf", "you2017"])
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("clip", [False, True])
@@ -93,7 +83,7 @@ def _check_reference(form, nesterov, clip, implementation):
     }
     rule = "none" if form == "you2017" else "ndim<=1"
     opt = LARS(param_groups(model, 1e-3, rule), **options)
-    ours = _run(model, opt, grads, LRS)
+    ours = steps_with(model, opt, grads, LRS)
     assert opt.implementation == implementation  # a compiled case that fell back would test eager twice
     adapted = [form == "you2017" or p.ndim > 1 for p in start]
     expected = reference(
@@ -118,7 +108,7 @@ def test_float32_params_follow_the_float64_reference():
     model = small_mlp(dtype=torch.float32)
     start = [p.detach().double() for p in model.parameters()]
     grads = _grads(model, len(LRS))
-    ours = _run(
+    ours = steps_with(
         model, LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3), grads, LRS
     )
     adapted = [p.ndim > 1 for p in start]
@@ -142,7 +132,7 @@ def test_float32_params_follow_the_float64_reference():
 def test_forms_agree_at_constant_lr_and_differ_when_lr_changes():
     def final(form, lrs):
         model = small_mlp()
-        return _run(
+        return steps_with(
             model,
             LARS(model.parameters(), momentum=0.9, form=form, trust_coefficient=0.02),
             _grads(model, len(lrs)),
@@ -207,11 +197,13 @@ def test_state_dict_round_trip_continues_identically():
     model = small_mlp()
     grads = _grads(model, 4)
     opt = LARS(param_groups(model, 1e-3), momentum=0.9, trust_coefficient=0.02)
-    _run(model, opt, grads[:2], LRS[:2])
+    steps_with(model, opt, grads[:2], LRS[:2])
     twin = copy.deepcopy(model)
     opt_twin = LARS(param_groups(twin, 1e-3), momentum=0.9, trust_coefficient=0.02)
     opt_twin.load_state_dict(copy.deepcopy(opt.state_dict()))
-    for a, b in zip(_run(model, opt, grads[2:], LRS[2:4]), _run(twin, opt_twin, grads[2:], LRS[2:4])):
+    for a, b in zip(
+        steps_with(model, opt, grads[2:], LRS[2:4]), steps_with(twin, opt_twin, grads[2:], LRS[2:4])
+    ):
         assert torch.equal(a, b)
 
 
@@ -222,9 +214,9 @@ def test_bf16_params_keep_fp32_master_weights_and_state(implementation):
     grads = [[g.to(torch.bfloat16).double() for g in step] for step in _grads(model16, 3)]
     options = {"momentum": 0.9, "trust_coefficient": 0.02, "weight_decay": 1e-3}
     opt16 = LARS(model16.parameters(), **options, implementation=implementation)
-    _run(model16, opt16, grads, LRS[:3])
+    steps_with(model16, opt16, grads, LRS[:3])
     assert opt16.implementation == implementation
-    want = _run(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
+    want = steps_with(model32, LARS(model32.parameters(), **options), grads, LRS[:3])
     for p, w in zip(model16.parameters(), want):
         state = opt16.state[p]
         assert state["master_weight"].dtype == state["momentum_buffer"].dtype == torch.float32
@@ -245,7 +237,7 @@ def test_timm_parity_where_semantics_match():
         options = {"momentum": 0.9, "nesterov": nesterov, "eps": 1e-8}
         ours = LARS(param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, **options)
         theirs = timm_optim.Lars(param_groups(timm_model, 1e-3), trust_coeff=0.02, trust_clip=clip, **options)
-        for a, b in zip(_run(ours_model, ours, grads, LRS), _run(timm_model, theirs, grads, LRS)):
+        for a, b in zip(steps_with(ours_model, ours, grads, LRS), steps_with(timm_model, theirs, grads, LRS)):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -363,8 +355,8 @@ def test_compiled_step_does_not_recompile_when_scheduled_values_change():
     eager = LARS(param_groups(twin, 1e-3), momentum=0.9, form="fujitsu", implementation="eager")
     grads = _grads(model, 6)
     counters.clear()
-    _run(model, opt, grads[:1], LRS[:1])
-    _run(twin, eager, grads[:1], LRS[:1])
+    steps_with(model, opt, grads[:1], LRS[:1])
+    steps_with(twin, eager, grads[:1], LRS[:1])
     compiled = counters["stats"]["unique_graphs"]
     assert compiled == len(opt.param_groups)  # one graph per group
     for step, (lr, momentum, decay) in enumerate(
@@ -374,14 +366,14 @@ def test_compiled_step_does_not_recompile_when_scheduled_values_change():
             group["momentum"] = momentum
             group["wd_coefficient"] = 1.0 - 0.1 * step  # as callbacks.weight_decay_schedule sets it
             group["weight_decay"] = decay if group["trust_adaptation"] else 0.0
-        got = _run(model, opt, grads[1 + step : 2 + step], [lr])
-        want = _run(twin, eager, grads[1 + step : 2 + step], [lr])
+        got = steps_with(model, opt, grads[1 + step : 2 + step], [lr])
+        want = steps_with(twin, eager, grads[1 + step : 2 + step], [lr])
     assert counters["stats"]["unique_graphs"] == compiled, dict(counters["recompiles"])
     assert opt.implementation == "compiled"
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     opt.param_groups[0]["nesterov"] = True
-    _run(model, opt, grads[5:], LRS[:1])
+    steps_with(model, opt, grads[5:], LRS[:1])
     assert counters["stats"]["unique_graphs"] == compiled + 1
 
 
@@ -399,10 +391,12 @@ def test_compiled_step_falls_back_to_eager_with_one_warning_where_compiling_fail
     grads = _grads(model, 3)
     opt = LARS(param_groups(model, 1e-3), momentum=0.9, implementation="compiled")
     with pytest.warns(UserWarning, match="runs eagerly from now on") as warned:
-        got = _run(model, opt, grads, LRS[:3])
+        got = steps_with(model, opt, grads, LRS[:3])
     assert len([w for w in warned if "runs eagerly" in str(w.message)]) == 1
     assert opt.implementation == "eager"
-    want = _run(twin, LARS(param_groups(twin, 1e-3), momentum=0.9, implementation="eager"), grads, LRS[:3])
+    want = steps_with(
+        twin, LARS(param_groups(twin, 1e-3), momentum=0.9, implementation="eager"), grads, LRS[:3]
+    )
     for a, b in zip(got, want):
         assert torch.equal(a, b)
 

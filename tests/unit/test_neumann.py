@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import small_mlp
 from torch import nn
 
 from lightning_lars.optim.neumann import Neumann, is_reset, momentum
@@ -29,9 +30,8 @@ WEIGHT_DECAY = 1e-3
 STEPS = 26  # burn-in 1-2, Neumann t = 1..24: resets at t = 1, 4, 10, 22 (periods 3, 6, 12)
 
 
-def small_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 3)).double()
+# the model: a seeded float64 Linear(5, 4) -> BatchNorm1d -> Tanh -> Linear(4, 3) (smooth, so every step moves)
+NET = {"sizes": (5, 4, 3), "dtype": torch.float64, "activation": nn.Tanh}
 
 
 def batches(n: int):
@@ -110,8 +110,8 @@ def test_schedule_functions_follow_table_1():
 
 def test_matches_float64_reference_over_resets_and_changing_lr():
     data = batches(STEPS)
-    expected = reference(small_model(), data)
-    model = small_model()
+    expected = reference(small_mlp(**NET), data)
+    model = small_mlp(**NET)
     _, seen = run(model, data)
     for step, (ref, got) in enumerate(zip(expected, seen), 1):
         assert torch.allclose(got, ref["w"], rtol=0, atol=1e-12), (
@@ -124,8 +124,8 @@ def test_matches_float64_reference_over_resets_and_changing_lr():
 def test_regulariser_terms_change_the_trajectory():
     """The reference match above would hold with alpha = beta = 0 only if the terms were negligible."""
     data = batches(12)
-    _, with_terms = run(small_model(), data)
-    plain = small_model()
+    _, with_terms = run(small_mlp(**NET), data)
+    plain = small_mlp(**NET)
     optimizer = Neumann(
         param_groups(plain, WEIGHT_DECAY),
         lr=lr_at(1),
@@ -138,8 +138,8 @@ def test_regulariser_terms_change_the_trajectory():
 
 def test_evaluation_weights_are_w_minus_mu_m_and_training_weights_come_back_exactly():
     data = batches(9)  # ends at t = 7, mid-period
-    expected = reference(small_model(), data)[-1]
-    model = small_model()
+    expected = reference(small_mlp(**NET), data)[-1]
+    model = small_mlp(**NET)
     optimizer, seen = run(model, data)
     mu = momentum(expected["t"], HYPER["mu_min"], HYPER["mu_max"], HYPER["momentum_time_unit"])
     with optimizer.evaluation_weights():
@@ -151,14 +151,14 @@ def test_evaluation_weights_are_w_minus_mu_m_and_training_weights_come_back_exac
 
 def test_resume_mid_run_equals_uninterrupted():
     data = batches(STEPS)
-    _, whole = run(small_model(), data)
-    first = small_model()
+    _, whole = run(small_mlp(**NET), data)
+    first = small_mlp(**NET)
     optimizer, _ = run(first, data[:11])
     saved = io.BytesIO()
     torch.save({"model": first.state_dict(), "optimizer": optimizer.state_dict()}, saved)
     saved.seek(0)
     state = torch.load(saved, weights_only=True)
-    second = small_model()
+    second = small_mlp(**NET)
     second.load_state_dict(state["model"])
     resumed = Neumann(param_groups(second, WEIGHT_DECAY), lr=0.0, **HYPER, weight_decay=WEIGHT_DECAY)
     resumed.load_state_dict(state["optimizer"])
@@ -169,7 +169,7 @@ def test_resume_mid_run_equals_uninterrupted():
 
 def test_zero_distance_to_the_moving_average_drops_the_regulariser():
     """Without burn-in the first update step finds w = v: no direction for the terms, no division by zero."""
-    model = small_model()
+    model = small_mlp(**NET)
     optimizer = Neumann(model.parameters(), lr=0.1, reset_steps=0)
     for _ in range(3):
         optimizer.zero_grad()
@@ -199,13 +199,13 @@ def test_bad_hyperparameter_is_one_line_naming_the_key(key, value):
     whole = key in ("momentum_time_unit", "sgd_steps", "reset_steps", "reset_growth")
     kind = TypeError if whole and value != int(value) else ValueError  # torch's split: wrong type, bad value
     with pytest.raises(kind) as error:
-        Neumann(small_model().parameters(), **{key: value})
+        Neumann(small_mlp(**NET).parameters(), **{key: value})
     message = str(error.value)
     assert "\n" not in message and f"{key}={value}" in message and f"optimizer.{key}" in message
 
 
 def test_plain_parameters_split_by_the_exclusion_rule():
-    model = small_model()
+    model = small_mlp(**NET)
     optimizer = Neumann(model.parameters(), weight_decay=1e-4)
     kept, excluded = optimizer.param_groups
     assert all(p.ndim >= 2 for p in kept["params"]) and kept["weight_decay"] == 1e-4
@@ -224,7 +224,7 @@ def test_lightning_validation_sees_the_returned_weights_and_training_resumes_fro
     class Tiny(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = small_model()
+            self.net = small_mlp(**NET)
             self.seen_in_validation, self.after_training = None, None
 
         def training_step(self, batch, batch_idx):
