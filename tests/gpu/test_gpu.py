@@ -25,6 +25,7 @@ from helpers import (
     demo_ffcv_module,
     entry_point_env,
     small_mlp,
+    steps_with,
 )
 
 CPU_AND_CUDA = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -159,7 +160,7 @@ def test_float32_optimizer_step_on_the_device_matches_the_float64_reference(name
             bias_correction=True,
         )
     device_grads = [[g.to(device) for g in step] for step in grads]
-    got = unit._run(model, optimizer, device_grads, unit.LRS)
+    got = steps_with(model, optimizer, device_grads, unit.LRS)
     assert all(p.device.type == device for p in model.parameters())
     for value, want, before in zip(got, expected, start):
         assert (want - before).abs().max() > 1e-4  # the step is not empty

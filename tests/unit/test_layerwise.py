@@ -78,7 +78,7 @@ COUNTERS = {"lamb": {"step": STEPS}, "nlcg": {"step": STEPS, "num_losses": STEPS
 
 def _trained(name: str, grouped: bool, dtype: torch.dtype):
     build = OPTIMIZERS[name][0]
-    model = small_mlp((4, 3, 2), dtype, relu=False)
+    model = small_mlp((4, 3, 2), dtype, activation=torch.nn.Identity)  # linear: no ReLU
     optimizer = build(param_groups(model, DECAY) if grouped else model.parameters())
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1)).to(dtype)
 
