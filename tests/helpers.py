@@ -21,6 +21,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from omegaconf import DictConfig
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -176,6 +177,19 @@ def demo_ffcv_module(root: Path, ops: list, batch_size: int):
         order="sequential",
         pipeline={"train": ops, "val": ops},
     )
+
+
+def group_config(group: str, option: str) -> DictConfig:
+    """``conf/<group>/<option>.yaml`` as Hydra composes it: its ``defaults`` list applied (the typed schema it
+    extends), so the node is what a run's ``cfg.<group>`` holds. A bare ``OmegaConf.load`` keeps ``defaults``
+    as a key, which ``instantiate`` then passes on as an argument."""
+    from hydra import compose, initialize_config_dir
+
+    from lightning_lars.config import groups  # noqa: F401  (stores the schemas the defaults list names)
+    from lightning_lars.config.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name=f"{group}/{option}")[group]
 
 
 def small_conv_net(

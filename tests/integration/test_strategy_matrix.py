@@ -26,9 +26,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import free_port
+from helpers import free_port, group_config
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.tensor import DTensor
@@ -167,12 +166,12 @@ def make_strategy(kind: str):
     # COLLECTIVE_TIMEOUT instead of hanging the suite; the first strategy's setting holds for the process group.
     if kind == "ddp":
         return instantiate(
-            OmegaConf.load(REPO / "conf/strategy/ddp.yaml"),
+            group_config("strategy", "ddp"),
             find_unused_parameters=True,
             timeout=COLLECTIVE_TIMEOUT,
         )
     if kind.startswith("ddp_bucketed"):
-        cfg = OmegaConf.load(REPO / "conf/strategy/ddp_bucketed.yaml")  # the shipped config, KiB-sized here
+        cfg = group_config("strategy", "ddp_bucketed")  # the shipped config, KiB-sized here
         cfg.bucket_cap_mb = 0.001
         cfg.ddp_comm_state.group_caps_mb = [0.001, 0.004]
         cfg.ddp_comm_state.compute_grad_norms = kind.endswith("hook_norms")

@@ -15,10 +15,9 @@ import lightning as L
 import pytest
 import torch
 import torch.multiprocessing as mp
-from helpers import free_port, small_conv_net
+from helpers import free_port, group_config, small_conv_net
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
-from omegaconf import OmegaConf
 from topology_workers import DEVICES, NET, NODES, compare
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -90,7 +89,7 @@ def plain_weights():
 
 @pytest.mark.parametrize("config", ["ddp_torus2d", "ddp_hierarchical"])
 def test_shipped_config_trains_like_plain_ddp_with_grid_from_the_launch(config, plain_weights):
-    cfg = OmegaConf.load(REPO / f"conf/strategy/{config}.yaml")
+    cfg = group_config("strategy", config)
     cfg.bucket_cap_mb = 0.001
     cfg.ddp_comm_state.group_caps_mb = [0.001, 0.016]
     weights, metrics = fit(instantiate(cfg, start_method="spawn"))
@@ -101,7 +100,7 @@ def test_shipped_config_trains_like_plain_ddp_with_grid_from_the_launch(config, 
 
 
 def test_optimizer_sharding_option_trains_like_plain_ddp_and_saves_the_full_state(plain_weights, tmp_path):
-    cfg = OmegaConf.load(REPO / "conf/strategy/ddp_bucketed.yaml")
+    cfg = group_config("strategy", "ddp_bucketed")
     cfg.bucket_cap_mb = 0.001
     cfg.ddp_comm_state.group_caps_mb = [0.001, 0.016]
     cfg.optimizer_sharding = True

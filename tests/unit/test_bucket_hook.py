@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import free_port, small_conv_net
+from helpers import free_port, group_config, small_conv_net
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_lars.core.errors import UserError
@@ -92,7 +91,7 @@ def test_bad_settings_name_the_fix():
 
 
 def test_hook_from_config_is_accepted_by_ddp(one_process_group):
-    cfg = OmegaConf.load(REPO / "conf/strategy/ddp_bucketed.yaml")
+    cfg = group_config("strategy", "ddp_bucketed")
     strategy = instantiate(cfg)
     assert isinstance(strategy, BucketedDDPStrategy)
     assert strategy._ddp_kwargs["bucket_cap_mb"] == cfg.bucket_cap_mb
@@ -102,7 +101,7 @@ def test_hook_from_config_is_accepted_by_ddp(one_process_group):
         and state.compression is None
     )
     model = small_conv_net()
-    ddp = DistributedDataParallel(model)
+    ddp = DistributedDataParallel(model, **strategy._ddp_kwargs)  # what the strategy's setup passes DDP
     register(ddp, state, strategy._ddp_comm_hook)  # DDP checks the partial's signature and name here
     backward(ddp, 0)
     assert state.num_allreduces == 1  # 36 KiB of gradients: one group under a 1 MiB cap

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import group_config
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.sharded_update import ShardedUpdate, assign_owners
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
     [("ddp_torus2d", Torus2DAllReduceState), ("ddp_hierarchical", HierarchicalAllReduceState)],
 )
 def test_shipped_configs_build_the_hook_state(name, state_cls):
-    strategy = instantiate(OmegaConf.load(REPO / f"conf/strategy/{name}.yaml"))
+    strategy = instantiate(group_config("strategy", name))
     assert isinstance(strategy, BucketedDDPStrategy) and type(strategy._ddp_comm_state) is state_cls
     assert strategy._ddp_comm_state.grid is None and strategy.optimizer_sharding is False
 
