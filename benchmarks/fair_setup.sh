@@ -26,4 +26,13 @@ for ratio in 0.1 0.025; do
     cell "goyal_sgd" 3 --ratio "$ratio" --lr-rule linear
     cell "lamb nlcg neumann" 3 --ratio "$ratio" --lr-rule sqrt
 done
+# Then more seeds where a verdict's interval still spans -3 points: small-batch SGD's spread between seeds (2.2
+# points) is most of every interval's width, so its seeds come first, then the undecided arms', in passes.
+for pass in 1 2; do
+    cell "sgd_small" $((6 + 3 * pass)) --ratio 0.1 --lr-rule sqrt
+    cell "goyal_sgd" $((3 + 3 * pass)) --ratio 0.1 --lr-rule linear
+    cell "goyal_sgd" $((3 + 3 * pass)) --ratio 0.025 --lr-rule linear
+    cell "nlcg" $((3 + 3 * pass)) --ratio 0.1 --lr-rule sqrt
+    cell "lars_mlperf" $((6 + 3 * pass)) --ratio 0.2 --lr-rule sqrt
+done
 echo "[fair] $(date -u +%H:%M:%S) every cell done"
