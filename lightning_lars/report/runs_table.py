@@ -1,4 +1,6 @@
-"""The README's "Runs of ours": its table, verdict lines and plot, rendered from ``recipes/runs.jsonl``.
+"""The README's "Runs of ours": its table, verdict lines and plot, rendered from a runs file: by default
+``recipes/runs-fair.jsonl``, the fair set-up's runs that the README shows (``--runs recipes/runs.jsonl``: the
+first set-up's, and ``make bench-largebatch``'s own file).
 
 Two kinds of line live in that file: one per training run of ``benchmarks/bench_largebatch.py`` (``kind``
 ``bench-largebatch``: recipe, overrides, data set, seed, top-1 per epoch, wall time, machine, date, commit),
@@ -6,7 +8,7 @@ and one per ``make check`` (``lightning_lars/check.py``: already a summary over 
 grouped by arm, data set, large-batch ratio and epochs; each group is one table row with mean +- std over
 seeds and its gap to small-batch SGD on the same data, with a 95 % Welch interval over the seeds.
 
-    python -m lightning_lars.report.runs_table [--runs recipes/runs.jsonl] [--readme README.md] [--plot docs/runs.png]
+    python -m lightning_lars.report.runs_table [--runs FILE] [--readme README.md] [--plot docs/runs.png]
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ def update_readme(
 def main(argv: list[str] | None = None) -> None:
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs.jsonl")
+    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-fair.jsonl")
     parser.add_argument("--readme", type=Path, default=root / "README.md")
     parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
     args = parser.parse_args(argv)
