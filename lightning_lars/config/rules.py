@@ -18,13 +18,8 @@ from omegaconf.nodes import BooleanNode
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
-from lightning_lars.config.trainer_arguments import (
-    TRAINER_ARGUMENTS,
-    TRAINER_TARGET,
-    accepts,
-    describe,
-    unknown_argument,
-)
+from lightning_lars.config.trainer_arguments import accepts, describe, unknown_argument
+from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 
 # Keys read as integers >= 1; True where -1 also counts (Lightning's "no limit").

@@ -39,7 +39,7 @@ MLPerfRound = StrEnum("MLPerfRound", [(name, name) for name in MLPERF_ROUNDS], m
 
 
 class EpochMode(Enum):
-    """How the source counted an epoch (`lightning_lars.recipe.keys.count_steps_per_epoch`)."""
+    """How the source counted an epoch (`lightning_lars.recipe.epoch_steps.count_steps_per_epoch`)."""
 
     drop_last = "drop_last"
     padded = "padded"
