@@ -1,4 +1,4 @@
-"""Composing the config and its command line: known recipes, the schema's and rules' checks, one-line errors."""
+"""Composing the command line into the config: unknown recipes, the schema's and rules' checks, one-line errors."""
 
 from __future__ import annotations
 
