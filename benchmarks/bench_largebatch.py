@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightning_lars.config.compose import compose_job
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
 from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import lightning as L
 
-    from lightning_lars.config.compose import compose_job
+    from lightning_lars.config.jobs import compose_job
     from lightning_lars.training import run
 
     with tempfile.TemporaryDirectory() as folder:  # the run folder Hydra would have made

@@ -12,7 +12,7 @@ import argparse
 import shlex
 import sys
 
-from lightning_lars.config.compose import recipe_names, user_recipe_dirs
+from lightning_lars.config.recipes import recipe_names, user_recipe_dirs
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import card_text

@@ -27,11 +27,13 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from lightning_lars.config.compose import MULTIRUN_FLAGS, explain_instantiation_error, is_multirun, sweep_jobs
+from lightning_lars.config.compose import explain_instantiation_error
+from lightning_lars.config.jobs import MULTIRUN_FLAGS, is_multirun, prints_only, sweep_jobs
 from lightning_lars.config.override_text import quote_plain_text
 from lightning_lars.config.paths import CONF_DIR, unwritable_reason
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
+from lightning_lars.data.image_count import count_train_images
 from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
 from lightning_lars.runtime import run_log
 
@@ -101,7 +103,7 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
         given = [o for o in job if o is not None]
         try:
             cfg, accepted = check_command_line(given)
-            if not checks.prints_only(argv):  # `--cfg job` prints the config: no data needed
+            if not prints_only(argv):  # `--cfg job` prints the config: no data needed
                 check_log_dir(cfg, given)
                 checks.check_dataset(cfg)
                 check_data_size(cfg, recipe_of(given))
@@ -137,7 +139,7 @@ def check_data_size(cfg: DictConfig, recipe: str) -> None:
     """Data too small for one global batch: refused here, before Hydra makes a run folder and a logger starts
     (the run plans again on the data's own count, the same way)."""
     global_size = int(cfg.batch.global_size)
-    images = checks.count_train_images(cfg, up_to=global_size)
+    images = count_train_images(cfg, up_to=global_size)
     if images is not None and images < global_size:
         make_plan(cfg, recipe, images, devices=None, nodes=1, counted=True)
 

@@ -1,92 +1,25 @@
-"""Composing the config and its command line: known recipes, the schema's and rules' checks, one-line errors."""
+"""Composing the command line into the config: unknown recipes, the schema's and rules' checks, one-line errors."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
-import itertools
 import re
 import typing
-from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import (
-    ConfigCompositionException,
-    HydraException,
-    MissingConfigException,
-    OverrideParseException,
-)
-from omegaconf import DictConfig, OmegaConf, open_dict
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from lightning_lars.config import (  # schema: stores every schema dataclass in the ConfigStore
-    override_text,
-    recipe_source,
-    rules,
-    schema,
-)
-from lightning_lars.config.paths import (  # noqa: F401
-    CONF_DIR,
-    PACKAGE_DIR,
-    PROJECT_ROOT,
-    RECIPES_DIR,
-    is_checkout,
-    run_root,
-)
+from lightning_lars.config import override_text, recipe_source, rules, schema
+from lightning_lars.config.paths import CONF_DIR
+from lightning_lars.config.recipes import recipe_names, searchpath_overrides, user_recipe_dirs
 from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run, set_by_the_run
-from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, unknown_argument
+from lightning_lars.config.trainer_arguments import unknown_argument
+from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS
 from lightning_lars.core.errors import UserError
-
-
-# The recipes are Hydra's ``recipe`` group: stored in Hydra's ConfigStore from RECIPES_DIR (the top-level recipes/
-# of a checkout, lightning_lars/recipes in the wheel), so no conf/recipe folder or link is needed. A user's own
-# recipes come from the recipe/ folders of their hydra.searchpath, as files.
-def register_recipes() -> None:
-    store = ConfigStore.instance()
-    for path in sorted(RECIPES_DIR.glob("*.yaml")):
-        store.store(group="recipe", name=path.stem, node=OmegaConf.load(path), package="_global_")
-
-
-register_recipes()
-recipe_source.install()  # a user's recipe file needs no `# @package _global_` line
-
-
-def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    """Our recipes plus those in ``extra_dirs`` (the ``recipe/`` folders of a user's ``hydra.searchpath``)."""
-    return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
-
-
-def searchpath_overrides(overrides: list[str]) -> list[str]:
-    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
-    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
-
-
-def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
-    """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
-    folders = []
-    for override in searchpath_overrides(overrides):
-        try:
-            value = OverridesParser.create().parse_override(override).value()
-        except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
-            raise UserError(override_text.parse_error_line([override])) from None
-        for entry in value if isinstance(value, list) else [value]:
-            scheme, _, where = str(entry).rpartition("://")
-            if scheme == "pkg":
-                package, _, sub = where.partition("/")
-                try:
-                    folders.append(Path(str(importlib.resources.files(package))) / sub / "recipe")
-                except ModuleNotFoundError:
-                    raise UserError(
-                        f"hydra.searchpath names the package {package}, which is not installed"
-                    ) from None
-            else:  # file:// or a plain path
-                folders.append(Path(where) / "recipe")
-    return tuple(folders)
 
 
 def check_overrides(overrides: list[str]) -> DictConfig:
@@ -203,51 +136,6 @@ def _compose(overrides: list[str]) -> DictConfig:
         raise UserError(recipe_source.yaml_error_line(err)) from None
 
 
-# Hydra's ways to ask for a sweep: the flags, or the override that sets the mode a config can also set.
-MULTIRUN_FLAGS = ("-m", "--multirun")
-
-
-def is_multirun(argv: list[str]) -> bool:
-    """Whether Hydra will run ``argv`` as a sweep (``-m``, ``--multirun`` or ``hydra.mode=MULTIRUN``)."""
-    return any(a in MULTIRUN_FLAGS or a.replace(" ", "").upper() == "HYDRA.MODE=MULTIRUN" for a in argv)
-
-
-def sweep_jobs(overrides: list[str]) -> list[list[str | None]]:
-    """Each job of a sweep, as Hydra's basic sweeper expands it (``seed=0,1``, ``range(..)``, ``choice(..)``,
-    ``glob(..)`` over a group's files): every combination in its order, one entry per override in
-    ``overrides``' positions. An ``interval(..)``, for a sweeper of its own (Optuna, Ax), is None: that
-    sweeper picks its values."""
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            loader = GlobalHydra.instance().config_loader()  # glob(..) lists a group's options through it
-            choices = []
-            for override in OverridesParser.create(config_loader=loader).parse_overrides(overrides):
-                if not override.is_sweep_override():
-                    choices.append([override.input_line])
-                elif override.is_discrete_sweep():
-                    key = override.get_key_element()
-                    choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
-                else:
-                    choices.append([None])
-    except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
-        raise UserError(
-            f"{override_text.parse_error_line(overrides)} (a sweep is key=a,b, range(0,3) or choice(a,b))"
-        ) from None
-    return [list(job) for job in itertools.product(*choices)]
-
-
-def compose_job(overrides: list[str]) -> DictConfig:
-    """The config a run's job gets, composed in this process (tests, benchmarks): Hydra's node is made the current
-    ``HydraConfig`` (``recipe_name`` reads ``${hydra:runtime.choices.recipe}``), then dropped, as a real run's job
-    config holds no ``hydra`` node."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
-
-
 def explain_instantiation_error(err: Exception) -> str:
     """One line for a `_target_` that rejected its arguments, e.g. a misspelt `+data.foo=1`."""
     text = " ".join(str(err).split())
@@ -261,7 +149,3 @@ def explain_instantiation_error(err: Exception) -> str:
     if isinstance(err.__cause__, UserError):
         return str(err.__cause__)
     return text
-
-
-def to_yaml(cfg: DictConfig) -> str:
-    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), sort_keys=False)

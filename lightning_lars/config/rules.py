@@ -1,8 +1,8 @@
 """What the typed schemas (`lightning_lars.config.schema`, `lightning_lars.config.groups`) cannot say, checked on
 the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, a bool given as a number,
-sizes that must be positive, keys read only in one mode, one of two keys, the trainer keys that ``evaluation``
-replaces, and the Trainer's values (`trainer_arguments`). Each failure is a one-line `UserError` naming the key
-and the fix.
+the bounds a schema field declares in its ``metadata``, keys read only in one mode, one of two keys, the trainer
+keys that ``evaluation`` replaces, and the Trainer's values (`trainer_arguments`). Each failure is a one-line
+`UserError` naming the key and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
@@ -18,30 +18,12 @@ from omegaconf.nodes import BooleanNode
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
-from lightning_lars.config.trainer_arguments import (
-    TRAINER_ARGUMENTS,
-    TRAINER_TARGET,
-    accepts,
-    describe,
-    unknown_argument,
-)
+from lightning_lars.config.trainer_arguments import accepts, describe, unknown_argument
+from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 
-# Keys read as integers >= 1; True where -1 also counts (Lightning's "no limit").
-POSITIVE_INTS = {
-    "batch.global_size": False,
-    "batch.max_per_device": False,
-    "batch.bn_group": False,
-    "trainer.max_epochs": True,  # -1: no epoch limit (with max_steps)
-    "trainer.max_steps": True,  # -1: no step limit
-    "data.num_classes": False,
-    "epoch_length.num_train_images": False,
-    "epoch_length.workers": False,
-    "epoch_length.steps": False,
-    "evaluation.every_n_epochs": False,
-    "evaluation.every_n_steps": False,
-}
-SEED_RANGE = 2**32  # numpy's and Lightning's seed_everything accept 0 .. 2**32 - 1
+# Lightning's "no limit" is -1; any other value below 1 trains nothing.
+NO_LIMIT_ARGUMENTS = ("max_epochs", "max_steps")
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
 REPLACED_BY_EVALUATION = {
     "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
@@ -58,7 +40,6 @@ def check(cfg: DictConfig) -> None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
     check_trainer(values)
-    check_sizes(values)
     check_training_values(values)
     compile_mode((values.get("model") or {}).get("compile"))
     check_epoch_length(values["epoch_length"])
@@ -76,7 +57,9 @@ def check_keys(node: Any, where: str = "") -> None:
     if not isinstance(node, DictConfig):
         return
     kind = OmegaConf.get_type(node)
-    fields = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
+    fields = (
+        {f.name: f.metadata for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+    )
     for key in node:
         full_key = f"{where}.{key}" if where else str(key)
         if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
@@ -88,7 +71,18 @@ def check_keys(node: Any, where: str = "") -> None:
                 f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
                 " the recipe)"
             )
-        check_keys(node._get_node(key), full_key)
+        child = node._get_node(key)
+        if fields and "at_least" in fields.get(key, {}) and not isinstance(child, (DictConfig, ListConfig)):
+            check_bounds(full_key, child._value(), **fields[key])
+        check_keys(child, full_key)
+
+
+def check_bounds(key: str, value: Any, at_least: int, at_most: int | None = None) -> None:
+    """A sized field's bounds (the schema's ``metadata``): ``batch.max_per_device=0`` or ``seed=-3`` would be
+    accepted by torch and Lightning and train nothing, or divide by zero later."""
+    if not _is_left_to_the_run(value) and not at_least <= value <= (value if at_most is None else at_most):
+        wanted = f"an integer >= {at_least}" if at_most is None else f"an integer in {at_least}..{at_most}"
+        raise UserError(f"{key}={_text(value)}: expected {wanted}")
 
 
 def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
@@ -135,29 +129,12 @@ def check_trainer(values: dict) -> None:
         accepted = TRAINER_ARGUMENTS[key]
         if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
             raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")
+        if key in NO_LIMIT_ARGUMENTS and isinstance(value, int) and value < 1 and value != -1:
+            raise UserError(f"trainer.{key}={_text(value)}: expected an integer >= 1 (or -1: no limit)")
 
 
 def _text(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def check_sizes(values: dict) -> None:
-    """The sizes the run is planned from: positive integers (``batch.max_per_device=0`` or
-    ``trainer.max_epochs=0`` would be accepted by Lightning and train nothing, or divide by zero later)."""
-    for key, minus_one_ok in POSITIVE_INTS.items():
-        value = _raw(values, key)
-        if _is_left_to_the_run(value):
-            continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or (value < 1 and not (minus_one_ok and value == -1))
-        ):
-            allowed = "an integer >= 1" + (" (or -1: no limit)" if minus_one_ok else "")
-            raise UserError(f"{key}={_text(value)}: expected {allowed}")
-    seed = values["seed"]
-    if not _is_left_to_the_run(seed) and not 0 <= seed < SEED_RANGE:
-        raise UserError(f"seed={seed}: expected an integer in 0..{SEED_RANGE - 1}")
 
 
 # LR keys that may be 0: a warmup that starts from 0, a decay that ends at 0. Every other LR must be > 0.
@@ -236,9 +213,6 @@ def check_evaluation(spec: dict) -> None:
             "evaluation.every_n_epochs and evaluation.every_n_steps: set exactly one"
             " (with every_n_steps, set evaluation.every_n_epochs=null)"
         )
-    for key in ("offset_epochs", "offset_steps"):
-        if isinstance(spec[key], int) and spec[key] < 0:
-            raise UserError(f"evaluation.{key}={spec[key]}: expected an integer >= 0")
     if spec["every_n_epochs"] is not None and spec["offset_steps"]:
         raise UserError("evaluation.offset_steps goes with every_n_steps; use evaluation.offset_epochs")
     if spec["every_n_steps"] is not None and spec["offset_epochs"]:

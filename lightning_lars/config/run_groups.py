@@ -15,6 +15,10 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+# A field's bounds, which `lightning_lars.config.rules` checks as the config is composed: an integer >= at_least
+# (and <= at_most where given). OmegaConf types a field but has no range.
+POSITIVE = {"at_least": 1}
+
 Number = float | int
 
 
@@ -51,7 +55,7 @@ class FFCVDemoData(Data):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("order", "os_cache", "no_aug_from_epoch", "batches_ahead")
     train_path: str = MISSING  # a .beton file
     val_path: str = MISSING
-    num_classes: int = MISSING
+    num_classes: int = field(default=MISSING, metadata=POSITIVE)
     num_workers: int | None = None  # null: this process's CPU share
     resolution: int = 224  # train images' side, px
     val_resolution: int = 224
@@ -64,7 +68,7 @@ class FFCVImageNetData(Data):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("no_aug_from_epoch", "batches_ahead")
     train_path: str = MISSING
     val_path: str = MISSING
-    num_classes: int = MISSING
+    num_classes: int = field(default=MISSING, metadata=POSITIVE)
     num_workers: int | None = None
     resolution: int = 224
     val_resolution: int = 224
@@ -78,7 +82,7 @@ class FFCVImageNetData(Data):
 class ImageFolderData(Data):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("pin_memory", "no_aug_from_epoch", "prepare_command")
     root: str = MISSING  # <root>/train/<class>/<image> and <root>/val/<class>/<image>
-    num_classes: int = MISSING
+    num_classes: int = field(default=MISSING, metadata=POSITIVE)
     num_workers: int | None = None  # null: the machine's cores / devices per node
     resolution: int = 224
     val_resolution: int = 224
@@ -94,7 +98,7 @@ class DemoImageFolderData(ImageFolderData):
 @dataclass
 class SyntheticData(Data):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("val_resolution", "pipeline", "pool_size", "no_aug_from_epoch")
-    num_classes: int = MISSING
+    num_classes: int = field(default=MISSING, metadata=POSITIVE)
     resolution: int = 224
     num_train_images: int = 1281167  # the steps per epoch, and so the schedule, stay the recipe's
     num_val_images: int = 50000

@@ -6,10 +6,11 @@ unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.res
 and `lightning_lars.config.compose` turns its message into one line. The defaults here equal train.yaml's, which
 sets them again with the comments a user reads; field order is the order ``--cfg job`` prints.
 
-Checks a type cannot state (positive sizes, one of two keys, a key read only in one mode) are in
-`lightning_lars.config.rules`. The groups are typed by the schema of the file chosen (``model`` here; the optimizer,
-scheduler, data, strategy, callbacks and logger in `lightning_lars.config.groups`); the trainer's keys are checked
-against Lightning's arguments (`lightning_lars.config.trainer_arguments`).
+A field's bounds are declared with it (``metadata``) and checked, with what a type cannot state (one of two keys,
+a key read only in one mode), in `lightning_lars.config.rules`. The groups are typed by the schema of the file
+chosen (``model`` here; the optimizer, scheduler, data, strategy, callbacks and logger in
+`lightning_lars.config.groups`); the trainer's keys are checked against Lightning's arguments
+(`lightning_lars.config.trainer_signature`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from lightning_lars.config import groups  # noqa: F401  (stores the groups' schemas in the ConfigStore)
+from lightning_lars.config.run_groups import POSITIVE
 
 SCHEMA_NAME = "train_schema"
 # torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
@@ -39,7 +41,7 @@ MLPerfRound = StrEnum("MLPerfRound", [(name, name) for name in MLPERF_ROUNDS], m
 
 
 class EpochMode(Enum):
-    """How the source counted an epoch (`lightning_lars.recipe.keys.count_steps_per_epoch`)."""
+    """How the source counted an epoch (`lightning_lars.recipe.epoch_steps.count_steps_per_epoch`)."""
 
     drop_last = "drop_last"
     padded = "padded"
@@ -48,9 +50,11 @@ class EpochMode(Enum):
 
 @dataclass
 class BatchConfig:
-    global_size: int = MISSING  # images per optimizer step, summed over devices and accumulation steps
-    max_per_device: int = 256  # images per forward pass on one device
-    bn_group: int | None = None  # samples per BN statistic; None: the per-device batch
+    # images per optimizer step, summed over devices and accumulation steps
+    global_size: int = field(default=MISSING, metadata=POSITIVE)
+    max_per_device: int = field(default=256, metadata=POSITIVE)  # images per forward pass on one device
+    # samples per BN statistic; None: the per-device batch
+    bn_group: int | None = field(default=None, metadata=POSITIVE)
 
 
 @dataclass
@@ -62,17 +66,20 @@ class RunConfig:
 @dataclass
 class EpochLengthConfig:
     mode: EpochMode = EpochMode.drop_last
-    workers: int | None = None  # mode padded only: the source's data-parallel workers
-    steps: int | None = None  # mode fixed only: the source's optimizer steps per epoch
-    num_train_images: int = 1281167  # ILSVRC-2012 train
+    # mode padded only: the source's data-parallel workers
+    workers: int | None = field(default=None, metadata=POSITIVE)
+    # mode fixed only: the source's optimizer steps per epoch
+    steps: int | None = field(default=None, metadata=POSITIVE)
+    num_train_images: int = field(default=1281167, metadata=POSITIVE)  # ILSVRC-2012 train
 
 
 @dataclass
 class EvaluationConfig:
-    every_n_epochs: int | None = 1  # exactly one of every_n_epochs / every_n_steps
-    every_n_steps: int | None = None
-    offset_epochs: int = 0
-    offset_steps: int = 0
+    # exactly one of every_n_epochs / every_n_steps
+    every_n_epochs: int | None = field(default=1, metadata=POSITIVE)
+    every_n_steps: int | None = field(default=None, metadata=POSITIVE)
+    offset_epochs: int = field(default=0, metadata={"at_least": 0})
+    offset_steps: int = field(default=0, metadata={"at_least": 0})
 
 
 @dataclass
@@ -120,7 +127,8 @@ class MLPerfConfig:
 @dataclass
 class TrainConfig:
     recipe_name: str = "${hydra:runtime.choices.recipe}"
-    seed: int = 0
+    # numpy's and Lightning's seed_everything take 0 .. 2**32 - 1
+    seed: int = field(default=0, metadata={"at_least": 0, "at_most": 2**32 - 1})
     batch: BatchConfig = field(default_factory=BatchConfig)
     run: RunConfig = field(default_factory=RunConfig)
     epoch_length: EpochLengthConfig = field(default_factory=EpochLengthConfig)

@@ -23,24 +23,6 @@ FFCV_DATA = (
 )
 MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside the .beton files
 
-# Hydra flags that print (config, help, info) and run no job: nothing to check on disk for them.
-PRINT_ONLY_FLAGS = (
-    "--cfg",
-    "-c",
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-)
-
-
-def prints_only(argv: list[str]) -> bool:
-    """Whether the command line asks Hydra to print something instead of training."""
-    return any(arg.split("=", 1)[0] in PRINT_ONLY_FLAGS for arg in argv)
-
 
 def check_dataset(cfg: DictConfig) -> None:
     """FFCV installed when the data config needs it; a missing, truncated or foreign ``.beton`` named by the data
@@ -49,10 +31,10 @@ def check_dataset(cfg: DictConfig) -> None:
     set. An image-folder config (``data.root``): both split folders there, and as many class folders as
     ``data.num_classes``. Other data configs (synthetic) pass."""
     data = cfg.get("data") or {}
-    if not needs_ffcv(data.get("_target_")) and _plain_value(data, "root"):
-        if _plain_value(data, "no_aug_from_epoch") is not None:
+    if not needs_ffcv(data.get("_target_")) and plain_value(data, "root"):
+        if plain_value(data, "no_aug_from_epoch") is not None:
             raise UserError(no_aug_message(data.no_aug_from_epoch))
-        command = command_for(Path(data.root), _plain_value(data, "prepare_command"))
+        command = command_for(Path(data.root), plain_value(data, "prepare_command"))
         check_image_folder(Path(data.root), data.get("num_classes"), command)
         return
     ffcv_data = needs_ffcv(data.get("_target_"))
@@ -89,7 +71,7 @@ def command_for(folder: Path, command: str | None) -> str | None:
     return None
 
 
-def _plain_value(data, key: str):
+def plain_value(data, key: str):
     """``data[key]`` when it resolves without Hydra's runtime (else None: the DataModule checks it later)."""
     try:
         return data.get(key)
@@ -144,28 +126,3 @@ def check_num_classes(manifest_path: Path, num_classes: int) -> None:
             f"data.num_classes={num_classes} but the prepared data in {manifest_path.parent} has"
             f" {prepared} classes ({manifest_path.name}): set data.num_classes={prepared}"
         )
-
-
-# torchvision's ImageFolder takes these (torchvision.datasets.folder.IMG_EXTENSIONS), matched case-insensitively
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-
-
-def count_train_images(cfg: DictConfig, up_to: int) -> int | None:
-    """The training images of ``cfg``'s data, counted up to ``up_to`` (an ImageNet tree is 1.28 M files: only
-    whether it holds one global batch matters here); None where the data is not on disk (synthetic) or its
-    path needs Hydra's runtime. A ``.beton`` says its count in its header."""
-    data = cfg.get("data") or {}
-    root = _plain_value(data, "root")
-    if not needs_ffcv(data.get("_target_")) and root:
-        found = 0
-        for folder in sorted(os.scandir(Path(root) / "train"), key=lambda e: e.name):
-            # ImageFolder walks each class folder to any depth, following links
-            for _, _, names in os.walk(folder.path, followlinks=True) if folder.is_dir() else ():
-                found += sum(1 for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
-                if found >= up_to:
-                    return found
-        return found
-    path = _plain_value(data, "train_path")
-    if isinstance(path, str) and path.endswith(".beton") and os.path.isfile(path):
-        return read_num_samples(path, PREPARE.format(out=Path(path).parent))
-    return None

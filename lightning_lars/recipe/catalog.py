@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from lightning_lars.config.compose import PROJECT_ROOT, RECIPES_DIR, recipe_names
+from lightning_lars.config.paths import PROJECT_ROOT, RECIPES_DIR
+from lightning_lars.config.recipes import recipe_names
 
 COLUMNS = ("recipe", "top1", "time", "global_batch", "epochs", "hardware", "source")
 RUN_COLUMNS = ("recipe", "hardware", "epochs", "top-1 (mean +- std, n)", "time", "date", "log or W&B run")

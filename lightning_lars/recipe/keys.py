@@ -1,5 +1,6 @@
 """The recipe keys ``epoch_length`` (how the source counted an epoch) and ``evaluation`` (when it evaluated),
-turned into steps for `lightning_lars.recipe.plan`. Their types and the rules between them are checked when the
+checked where they need the planned run before `lightning_lars.recipe.epoch_steps` turns them into steps for
+`lightning_lars.recipe.plan`. Their types and the rules between them are checked when the
 config is composed (`lightning_lars.config.schema`, `lightning_lars.config.rules`); what needs the planned run
 (the global batch, the total steps) is checked here, one line naming the recipe and the key.
 """
@@ -11,27 +12,8 @@ import math
 from omegaconf import DictConfig
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.recipe.epoch_steps import count_steps_per_epoch, counting_text, evaluation_steps
 from lightning_lars.schedules.scaling import MIN_BN_SPAN, largest_global_size
-
-
-def count_steps_per_epoch(
-    num_images: int, global_batch: int, mode: str, workers: int | None = None, steps: int | None = None
-) -> int:
-    """Optimizer steps in one epoch as the source counted them.
-
-    - ``drop_last``: ``N // B``, every step a full batch (PyTorch ``drop_last=True``, our loaders).
-    - ``padded``: ``ceil(floor(N / W) / (B / W))``: each of the source's ``W`` data-parallel workers reads
-      its shard and pads its last batch. The shard is ``int(N / W)`` as the MXNet code writes it
-      (``get_epoch_size`` in NVIDIA's and Fujitsu's MLPerf ``common/fit.py``); ``W = 1`` is the global
-      ``ceil(N / B)`` of later NVIDIA code.
-    - ``fixed``: the source's own count, ``steps``.
-    """
-    if mode == "drop_last":
-        return num_images // global_batch
-    if mode == "padded":
-        per_worker_batch = global_batch // workers
-        return math.ceil((num_images // workers) / per_worker_batch)
-    return int(steps)
 
 
 def recipe_error(recipe: str, key: str, problem: str) -> UserError:
@@ -55,14 +37,6 @@ def epoch_length(
                 f"({workers}) must divide the global batch"
                 f" {global_batch}: each worker's batch is B / workers",
             )
-        text = (
-            f"padded: ceil(int({num_images} / {workers} workers) / {global_batch // workers} per worker),"
-            " each worker pads its last batch"
-        )
-    elif mode == "fixed":
-        text = f"fixed: the source's {steps} steps per epoch"
-    else:
-        text = f"drop_last: {num_images} // {global_batch}"
     per_epoch = count_steps_per_epoch(num_images, global_batch, mode, workers, steps)
     if per_epoch < 1:
         images = (
@@ -74,7 +48,7 @@ def epoch_length(
             f"recipe {recipe}: {images}, fewer than one global batch of {global_batch} (every step takes a"
             f" full batch): {fitting_batch_advice(cfg, num_images, world, mode, workers, steps)}"
         )
-    return mode, per_epoch, text
+    return mode, per_epoch, counting_text(num_images, global_batch, mode, workers, steps)
 
 
 def fitting_batch_advice(cfg: DictConfig, num_images: int, world: int, mode: str, workers, steps) -> str:
@@ -94,38 +68,20 @@ def fitting_batch_advice(cfg: DictConfig, num_images: int, world: int, mode: str
 
 
 def eval_steps(recipe: str, cfg: DictConfig, epoch_ends: list[int], total_steps: int) -> list[int]:
-    """Completed-update counts after which to evaluate, the final step always among them.
-
-    ``every_n_epochs: k, offset_epochs: o``: after (1-based) epochs o+1, o+1+k, o+1+2k, ... (MLPerf's
-    ``eval_offset``: epoch e, 0-based, is evaluated when e >= o and (e - o) % k == 0).
-    ``every_n_steps: k, offset_steps: o``: after steps o+k, o+2k, ...
-    """
+    """Completed-update counts after which to evaluate (`lightning_lars.recipe.epoch_steps.evaluation_steps`),
+    once the first evaluation is known to come before the run's end."""
     spec = cfg.evaluation  # exactly one period set, offsets >= 0: checked at composition (config.rules)
     every_epochs, every_steps = spec.get("every_n_epochs"), spec.get("every_n_steps")
     offset_epochs, offset_steps = spec.get("offset_epochs") or 0, spec.get("offset_steps") or 0
-    if every_epochs is not None:
-        every = every_epochs
-        offset_at = (
-            epoch_ends[offset_epochs - 1]
-            if 0 < offset_epochs <= len(epoch_ends)
-            else (0 if offset_epochs == 0 else math.inf)
+    first = epoch_ends[offset_epochs - 1] if 0 < offset_epochs <= len(epoch_ends) else math.inf
+    by_epochs = every_epochs is not None
+    if (by_epochs and offset_epochs and first >= total_steps) or (
+        not by_epochs and offset_steps >= total_steps
+    ):
+        key, offset = ("offset_epochs", offset_epochs) if by_epochs else ("offset_steps", offset_steps)
+        raise recipe_error(
+            recipe,
+            f"evaluation.{key}",
+            f"({offset}) is past the run ({total_steps} steps): the first evaluation would never come",
         )
-        if offset_epochs and offset_at >= total_steps:
-            raise recipe_error(
-                recipe,
-                "evaluation.offset_epochs",
-                f"({offset_epochs}) is past the run"
-                f" ({total_steps} steps): the first evaluation would never come",
-            )
-        steps = [epoch_ends[e - 1] for e in range(offset_epochs + 1, len(epoch_ends) + 1, every)]
-    else:
-        every = every_steps
-        if offset_steps >= total_steps:
-            raise recipe_error(
-                recipe,
-                "evaluation.offset_steps",
-                f"({offset_steps}) is past the run"
-                f" ({total_steps} steps): the first evaluation would never come",
-            )
-        steps = list(range(offset_steps + every, total_steps + 1, every))
-    return sorted({s for s in steps if s <= total_steps} | {total_steps})
+    return evaluation_steps(epoch_ends, total_steps, every_epochs, offset_epochs, every_steps, offset_steps)

@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 
-from lightning_lars.config.compose import PACKAGE_DIR, PROJECT_ROOT
+from lightning_lars.config.paths import PACKAGE_DIR, PROJECT_ROOT
 
 LIBRARIES = (
     "torch",

@@ -43,7 +43,7 @@ def job_config(recipe: str) -> str:
     """What ``lightning-lars recipe=NAME --cfg job`` prints."""
     from omegaconf import OmegaConf
 
-    from lightning_lars.config.compose import compose_job
+    from lightning_lars.config.jobs import compose_job
 
     return OmegaConf.to_yaml(compose_job([f"recipe={recipe}"]))
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # helpers.py, for rank 1 too (started w
 
 from helpers import HostReadRecorder  # noqa: E402
 
-from lightning_lars.config.compose import compose_job  # noqa: E402
+from lightning_lars.config.jobs import compose_job  # noqa: E402
 from lightning_lars.training import run  # noqa: E402
 
 LOG_EVERY, MAX_STEPS, TRUST_EVERY = 4, 12, 3

@@ -29,7 +29,7 @@ from resume_runs import (
     reference_run,
 )
 
-from lightning_lars.config.compose import compose_job
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.runtime import checkpoint_io, resume
 from lightning_lars.training.run import run
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from helpers import MAKE, entry_point_env, run
 
-from lightning_lars.config.compose import compose_job
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.config.paths import CONF_DIR
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from lightning_lars.callbacks.monitors.mlperf_log import LOG_FILE
 from mlperf_logging.compliance_checker import mlp_parser
 
-from lightning_lars.config.compose import compose_job
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.report import mlperf
 from lightning_lars.training import run
 

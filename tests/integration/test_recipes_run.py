@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from lightning_lars.config.compose import compose_job, recipe_names
+from lightning_lars.config.jobs import compose_job
+from lightning_lars.config.recipes import recipe_names
 from lightning_lars.models.batch_norm import GroupBatchNorm, batch_norms
 from lightning_lars.training import run
 

@@ -11,7 +11,7 @@ import yaml
 from helpers import run
 from PIL import Image
 
-from lightning_lars.config.compose import RECIPES_DIR
+from lightning_lars.config.paths import RECIPES_DIR
 
 pytestmark = pytest.mark.slow
 

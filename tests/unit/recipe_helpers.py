@@ -11,8 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lightning_lars.config.compose import recipe_names
 from lightning_lars.config.paths import CONF_DIR
+from lightning_lars.config.recipes import recipe_names
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.schedules.build import build_lr_schedule
 

@@ -13,7 +13,7 @@ import pytest
 from hydra.utils import instantiate
 
 from lightning_lars.config import rules, schema
-from lightning_lars.config.compose import compose_job
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.schedules.scaling import scale_lr

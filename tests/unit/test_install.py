@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from lightning_lars.data.checks import prints_only
+from lightning_lars.config.jobs import prints_only
 from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.report import provenance
 

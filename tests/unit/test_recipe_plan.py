@@ -9,10 +9,11 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from lightning_lars.config.compose import recipe_names
+from lightning_lars.config.recipes import recipe_names
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.card import card, named_steps
-from lightning_lars.recipe.keys import count_steps_per_epoch, eval_steps
+from lightning_lars.recipe.epoch_steps import count_steps_per_epoch
+from lightning_lars.recipe.keys import eval_steps
 from lightning_lars.recipe.plan import check_command_line
 from lightning_lars.training.recipe_plan import plan_recipe
 

@@ -8,7 +8,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from lightning_lars.config.compose import RECIPES_DIR
+from lightning_lars.config.paths import RECIPES_DIR
 from lightning_lars.recipe import catalog
 from tests.unit.recipe_helpers import RECIPES, build_optimizer, build_schedule, recipe
 

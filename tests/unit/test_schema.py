@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from lightning_lars.config import groups, schema
-from lightning_lars.config.compose import compose_job, to_yaml
+from lightning_lars.config.jobs import compose_job, to_yaml
 from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm, as a run does)
 from lightning_lars.config.rules import check_trainer
-from lightning_lars.config.trainer_arguments import TRAINER_ARGUMENTS, TRAINER_TARGET
+from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 from lightning_lars.training.target_checks import (
     available_accelerators,

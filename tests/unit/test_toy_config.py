@@ -7,8 +7,9 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import lightning_lars.models  # noqa: F401  (the ${at_least_model_min:} resolver the toy config reads)
-from lightning_lars.config.compose import compose_job, recipe_names
+from lightning_lars.config.jobs import compose_job
 from lightning_lars.config.paths import CONF_DIR
+from lightning_lars.config.recipes import recipe_names
 from lightning_lars.recipe.plan import make_plan
 
 

@@ -10,7 +10,8 @@ from typing import Literal, Union, get_args, get_origin
 import lightning.pytorch as pl
 import pytest
 
-from lightning_lars.config.trainer_arguments import ANYTHING, TRAINER_ARGUMENTS, accepts
+from lightning_lars.config.trainer_arguments import accepts
+from lightning_lars.config.trainer_signature import ANYTHING, TRAINER_ARGUMENTS
 
 
 def accepted_by_annotation(annotation):

@@ -1,0 +1,62 @@
+"""The recipes Hydra composes from: ours stored in its ConfigStore as the ``recipe`` group, and a user's own found
+in the ``recipe/`` folders of their ``hydra.searchpath``."""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from lightning_lars.config import override_text, recipe_source
+from lightning_lars.config.paths import RECIPES_DIR
+from lightning_lars.core.errors import UserError
+
+
+# The recipes are Hydra's ``recipe`` group: stored in Hydra's ConfigStore from RECIPES_DIR (the top-level recipes/
+# of a checkout, lightning_lars/recipes in the wheel), so no conf/recipe folder or link is needed. A user's own
+# recipes come from the recipe/ folders of their hydra.searchpath, as files.
+def register_recipes() -> None:
+    store = ConfigStore.instance()
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        store.store(group="recipe", name=path.stem, node=OmegaConf.load(path), package="_global_")
+
+
+register_recipes()
+recipe_source.install()  # a user's recipe file needs no `# @package _global_` line
+
+
+def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Our recipes plus those in ``extra_dirs`` (the ``recipe/`` folders of a user's ``hydra.searchpath``)."""
+    return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
+
+
+def searchpath_overrides(overrides: list[str]) -> list[str]:
+    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
+    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
+
+
+def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
+    """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
+    folders = []
+    for override in searchpath_overrides(overrides):
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
+            raise UserError(override_text.parse_error_line([override])) from None
+        for entry in value if isinstance(value, list) else [value]:
+            scheme, _, where = str(entry).rpartition("://")
+            if scheme == "pkg":
+                package, _, sub = where.partition("/")
+                try:
+                    folders.append(Path(str(importlib.resources.files(package))) / sub / "recipe")
+                except ModuleNotFoundError:
+                    raise UserError(
+                        f"hydra.searchpath names the package {package}, which is not installed"
+                    ) from None
+            else:  # file:// or a plain path
+                folders.append(Path(where) / "recipe")
+    return tuple(folders)
