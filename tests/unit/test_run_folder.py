@@ -41,15 +41,16 @@ def test_a_live_process_holds_its_folder_and_its_death_frees_it(tmp_path, monkey
     assert run_folder.live_holder(tmp_path) is None
 
 
-# The run forks a worker (a DataLoader's), prints its pid, and waits to be killed; the worker lives on.
+# The run forks a worker (a DataLoader's) and waits to be killed; the worker lives on. The worker prints its own
+# pid, so the test reads it only once the worker runs (past the fork handlers), as a DataLoader's workers do long
+# before any kill: the parent printing the pid let a loaded machine's test look before the child ever ran.
 HOLDER_WITH_WORKER = """import os, sys, time
 from lightning_lars.runtime import run_folder
 run_folder.hold(sys.argv[1])
-worker = os.fork()
-if worker == 0:
+if os.fork() == 0:
+    print(os.getpid(), flush=True)
     time.sleep(600)
     os._exit(0)
-print(worker, flush=True)
 time.sleep(600)
 """
 
