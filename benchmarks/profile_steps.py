@@ -61,25 +61,33 @@ def part_of(action: str, our_callbacks: set[str]) -> str | None:
 def summarise(events, our_callbacks: set[str]) -> tuple[int, dict[str, dict[str, float]]]:
     """(steps, ms per step per part, host and device) from the profiler's events. The recording window cuts
     through a step (a backward can be recorded without the optimizer step that began before it), so only
-    events inside the span from the first recorded optimizer step's start to the last one's end count."""
+    events inside the span from the first recorded optimizer step's start to the last one's end count. Ranges
+    nest (the optimizer step's closure runs forward and backward; a callback hook such as
+    ``on_before_optimizer_step`` runs inside the step): each part gets its ranges' own time, less the time of the
+    counted ranges directly inside them, so that every moment is counted once."""
     ours = [e for e in events if e.name.startswith(PROFILED)]
     steps = [e for e in ours if part_of(e.name[len(PROFILED) :], our_callbacks) == "optimizer"]
     if not steps:
         return 0, {}
     first, last = min(e.time_range.start for e in steps), max(e.time_range.end for e in steps)
-    host, device = defaultdict(float), defaultdict(float)
+    counted = []  # (start, end, part, device us) of the ranges inside the window that belong to a part
     for event in ours:
         part = part_of(event.name[len(PROFILED) :], our_callbacks)
-        if part is None or event.time_range.start < first or event.time_range.end > last:
-            continue
-        host[part] += event.time_range.elapsed_us() / 1e3  # the range's own span, not its threads' sum
-        device[part] += getattr(event, "device_time_total", 0.0) / 1e3
-    for nested in (
-        "forward",
-        "backward",
-    ):  # the optimizer step runs them in its closure (automatic optimization)
-        host["optimizer"] -= host[nested]
-        device["optimizer"] -= device[nested]
+        if part is not None and first <= event.time_range.start and event.time_range.end <= last:
+            span = event.time_range
+            counted.append((span.start, span.end, part, getattr(event, "device_time_total", 0.0)))
+    host, device = defaultdict(float), defaultdict(float)
+    enclosing: list[tuple] = []  # the ranges open at the current start, outermost first
+    for start, end, part, device_us in sorted(counted, key=lambda r: (r[0], -r[1])):
+        while enclosing and enclosing[-1][1] <= start:
+            enclosing.pop()
+        host[part] += (end - start) / 1e3  # the range's own span, not its threads' sum
+        device[part] += device_us / 1e3
+        if enclosing:  # its time is its own, not also its parent's
+            parent = enclosing[-1][2]
+            host[parent] -= (end - start) / 1e3
+            device[parent] -= device_us / 1e3
+        enclosing.append((start, end, part))
     wall = (last - first) / 1e3
     filled = sum(device.values()) if any(device.values()) else sum(host.values())
     count = len(steps)

@@ -123,6 +123,7 @@ def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
     assert {"forward", "backward", "optimizer", "data", "our callbacks", "idle", "wall"} <= set(parts)
     assert all(parts[p]["host_ms"] > 0 for p in ("forward", "backward", "optimizer", "our callbacks"))
     # nested ranges counted once: the parts fit in the steps' wall time (the optimizer's closure runs forward
-    # and backward; counted twice they would exceed it)
+    # and backward, callback hooks run inside the step; counted twice they would exceed it, by more on a busy
+    # machine); 1 ns of rounding allowed
     busy = sum(ms["host_ms"] for part, ms in parts.items() if part not in ("wall", "idle"))
-    assert busy <= parts["wall"]["host_ms"] * 1.01 and parts["forward"]["host_ms"] < busy
+    assert busy <= parts["wall"]["host_ms"] + 1e-6 and parts["forward"]["host_ms"] < busy
