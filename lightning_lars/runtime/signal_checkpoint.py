@@ -10,8 +10,10 @@ which steps that loses), and SIGTERM save and exit 143.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -37,6 +39,12 @@ from lightning_lars.runtime.preemption import (
 # its own SLURM requeue save does: our checkpoints are always full (exact resume). Only that record is dropped.
 logging.getLogger("lightning.pytorch.trainer.connectors.checkpoint_connector").addFilter(
     lambda record: "`weights_only` was not set" not in record.getMessage()
+)
+
+
+# Said at once on the first Ctrl-C: the save waits for the step to end (seconds on a big model).
+FIRST_CTRL_C = (
+    "Ctrl-C: saving at the end of this step, then stopping (Ctrl-C again: stop now, without a save)\n"
 )
 
 
@@ -96,6 +104,7 @@ class SignalCheckpoint(L.Callback):
         self.received: int | None = None  # the signal this rank acts on: the first of `signums` it has seen
         self._interrupted = False  # a Ctrl-C came: the next one stops at once
         self.aborted = False  # the second Ctrl-C came: the run stopped without a save
+        self._says_first_ctrl_c = False  # global rank 0 only: every rank of a terminal's job gets the Ctrl-C
         self._displaced: dict[int, Any] = {}  # signal -> the handler ours replaced (Lightning's, submitit's)
         self._step_seen = -1
 
@@ -103,6 +112,7 @@ class SignalCheckpoint(L.Callback):
         # Lightning registers its handlers right before training starts (submitit before the job runs), so
         # they are in place here.
         self._step_seen = trainer.global_step
+        self._says_first_ctrl_c = trainer.is_global_zero
         self._next_check = trainer.global_step + 1  # the first agreement measures the first step's time
         self._checked = None  # the clock starts with the first batch (on_train_batch_start)
         if threading.current_thread() is not threading.main_thread():
@@ -118,6 +128,10 @@ class SignalCheckpoint(L.Callback):
                 self.aborted = True  # the entry point says what was lost and exits 130 (abort_message)
                 raise KeyboardInterrupt
             self._interrupted = True
+            # to fd 2 in one write: a print here could land inside the main thread's own print
+            if self._says_first_ctrl_c:
+                with contextlib.suppress(OSError):
+                    os.write(2, FIRST_CTRL_C.encode())
         if self.received is None or self.signums.index(signum) < self.signums.index(self.received):
             self.received = signum
 
