@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
-from pathlib import Path
 from queue import Empty
 
 import lightning as L
@@ -41,7 +40,6 @@ from lightning_lars.optim.param_groups import FSDP1_PREFIX, param_groups
 from lightning_lars.parallel.fsdp import FSDP1Strategy, FSDP2Strategy
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 WORLD, PER_RANK, STEPS, WEIGHT_DECAY = 2, 4, 4, 1e-2
 # fp32 on both sides. The two runs sum the same per-sample gradients in a different order (autograd over
 # the concatenated halves vs an all-reduce of two half-batch means): ~1e-7 relative in each gradient,

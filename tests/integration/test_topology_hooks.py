@@ -8,7 +8,6 @@ weights must be bitwise equal.
 """
 
 import os
-from pathlib import Path
 from unittest import mock
 
 import lightning as L
@@ -22,7 +21,6 @@ from topology_workers import DEVICES, NET, NODES, compare
 from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_hooks_average_like_ddp_and_train_like_ddp_on_a_2x2_grid():

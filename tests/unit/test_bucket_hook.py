@@ -1,7 +1,6 @@
 """The grouped all-reduce hook in one gloo process: grouping, averaging, norms, config."""
 
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +18,6 @@ from lightning_lars.parallel.bucket_hook import (
     register,
 )
 from lightning_lars.parallel.strategy import BucketedDDPStrategy
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

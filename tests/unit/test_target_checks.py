@@ -7,7 +7,6 @@ own validation, an optimizer's hyperparameters with the optimizer built for real
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import lightning as L
 import pytest
@@ -29,7 +28,6 @@ from lightning_lars.training.target_checks import (
     check_optimizer,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 QUIET_TRAINER = {
     "logger": False,
     "enable_checkpointing": False,

@@ -1,7 +1,5 @@
 """Grid hooks and weight-update sharding without processes: settings, grid resolution, ownership."""
 
-from pathlib import Path
-
 import pytest
 import torch
 from helpers import group_config
@@ -11,8 +9,6 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.sharded_update import ShardedUpdate, assign_owners
 from lightning_lars.parallel.strategy import BucketedDDPStrategy
 from lightning_lars.parallel.topology_hooks import HierarchicalAllReduceState, Torus2DAllReduceState
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
