@@ -80,9 +80,10 @@ def check_keys(node: Any, where: str = "") -> None:
 def check_bounds(key: str, value: Any, at_least: int, at_most: int | None = None) -> None:
     """A sized field's bounds (the schema's ``metadata``): ``batch.max_per_device=0`` or ``seed=-3`` would be
     accepted by torch and Lightning and train nothing, or divide by zero later."""
-    if not _is_left_to_the_run(value) and not at_least <= value <= (value if at_most is None else at_most):
-        wanted = f"an integer >= {at_least}" if at_most is None else f"an integer in {at_least}..{at_most}"
-        raise UserError(f"{key}={_text(value)}: expected {wanted}")
+    if _is_left_to_the_run(value) or (at_least <= value and (at_most is None or value <= at_most)):
+        return
+    wanted = f"an integer >= {at_least}" if at_most is None else f"an integer in {at_least}..{at_most}"
+    raise UserError(f"{key}={_text(value)}: expected {wanted}")
 
 
 def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
