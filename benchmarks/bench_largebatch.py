@@ -140,8 +140,9 @@ def manifest_images(data: Path) -> dict[str, int]:
     return {s: v["num_images"] for s, v in manifest["splits"].items()} | {"classes": manifest["num_classes"]}
 
 
-def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
-    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds."""
+def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[float], float]:
+    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds.
+    ``callbacks``: more Lightning callbacks for the run (a probe)."""
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
@@ -160,7 +161,7 @@ def train_once(overrides: list[str], seed: int) -> tuple[list[float], float]:
     started = time.perf_counter()
     trainer, module, datamodule, _ = run.build(cfg)
     curve = Curve()
-    trainer.callbacks.append(curve)
+    trainer.callbacks += [curve, *callbacks]
     try:
         trainer.fit(module, datamodule=datamodule)
     except DivergenceError:

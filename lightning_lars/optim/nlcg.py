@@ -60,6 +60,14 @@ class NLCG(LayerwiseOptimizer):
                    step direction = (1 - c) d - c * (b / b') * d_prev      # takes back part of the last step
         w += lr * b * (step direction, else d)                        # 7. b starts at 1
 
+    At small steps the authors' ``+ 1e-8`` in the two numerators of step 3 takes over: each update takes about
+    1e-8 / (<s, H s> + 1e-8) off every entry of H whose own terms are small, and once the LR has fallen far
+    enough that <s, H s> is ~1e-6, entries reach 0 and P = 1 / (H + 1e-8) ~1e8 within a few dozen steps.
+    Measured on 5,000 photographs (resnet10t, 4.9 M parameters, batch 125, LR at 1/1000 of its peak):
+    <s, H s> 3e-7..2e-6, H's smallest entry 0.93 -> 2e-7 in 49 steps, the weights' largest entry 1.5 -> 95 in
+    the next 20; BN kept the training loss flat while the evaluation, on running statistics, fell to 22 %
+    top-1 (the same seed without the two 1e-8: 59.8 %). Kept as written: the recipe tests the authors' method.
+
     The loss EMAs are kept per rank; they are linear in L, so the check averages them over ``loss_group``
     (one 2-element all_reduce every `period` steps) and every rank makes the same decision.
 
@@ -88,6 +96,7 @@ class NLCG(LayerwiseOptimizer):
     """
 
     couples_all_tensors = True
+    numerator_eps = EPS  # the 1e-8 added to each element's numerators in step 3 (a probe's control sets 0)
 
     def __init__(
         self,
@@ -251,14 +260,15 @@ class NLCG(LayerwiseOptimizer):
             s += torch._foreach_mul(tensors.state["direction"], base_lr * group["lr"])
         hs = torch._foreach_mul(h, s)
         ys, shs = global_dots([(y, s), (s, hs)], params, self.shard_group)
+        self.curvature = torch.stack([ys, shs])  # <y, s>, <s, H s> of this step, for probes (no host sync)
         update = (ys >= EPS) & (shs >= EPS)  # core lines 151-154: else H stays
         ys, shs = torch.where(update, ys, 1.0), torch.where(update, shs, 1.0)  # finite when unused
         correction = torch._foreach_mul(hs, s)
         torch._foreach_mul_(correction, h)
-        torch._foreach_add_(correction, EPS)
+        torch._foreach_add_(correction, self.numerator_eps)
         torch._foreach_mul_(correction, 1.0 / (shs + EPS))
         new_h = torch._foreach_mul(y, y)
-        torch._foreach_add_(new_h, EPS)
+        torch._foreach_add_(new_h, self.numerator_eps)
         torch._foreach_mul_(new_h, 1.0 / (ys + EPS))
         torch._foreach_sub_(new_h, correction)
         torch._foreach_add_(new_h, h)

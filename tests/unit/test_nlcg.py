@@ -257,3 +257,23 @@ def test_weight_update_sharding_refuses_nlcg():
             ShardedUpdate(NLCG(small_mlp().parameters()))
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("numerator_eps", [NLCG.numerator_eps, 0.0])
+def test_at_small_steps_the_numerators_1e8_wears_down_h_where_the_gradient_is_zero(numerator_eps):
+    """The fall of "Runs of ours" in miniature: with a tiny step <s, H s> is small, so the authors' 1e-8 in the
+    correction's numerator takes ~1e-8 / <s, H s> off every entry of H each update, also where y = s = 0;
+    without it (the probe's control) those entries keep H = 1, as the BFGS update without the term says."""
+    generator = torch.Generator().manual_seed(0)
+    w = torch.nn.Parameter(torch.ones(2000, dtype=torch.float64))
+    optimizer = NLCG([{"params": [w], "trust_adaptation": False}], lr=1e-4, line_search="none")
+    optimizer.numerator_eps = numerator_eps
+    for _ in range(40):
+        w.grad = torch.zeros_like(w)
+        w.grad[:20] = torch.randn(20, generator=generator, dtype=torch.float64)  # the rest never move
+        optimizer.step()
+    untouched = optimizer.state[w]["h_diag"][20:]
+    if numerator_eps:
+        assert untouched.max() < 0.9 and untouched.min() == untouched.max()
+    else:
+        assert torch.equal(untouched, torch.ones_like(untouched))
