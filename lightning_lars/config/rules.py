@@ -44,7 +44,8 @@ def check(cfg: DictConfig) -> None:
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     # a recipe of the user's that sets one: said before a schema would call it unknown
     for key in SET_BY_THE_RUN:
-        if _raw(values, key) is not None:
+        group, _, name = key.partition(".")  # each a group's key (optimizer.lr)
+        if (values.get(group) or {}).get(name) is not None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
     check_trainer(values)
@@ -115,15 +116,6 @@ def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
         )
         if typed_bool and not isinstance(value, bool) and value is not None and "${" not in str(value):
             raise UserError(f"{key}={_text(value)}: expected true or false")
-
-
-def _raw(values: dict, dotted_key: str) -> Any:
-    node: Any = values
-    for part in dotted_key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _is_left_to_the_run(value: Any) -> bool:
