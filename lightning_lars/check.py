@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from lightning_lars.config.compose import check_overrides
+from lightning_lars.config.compose import compose_command_line
 from lightning_lars.config.paths import PROJECT_ROOT, is_checkout, run_root
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog, published
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.seeds < 1:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
-        cfg = check_overrides([f"recipe={args.recipe}", *args.overrides])
+        cfg = compose_command_line([f"recipe={args.recipe}", *args.overrides])[0]
         target, source = target_of(cfg)
         statistic = published.statistic_of(cfg.get("published"))
         count = published.source_epoch_count(cfg.get("published"))

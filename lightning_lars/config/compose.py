@@ -22,11 +22,6 @@ from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS
 from lightning_lars.core.errors import UserError
 
 
-def check_overrides(overrides: list[str]) -> DictConfig:
-    """Compose once with the user's overrides and turn Hydra's multi-line failures into one-line errors."""
-    return compose_command_line(overrides)[0]
-
-
 def compose_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
     """The composed config and the overrides as Hydra must get them: a ``trainer.KEY=value`` that Lightning's
     Trainer takes but the config does not set yet gets its ``+`` here (``trainer.max_steps=1`` works as a Trainer

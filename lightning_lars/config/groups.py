@@ -25,6 +25,16 @@ from omegaconf import MISSING, OmegaConf
 from lightning_lars.config import run_groups
 
 Number = float | int
+# A learning rate <= 0 "trains" and diverges or stands still; a warmup may start from 0 and a decay end at 0.
+LEARNING_RATE = {"above": 0, "what": "a learning rate"}
+LEARNING_RATE_OR_0 = {"at_least": 0, "what": "a learning rate"}
+# SGD's, LARS's and RMSprop's momentum buffer grows without bound at 1 (torch's SGD takes 1)
+MOMENTUM = {
+    "at_least": 0,
+    "below": 1,
+    "what": "momentum",
+    "note": "0.9 is the usual; 1 never forgets a gradient",
+}
 
 
 class Implementation(StrEnum):
@@ -69,14 +79,14 @@ class Optimizer:
 @dataclass
 class SGDOptimizer(Optimizer):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("dampening", "maximize", "foreach", "differentiable", "fused")
-    momentum: Number = 0.9
+    momentum: Number = field(default=0.9, metadata=MOMENTUM)
     nesterov: bool = False
     weight_decay: Number = 1e-4  # on tensors the model's exclusion rule keeps
 
 
 @dataclass
 class LarsOptimizer(Optimizer):
-    momentum: Number = 0.9
+    momentum: Number = field(default=0.9, metadata=MOMENTUM)
     weight_decay: Number = 1e-4  # on tensors the exclusion rule keeps; 0 on the excluded ones
     trust_coefficient: Number = 0.001  # eta
     eps: Number = 0.0
@@ -123,8 +133,8 @@ class NlcgOptimizer(Optimizer):
 
 @dataclass
 class RmspropWarmupOptimizer(Optimizer):
-    rmsprop_lr: Number = 3e-4
-    momentum: Number = 0.9
+    rmsprop_lr: Number = field(default=3e-4, metadata=LEARNING_RATE)
+    momentum: Number = field(default=0.9, metadata=MOMENTUM)
     alpha: Number = 0.99  # RMSprop's moving-average decay
     eps: Number = 1e-8
     weight_decay: Number = 1e-4
@@ -137,7 +147,7 @@ class Scheduler:
 
     _target_: str = MISSING
     _partial_: bool = True
-    base_lr: Number = MISSING
+    base_lr: Number = field(default=MISSING, metadata=LEARNING_RATE)
     base_batch: int = 256
 
 
@@ -152,7 +162,7 @@ class FujitsuScheduler(Scheduler):
 @dataclass
 class MxnetPolyScheduler(Scheduler):
     warmup_epochs: Number = MISSING
-    end_lr: Number = 1e-4
+    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 
 
@@ -161,7 +171,7 @@ class PiecewiseScheduler(Scheduler):
     boundaries: list[Any] = MISSING  # epochs
     multipliers: list[Any] = MISSING  # one more than boundaries
     warmup_epochs: Number = 0
-    start_lr: Number = 0.0
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
 
 
 @dataclass
@@ -172,22 +182,22 @@ class TfLarsPolyScheduler(Scheduler):
     global_batch: int = MISSING
     source_num_train_images: int | None = None  # N and B at which the source counted total_steps: a run of
     source_global_batch: int | None = None  # other N / B (debug=toy) spans the same TF epochs
-    end_lr: Number = 1e-4
+    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 
 
 @dataclass
 class WarmupCaffePolyScheduler(Scheduler):
     warmup_epochs: Number = 5
-    start_lr: Number = 0.0
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 
 
 @dataclass
 class WarmupLinearScheduler(Scheduler):
     warmup_epochs: Number = 5
-    start_lr: Number = 0.0
-    end_lr: Number = 0.0
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
     warmup_steps: int | None = None  # lengths in steps where the source publishes steps
     total_steps: int | None = None
 
@@ -195,8 +205,8 @@ class WarmupLinearScheduler(Scheduler):
 @dataclass
 class WarmupPolyScheduler(Scheduler):
     warmup_epochs: Number = 5
-    start_lr: Number = 0.0
-    end_lr: Number = 0.0
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 
 
@@ -204,15 +214,15 @@ class WarmupPolyScheduler(Scheduler):
 class WarmupPolyStepsScheduler(Scheduler):
     warmup_steps: int = MISSING
     total_steps: int = MISSING
-    start_lr: Number = 0.0
-    end_lr: Number = 1e-4
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 
 
 @dataclass
 class WarmupStepScheduler(Scheduler):
     warmup_epochs: Number = 5
-    start_lr: Number = 0.0
+    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
     milestones: list[Any] = field(default_factory=lambda: [30, 60, 80])  # epochs
     gamma: Number = 0.1  # LR factor at each milestone
 

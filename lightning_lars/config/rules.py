@@ -1,8 +1,8 @@
 """What the typed schemas (`lightning_lars.config.schema`, `lightning_lars.config.groups`) cannot say, checked on
 the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, a bool given as a number,
-the bounds a schema field declares in its ``metadata``, keys read only in one mode, one of two keys, the trainer
-keys that ``evaluation`` replaces, and the Trainer's values (`trainer_arguments`). Each failure is a one-line
-`UserError` naming the key and the fix.
+the bounds a schema field declares in its ``metadata`` (counts, learning rates, momentum), keys read only in one
+mode, one of two keys, the trainer keys that ``evaluation`` replaces, and the Trainer's values
+(`trainer_arguments`). Each failure is a one-line `UserError` naming the key and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
@@ -10,10 +10,11 @@ Values are read unresolved: an interpolation (``${...}``) is left to the run, wh
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.nodes import BooleanNode
+from omegaconf.nodes import BooleanNode, ValueNode
 
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
@@ -22,8 +23,15 @@ from lightning_lars.config.trainer_arguments import accepts, describe, unknown_a
 from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 
-# Lightning's "no limit" is -1; any other value below 1 trains nothing.
-NO_LIMIT_ARGUMENTS = ("max_epochs", "max_steps")
+# Trainer arguments where Lightning's -1 means "no limit" (the epochs, the steps) or "all of this node's" (the
+# devices): any other value below 1 trains nothing, or is refused by Lightning once the run has started.
+AT_LEAST_1_OR_ALL = {
+    "max_epochs": "an integer >= 1 (or -1: no limit)",
+    "max_steps": "an integer >= 1 (or -1: no limit)",
+    "devices": "a number of devices >= 1, -1 (all of this node's), auto, or a list of device ids such as [0,1]",
+}
+# A schema field's bounds (`lightning_lars.config.run_groups`), each as the test a value passes
+BOUNDS = {"at_least": operator.ge, "above": operator.gt, "at_most": operator.le, "below": operator.lt}
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
 REPLACED_BY_EVALUATION = {
     "check_val_every_n_epoch": "set evaluation.every_n_epochs (and evaluation.offset_epochs) instead",
@@ -36,11 +44,11 @@ def check(cfg: DictConfig) -> None:
     values = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     # a recipe of the user's that sets one: said before a schema would call it unknown
     for key in SET_BY_THE_RUN:
-        if _raw(values, key) is not None:
+        group, _, name = key.partition(".")  # each a group's key (optimizer.lr)
+        if (values.get(group) or {}).get(name) is not None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
     check_trainer(values)
-    check_training_values(values)
     compile_mode((values.get("model") or {}).get("compile"))
     check_epoch_length(values["epoch_length"])
     check_evaluation(values["evaluation"])
@@ -72,18 +80,30 @@ def check_keys(node: Any, where: str = "") -> None:
                 " the recipe)"
             )
         child = node._get_node(key)
-        if fields and "at_least" in fields.get(key, {}) and not isinstance(child, (DictConfig, ListConfig)):
-            check_bounds(full_key, child._value(), **fields[key])
+        if fields and fields.get(key) and not isinstance(child, (DictConfig, ListConfig)):
+            value = child._value()
+            check_bounds(full_key, value._value() if isinstance(value, ValueNode) else value, **fields[key])
         check_keys(child, full_key)
 
 
-def check_bounds(key: str, value: Any, at_least: int, at_most: int | None = None) -> None:
-    """A sized field's bounds (the schema's ``metadata``): ``batch.max_per_device=0`` or ``seed=-3`` would be
-    accepted by torch and Lightning and train nothing, or divide by zero later."""
-    if _is_left_to_the_run(value) or (at_least <= value and (at_most is None or value <= at_most)):
+def check_bounds(key: str, value: Any, what: str = "", note: str = "", **bounds: Any) -> None:
+    """A field's bounds (the schema's ``metadata``), which torch and Lightning would accept and then train badly
+    with: ``batch.max_per_device=0`` or ``seed=-3`` trains nothing or divides by zero later, a learning rate <= 0
+    diverges or stands still, momentum 1 never forgets a gradient. ``what``: the value, where it is no count."""
+    if _is_left_to_the_run(value) or all(BOUNDS[name](value, bound) for name, bound in bounds.items()):
         return
-    wanted = f"an integer >= {at_least}" if at_most is None else f"an integer in {at_least}..{at_most}"
-    raise UserError(f"{key}={_text(value)}: expected {wanted}")
+    low, high = bounds.get("at_least", bounds.get("above")), bounds.get("at_most", bounds.get("below"))
+    if high is None:
+        wanted = f"{'>=' if 'at_least' in bounds else '>'} {low}"
+    elif not what:  # an integer's range, both ends included
+        wanted = f"in {low}..{high}"
+    else:
+        wanted = (
+            f"in {'[' if 'at_least' in bounds else '('}{low}, {high}{']' if 'at_most' in bounds else ')'}"
+        )
+    if not what:
+        raise UserError(f"{key}={_text(value)}: expected an integer {wanted}")
+    raise UserError(f"{key}={_text(value)}: {what} must be {wanted}{f' ({note})' if note else ''}; set {key}")
 
 
 def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
@@ -96,15 +116,6 @@ def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
         )
         if typed_bool and not isinstance(value, bool) and value is not None and "${" not in str(value):
             raise UserError(f"{key}={_text(value)}: expected true or false")
-
-
-def _raw(values: dict, dotted_key: str) -> Any:
-    node: Any = values
-    for part in dotted_key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _is_left_to_the_run(value: Any) -> bool:
@@ -130,46 +141,16 @@ def check_trainer(values: dict) -> None:
         accepted = TRAINER_ARGUMENTS[key]
         if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
             raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")
-        if key in NO_LIMIT_ARGUMENTS and isinstance(value, int) and value < 1 and value != -1:
-            raise UserError(f"trainer.{key}={_text(value)}: expected an integer >= 1 (or -1: no limit)")
+        if key in AT_LEAST_1_OR_ALL and _number(value) and value < 1 and value != -1:
+            raise UserError(f"trainer.{key}={_text(value)}: expected {AT_LEAST_1_OR_ALL[key]}")
 
 
 def _text(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# LR keys that may be 0: a warmup that starts from 0, a decay that ends at 0. Every other LR must be > 0.
-ZERO_LR_OK = ("start_lr", "end_lr")
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_training_values(values: dict) -> None:
-    """Values Lightning and torch would take and then train badly with, or fail on mid-start: a learning rate
-    <= 0 (the run "trains" and diverges or stands still), momentum outside [0, 1) (SGD's and LARS's buffer
-    grows without bound at 1), and ``trainer.devices=0`` (Lightning refuses it after the run has started)."""
-    for group in ("scheduler", "optimizer"):
-        for key, value in (values.get(group) or {}).items():
-            if not (key == "lr" or key.endswith("_lr")) or not _number(value):
-                continue
-            zero_ok = key in ZERO_LR_OK
-            if value < 0 or (value == 0 and not zero_ok):
-                wanted = ">= 0" if zero_ok else "> 0"
-                raise UserError(f"{group}.{key}={value}: a learning rate must be {wanted}; set {group}.{key}")
-    momentum = _raw(values, "optimizer.momentum")
-    if _number(momentum) and not 0 <= momentum < 1:
-        raise UserError(
-            f"optimizer.momentum={momentum}: expected a value in [0, 1) (0.9 is the usual; 1 never forgets a"
-            " gradient); set optimizer.momentum"
-        )
-    devices = _raw(values, "trainer.devices")
-    if _number(devices) and (devices == 0 or devices < -1):
-        raise UserError(
-            f"trainer.devices={devices}: expected a number of devices >= 1, -1 (all of this node's), auto, or a"
-            " list of device ids such as [0,1]"
-        )
 
 
 def compile_mode(value: Any, device_type: str | None = None) -> str | None:

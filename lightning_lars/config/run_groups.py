@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
-# A field's bounds, which `lightning_lars.config.rules` checks as the config is composed: an integer >= at_least
-# (and <= at_most where given). OmegaConf types a field but has no range.
+# A field's bounds, which `lightning_lars.config.rules` checks as the config is composed (OmegaConf types a field
+# but has no range): a lower bound, ``at_least`` or ``above`` (exclusive), and optionally an upper one, ``at_most``
+# or ``below`` (exclusive); ``what`` names a value that is no integer count, ``note`` says what is usual.
 POSITIVE = {"at_least": 1}
 
 Number = float | int

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from lightning_lars.config.schema import unknown_key
+from lightning_lars.config import schema
 from lightning_lars.config.trainer_signature import ANYTHING, TRAINER_ARGUMENTS
 
 
@@ -24,12 +24,11 @@ def accepts(accepted: tuple | str, value) -> bool:
 
 
 def describe(accepted: tuple | str) -> str:
-    """``an integer or null``, ``true or false``, ``one of 64, 32, ...``: what a user may write."""
-    words = {int: "an integer", float: "a number", bool: "true or false", str: "text", None: "null"}
-    return (
-        " or ".join(words[a] if a in words else repr(a) for a in accepted)
-        if accepted != ANYTHING
-        else "anything"
+    """``an integer or null``, ``true or false or 'warn'``: what a user may write, in `schema.describe`'s words."""
+    if accepted == ANYTHING:
+        return "anything"
+    return " or ".join(
+        "null" if a is None else schema.describe(a) if isinstance(a, type) else repr(a) for a in accepted
     )
 
 
@@ -37,4 +36,4 @@ def unknown_argument(name: str) -> str:
     """The one-line error for ``trainer.<name>``, with the nearest real argument (``max_step``: ``max_steps``)."""
     nearest = difflib.get_close_matches(name, TRAINER_ARGUMENTS, n=1)
     hint = f"did you mean trainer.{nearest[0]}?" if nearest else "remove it or fix its spelling"
-    return unknown_key(f"trainer.{name}", why=f"Lightning's Trainer takes no such argument; {hint}")
+    return schema.unknown_key(f"trainer.{name}", why=f"Lightning's Trainer takes no such argument; {hint}")

@@ -40,18 +40,12 @@ def check_dataset(cfg: DictConfig) -> None:
     ffcv_data = needs_ffcv(data.get("_target_"))
     if ffcv_data and not _installed("ffcv"):  # not installed: said first, as `make prepare` needs FFCV too
         require_ffcv(*FFCV_DATA)
-    try:
-        command = data.get("prepare_command", "make prepare src=<imagefolder> out=<dir>")
-        paths = [data.get(key) for key in ("train_path", "val_path")]
-        num_classes = data.get("num_classes")
-    except OmegaConfBaseException:  # a path that needs Hydra's runtime: the DataModule checks it later
-        paths, num_classes = [], None
+    paths = [plain_value(data, key) for key in ("train_path", "val_path")]
     betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
     for path in betons:
-        read_num_samples(
-            path, command_for(Path(path).parent, command) or PREPARE.format(out=Path(path).parent)
-        )
-    if betons and isinstance(num_classes, int):
+        command = command_for(Path(path).parent, plain_value(data, "prepare_command"))
+        read_num_samples(path, command or PREPARE.format(out=Path(path).parent))
+    if betons and isinstance(num_classes := plain_value(data, "num_classes"), int):
         check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
     # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with
     # numba: after the file checks, which need no FFCV.

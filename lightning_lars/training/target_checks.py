@@ -8,8 +8,13 @@ from __future__ import annotations
 import difflib
 import re
 
+import timm
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.accelerators import AcceleratorRegistry
 from omegaconf import DictConfig
 
+import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
 from lightning_lars.config.rules import compile_mode
 from lightning_lars.core.errors import UserError
 
@@ -25,10 +30,6 @@ def check(cfg: DictConfig) -> None:
 
 def check_compile(mode, accelerator) -> None:
     """CUDA graphs on a run without CUDA, before anything is built."""
-    if mode in (False, None):
-        return
-    import torch  # heavy: only for a compiled run
-
     on_gpu = accelerator in GPU_NAMES or (accelerator in (None, "auto") and torch.cuda.is_available())
     compile_mode(mode, "cuda" if on_gpu else "cpu" if accelerator in (None, "auto") else str(accelerator))
 
@@ -40,16 +41,10 @@ def check_optimizer(optimizer: DictConfig | None) -> None:
     the key. Any other failure is left to the real build, which reports it with its context."""
     if not optimizer or "_target_" not in optimizer:
         return
-    # torch and the optimizer only once the command line passed its own checks (seconds to import)
-    import torch
-    from hydra.utils import instantiate  # with torch, as above
-
-    try:
-        build = instantiate(optimizer)
-        if callable(build) and not isinstance(build, torch.optim.Optimizer):
-            build([torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))])
-    except UserError:
-        raise
+    try:  # a function of the parameters (`_partial_`), given a matrix and a vector
+        instantiate(optimizer, _partial_=True)(
+            [torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))]
+        )
     except (ValueError, TypeError) as error:
         key = key_named_in(str(error), [str(k) for k in optimizer if not str(k).startswith("_")])
         if key is None:
@@ -71,10 +66,6 @@ def key_named_in(message: str, keys: list[str]) -> str | None:
 
 
 def check_arch(arch: str | None) -> None:
-    import timm  # heavy: only once the command line passed its own checks
-
-    import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm)
-
     if arch is None or timm.is_model(arch):
         return
     close = difflib.get_close_matches(str(arch), timm.list_models(), n=5, cutoff=0.6)
@@ -88,8 +79,6 @@ def check_arch(arch: str | None) -> None:
 
 def available_accelerators() -> list[str]:
     """Accelerator names Lightning knows that work on this machine (always ``cpu``)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
-
     return sorted(
         name
         for name in AcceleratorRegistry.available_accelerators()
@@ -98,8 +87,6 @@ def available_accelerators() -> list[str]:
 
 
 def check_accelerator(accelerator: str | None) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry  # heavy: only when a value is checked
-
     if accelerator is None or not isinstance(accelerator, str) or accelerator == "auto":
         return  # an Accelerator object: Lightning checks it
     here = available_accelerators()

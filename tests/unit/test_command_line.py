@@ -17,7 +17,7 @@ import yaml
 from helpers import MAKE, TRAIN, assert_one_line_error, run
 
 from lightning_lars import check
-from lightning_lars.config.compose import check_overrides, compose_command_line
+from lightning_lars.config.compose import compose_command_line
 from lightning_lars.core.errors import UserError
 
 
@@ -127,7 +127,7 @@ def test_a_trainer_argument_needs_no_plus_but_an_unread_key_is_still_refused():
 
 
 def test_the_demo_recipe_has_a_target_for_make_check():
-    target, source = check.target_of(check_overrides(["recipe=demo"]))
+    target, source = check.target_of(compose_command_line(["recipe=demo"])[0])
     assert (target, source) == (70.0, "callbacks.time_to_target.target_top1")
 
 

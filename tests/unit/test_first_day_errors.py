@@ -17,7 +17,7 @@ import yaml
 from helpers import MAKE, ROOT, TRAIN, assert_one_line_error, run
 from PIL import Image
 
-from lightning_lars.config.compose import check_overrides
+from lightning_lars.config.compose import compose_command_line
 
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
@@ -183,7 +183,7 @@ def test_every_key_the_usage_screen_names_composes(tmp_path):
             key, _, value = override.partition("=")
             overrides.append(f"{key}={placeholders.get(value, value)}" if value else key)
     assert "debug=toy" in overrides and "run.ckpt_path=last" in overrides and len(overrides) >= 12
-    cfg = check_overrides(["recipe=demo", *overrides])  # the entry point's own composition and checks
+    cfg = compose_command_line(["recipe=demo", *overrides])[0]  # the entry point's own composition and checks
     assert cfg.trainer.max_steps == 3 and cfg.batch.global_size == 64 and cfg.data.root == str(tmp_path)
     assert "_target_" not in (cfg.get("logger") or {})  # ~logger: no W&B logger is built (training.run)
 
