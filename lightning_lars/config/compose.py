@@ -129,6 +129,17 @@ def _compose(overrides: list[str]) -> DictConfig:
         ) from None
     except yaml.MarkedYAMLError as err:  # a config file of the user's (their recipe) that is no YAML
         raise UserError(recipe_source.yaml_error_line(err)) from None
+    except ValueError as err:  # OmegaConf.update reads the key after a list as an index: int('x')
+        named = re.fullmatch(r"invalid literal for int\(\) with base 10: '([^']*)'", str(err))
+        for override in overrides if named else ():
+            parts = override.lstrip("+~").partition("=")[0].split(".")
+            if named.group(1) in parts[1:]:
+                items = ".".join(parts[: parts.index(named.group(1), 1)])
+                raise UserError(
+                    f"{override}: {items} is a list; name an item by its position ({items}.0...) or give"
+                    f" the whole list ({items}=[...])"
+                ) from None
+        raise
 
 
 def explain_instantiation_error(err: Exception) -> str:

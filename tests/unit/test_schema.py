@@ -369,3 +369,11 @@ def test_a_choice_reaches_its_target_as_text_not_as_the_schemas_enum():
     torch.save(optimizer.state_dict(), saved)
     saved.seek(0)
     assert torch.load(saved, weights_only=True)["param_groups"][0]["form"] == "you2017"
+
+
+def test_a_named_key_under_a_list_is_one_line_naming_the_list():
+    """OmegaConf reads the key after a list as an index (``int('x')``, a ValueError Hydra passes on)."""
+    assert OmegaConf.is_list(OmegaConf.select(compose_job(["recipe=demo"]), "data.pipeline.train"))
+    message = one_line_error("data.pipeline.train.x=1")
+    assert message.startswith("data.pipeline.train.x=1: data.pipeline.train is a list"), message
+    assert "data.pipeline.train.0" in message
