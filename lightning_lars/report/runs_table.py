@@ -34,7 +34,7 @@ from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench
     setup_of,
 )
 from lightning_lars.report.runs_plot import plot_groups
-from lightning_lars.report.seed_stats import verdict, welch_gap
+from lightning_lars.report.seed_stats import MARGIN, seeds_to_decide, verdict, welch_gap
 
 # The published claim each large-batch arm tests: its recipe's result at the large batch, near small-batch SGD.
 CLAIMS = {
@@ -185,7 +185,19 @@ def claim_line(setup: RunKey, arm: str, runs: list[dict], base: list[dict] | Non
     return (
         f"{head}: {diff:+.1f} points, 95 % CI [{lo:+.1f}, {hi:+.1f}]"
         f" (Welch, n={len(a)}+{len(b)}; {statistics.fmean(a):.1f} % vs {statistics.fmean(b):.1f} %)"
-        f": {verdict(lo, hi)}{diverged}"
+        f": {verdict(lo, hi)}{_seeds_needed(a, b, lo, hi)}{diverged}"
+    )
+
+
+def _seeds_needed(arm: list[float], base: list[float], low: float, high: float) -> str:
+    """For an undecided verdict: how many seeds would decide it, were the means and spreads to stay."""
+    if not low < -MARGIN <= high:
+        return ""
+    n = seeds_to_decide(arm, base)
+    return (
+        f" ({n} seeds per arm would decide it at this spread)"
+        if n
+        else " (over 100 seeds per arm at this spread: the gap sits on the margin)"
     )
 
 

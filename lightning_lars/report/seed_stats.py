@@ -91,3 +91,18 @@ def verdict(low: float, high: float, margin: float = MARGIN) -> str:
     if high < -margin:
         return f"does not hold: more than {margin:g} points below"
     return f"undecided: the interval spans -{margin:g} points"
+
+
+def seeds_to_decide(
+    arm: list[float], base: list[float], level: float = 0.95, margin: float = MARGIN, most=100
+):
+    """The fewest seeds per arm (both arms alike) whose Welch interval would leave -``margin`` outside, were the
+    means and spreads seen so far to stay; None when even ``most`` would not (a gap on the margin)."""
+    distance = abs(statistics.fmean(arm) - statistics.fmean(base) + margin)
+    spreads = [statistics.variance(arm), statistics.variance(base)]
+    for n in range(max(len(arm), len(base), 2), most + 1):
+        parts = [v / n for v in spreads]
+        df = sum(parts) ** 2 / sum(p**2 / (n - 1) for p in parts) if sum(parts) else math.inf
+        if t_quantile(0.5 + level / 2, min(df, 1e6)) * math.sqrt(sum(parts)) < distance:
+            return n
+    return None

@@ -72,7 +72,8 @@ def test_verdict_lines_name_the_claim_the_gap_and_whether_it_holds(runs_file):
         f" -10.0 points, 95 % CI [{-10 - half:+.1f}, {-10 + half:+.1f}] (Welch, n=2+2; 51.0 % vs 61.0 %)"
         ": does not hold: more than 3 points below"
     )  # -10 +- 6.1: the whole interval lies below -3
-    assert lines["LAMB (You et al. 2020)"].endswith(": undecided: the interval spans -3 points")
+    assert ": undecided: the interval spans -3 points (" in lines["LAMB (You et al. 2020)"]
+    assert lines["LAMB (You et al. 2020)"].endswith(" seeds per arm would decide it at this spread)")
     assert "sgd_small" not in text
 
 
@@ -87,6 +88,14 @@ def test_verdict_lines_name_the_claim_the_gap_and_whether_it_holds(runs_file):
 )
 def test_a_verdict_concludes_only_when_the_interval_is_on_one_side_of_the_margin(low, high, words):
     assert seed_stats.verdict(low, high) == words
+
+
+def test_seeds_to_decide_is_the_first_n_whose_interval_clears_the_margin():
+    """Equal spreads and n per arm: Welch's df is 2n - 2. Variances 2 and 2, gap -1 (2 points from the margin):
+    the half-width t(0.975, 2n - 2) * sqrt(4 / n) first drops below 2 at n = 6 (printed t table: 2.228 at df 10,
+    against sqrt(6) = 2.449; at n = 5, 2.306 at df 8 against sqrt(5) = 2.236)."""
+    assert seed_stats.seeds_to_decide([-1.0, 1.0], [0.0, 2.0]) == 6
+    assert seed_stats.seeds_to_decide([-3.0, -1.0], [0.0, 2.0]) is None  # a gap of -3 exactly: never
 
 
 def test_welch_interval_matches_scipy():
