@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import bench_largebatch as bench
@@ -36,7 +37,7 @@ class Probe(Callback):
         state = [optimizer.state[p] for p in params]
         h = torch.cat([s["h_diag"].flatten() for s in state])
         direction = torch.cat([s["direction"].flatten() for s in state])
-        ys, shs = getattr(optimizer, "curvature", torch.full((2,), float("nan"))).tolist()
+        ys, shs = (float(x) for x in getattr(optimizer, "curvature", (math.nan, math.nan)))
         row = {
             "step": trainer.global_step,
             "epoch": trainer.current_epoch,

@@ -260,7 +260,7 @@ class NLCG(LayerwiseOptimizer):
             s += torch._foreach_mul(tensors.state["direction"], base_lr * group["lr"])
         hs = torch._foreach_mul(h, s)
         ys, shs = global_dots([(y, s), (s, hs)], params, self.shard_group)
-        self.curvature = torch.stack([ys, shs])  # <y, s>, <s, H s> of this step, for probes (no host sync)
+        self.curvature = (ys, shs)  # <y, s>, <s, H s> of this step, for probes: references, no op, no sync
         update = (ys >= EPS) & (shs >= EPS)  # core lines 151-154: else H stays
         ys, shs = torch.where(update, ys, 1.0), torch.where(update, shs, 1.0)  # finite when unused
         correction = torch._foreach_mul(hs, s)
