@@ -42,8 +42,9 @@ def check_dataset(cfg: DictConfig) -> None:
         require_ffcv(*FFCV_DATA)
     paths = [plain_value(data, key) for key in ("train_path", "val_path")]
     betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
+    prepare_command = plain_value(data, "prepare_command")
     for path in betons:
-        command = command_for(Path(path).parent, plain_value(data, "prepare_command"))
+        command = command_for(Path(path).parent, prepare_command)
         read_num_samples(path, command or PREPARE.format(out=Path(path).parent))
     if betons and isinstance(num_classes := plain_value(data, "num_classes"), int):
         check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
