@@ -47,6 +47,22 @@ def profiler_overrides(skip: int, steps: int, folder: str) -> list[str]:
     ]
 
 
+def compose_profiled(overrides: list[str], skip: int, steps: int, folder: str):
+    """The run's config as the entry point composes ``overrides`` (a ``trainer.KEY`` the recipe does not set, such
+    as ``trainer.max_steps``, takes no ``+``; the same checks), with the profiler and, unless given, enough steps
+    and ``folder`` as the run's output folder."""
+    from lightning_lars.config.compose import compose_command_line
+    from lightning_lars.config.jobs import compose_job
+
+    overrides = [*overrides, *profiler_overrides(skip, steps, folder)]
+    if not any(o.startswith("trainer.max_steps=") for o in overrides):
+        overrides.append(f"trainer.max_steps={skip + steps + 1}")
+    if not any(o.startswith("paths.output_dir=") for o in overrides):
+        overrides.append(f"paths.output_dir={folder}")
+    _, as_hydra_takes_them = compose_command_line(overrides)
+    return compose_job(as_hydra_takes_them)
+
+
 def part_of(action: str, our_callbacks: set[str]) -> str | None:
     """The part an action belongs to, or None (loops and hooks that only contain other actions)."""
     if action.startswith("[Callback]"):
@@ -106,16 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import lightning as L
 
-    from lightning_lars.config.jobs import compose_job
     from lightning_lars.training import run
 
     with tempfile.TemporaryDirectory() as folder:  # the run folder Hydra would have made
-        overrides = [*args.overrides, *profiler_overrides(args.skip, args.steps, folder)]
-        if not any(o.startswith("trainer.max_steps=") for o in overrides):
-            overrides.append(f"trainer.max_steps={args.skip + args.steps + 1}")
-        if not any(o.startswith("paths.output_dir=") for o in overrides):
-            overrides.append(f"paths.output_dir={folder}")
-        cfg = compose_job(overrides)
+        cfg = compose_profiled(args.overrides, args.skip, args.steps, folder)
         L.seed_everything(0, verbose=False)
         trainer, module, datamodule, _ = run.build(cfg)
         trainer.fit(module, datamodule=datamodule)

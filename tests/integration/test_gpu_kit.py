@@ -127,3 +127,21 @@ def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
     # machine); 1 ns of rounding allowed
     busy = sum(ms["host_ms"] for part, ms in parts.items() if part not in ("wall", "idle"))
     assert busy <= parts["wall"]["host_ms"] + 1e-6 and parts["forward"]["host_ms"] < busy
+
+
+def test_the_jobs_profile_runs_compose(tmp_path):
+    """profile_steps.py composes the profile parts' command lines as the entry point does: the MLPerf recipe sets no
+    ``trainer.max_steps``, and a bare Hydra compose refused the job's ``trainer.max_steps=41`` on the H200."""
+    scripts = {}
+    for name in ("gpu_check", "profile_steps"):
+        spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "benchmarks" / f"{name}.py")
+        scripts[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(scripts[name])
+    job, profile = scripts["gpu_check"], scripts["profile_steps"]
+    steps = job.PROFILE_AFTER + job.PROFILED_STEPS + 1
+    for mode in (False, "default"):
+        overrides = job.train_overrides(mode, steps, tmp_path)
+        cfg = profile.compose_profiled(overrides, job.PROFILE_AFTER, job.PROFILED_STEPS, str(tmp_path))
+        assert cfg.trainer.max_steps == steps and cfg.model.compile == mode
+        assert cfg.trainer.profiler._target_ == "lightning.pytorch.profilers.PyTorchProfiler"
+        assert cfg.trainer.profiler.schedule.active == job.PROFILED_STEPS
