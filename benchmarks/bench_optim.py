@@ -11,6 +11,7 @@ bytes a step must move per fp32 parameter. The last column is ms relative to tor
     python benchmarks/bench_optim.py                       # CPU (GPU rows: one skip line)
     python benchmarks/bench_optim.py --device cuda         # GPU
     python benchmarks/bench_optim.py --shard-world 2       # also weight-update sharding on 2 gloo processes
+    python benchmarks/bench_optim.py --host                # 1-element tensors: the host's part of a step
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def kernels_per_step(step) -> int:
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def run(arch: str, device: str, rounds: int) -> list[dict]:
+def run(arch: str, device: str, rounds: int, host: bool = False) -> list[dict]:
     model = timm.create_model(arch, pretrained=False).to(device)
+    if host:  # the same tensors, one element each: the step's host work (Python, dispatch) is what is left
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None:
+                    module._parameters[name] = torch.nn.Parameter(p.new_ones([1] * p.ndim))
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -109,17 +115,22 @@ def main() -> None:
     parser.add_argument("--arch", default="resnet50", help="timm architecture whose parameters are stepped")
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per optimizer (median reported)")
     parser.add_argument(
+        "--host",
+        action="store_true",
+        help="every tensor one element: the host's time per step, which bounded the GPU's (BENCHMARKS.md)",
+    )
+    parser.add_argument(
         "--shard-world", type=int, default=0, help="processes for the sharding table (0: skip)"
     )
     args = parser.parse_args()
     torch.manual_seed(0)
     print(
         f"torch {torch.__version__}, timm {timm.__version__}, device {args.device}, "
-        f"threads {torch.get_num_threads()}, arch {args.arch}"
+        f"threads {torch.get_num_threads()}, arch {args.arch}{', 1-element tensors' if args.host else ''}"
     )
     if args.device == "cpu":
         print("skip: GPU rows (kernel launches, fused CUDA kernels) need --device cuda on a GPU")
-    rows = run(args.arch, args.device, args.rounds)
+    rows = run(args.arch, args.device, args.rounds, args.host)
     fastest = {}
     for family in ("SGD", "AdamW"):
         torch_rows = [r for r in rows if r["family"] == family]

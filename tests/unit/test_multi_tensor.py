@@ -134,6 +134,35 @@ def test_each_collect_rounds_only_its_own_parameters(dtype):
         ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, *LOW])
+def test_later_steps_hand_over_this_steps_gradients_and_the_state_loaded_since(dtype):
+    """Later collects reuse the lists of the first, but each hands over the gradients set since (new tensors, as
+    after ``zero_grad(set_to_none=True)``), and after ``load_state_dict`` the loaded state, not the old."""
+    params = parameters(dtype)
+    opt = Bare(params)
+    give_grads(params, seed=1)
+    multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
+    give_grads(params, seed=2)
+    second = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
+    assert all(torch.equal(g, p.grad.float().to(g.dtype)) for g, p in zip(second.grads, params))
+    saved = opt.state_dict()
+    for state in saved["state"].values():
+        state["buf"] = torch.full_like(state["buf"], 7.0)
+    opt.load_state_dict(saved)  # torch's own: new state dicts, new tensors
+    give_grads(params, seed=3)
+    third = multi_tensor.collect(opt, opt.param_groups[0], 0, ("buf",))
+    assert all(
+        s is opt.state[p]["buf"] and bool((s == 7.0).all()) for s, p in zip(third.state["buf"], params)
+    )
+    assert all(torch.equal(g, p.grad.float().to(g.dtype)) for g, p in zip(third.grads, params))
+    give_grads(params, seed=4, skip=(4,))  # the fifth has no gradient this step, then has one again
+    assert [id(p) for p in multi_tensor.collect(opt, opt.param_groups[0], 0, ()).params] == [
+        id(p) for p in params[:4]
+    ]
+    give_grads(params, seed=5)
+    assert len(multi_tensor.collect(opt, opt.param_groups[0], 0, ()).params) == len(params)
+
+
 def test_a_sparse_gradient_is_refused():
     embedding = nn.Embedding(5, 3, sparse=True)
     embedding(torch.tensor([1, 2])).sum().backward()
