@@ -82,3 +82,11 @@ def unwritable_reason(folder: Path) -> str | None:
     except OSError as err:
         return f"cannot make a folder in {existing}: {err.strerror}"
     return None
+
+
+# `${unless_deterministic:${.deterministic}}` in conf/trainer: cuDNN's autotuner on, except where the run asks
+# for deterministic kernels (true or "warn"), as torchvision's reference trainer does: Lightning warns that
+# the two together leave torch.backends.cudnn.deterministic ignored.
+OmegaConf.register_new_resolver(
+    "unless_deterministic", lambda deterministic: deterministic in (False, None), replace=True
+)
