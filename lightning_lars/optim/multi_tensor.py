@@ -45,10 +45,9 @@ class _Collected:
 
     tensors: GroupTensors
     keys: tuple[str, ...]  # the state the group kept
-    states: list[
-        dict
-    ]  # ``opt.state[p]`` of each parameter: load_state_dict and Lightning's move to the device
-    # put new dicts there, which the next step must see
+    # ``opt.state[p]`` of each parameter: load_state_dict and Lightning's move to the device put new dicts
+    # there, which the next step must see
+    states: list[dict]
     sharded: bool  # a DTensor gradient: its local shard is read
     low: list[int]  # positions of bf16/fp16 parameters, whose gradients are copied into fp32 scratch
     scratch: list[Tensor]
