@@ -1,6 +1,6 @@
 """Helpers every tier of the tests shares: a free TCP port for a gloo rendezvous, a command run the way a user
 runs it (``run``, ``entry_point_env``), the demo dataset made by its real command, small seeded models, and the
-check that a command failed with one line of error.
+check that a command failed with one line of error, a script of ``benchmarks/`` as a module.
 
 Importable as ``helpers``: pytest puts ``tests/`` on ``sys.path`` when it loads ``tests/conftest.py``
 (the default ``prepend`` import mode; ``tests/`` has no ``__init__.py``), and processes started with the
@@ -10,6 +10,7 @@ A program started with ``subprocess`` sees it only if its ``PYTHONPATH`` names `
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import socket
@@ -393,3 +394,13 @@ class HostReadRecorder(L.Callback):
 
 def _to_host(source: torch.Tensor, target) -> bool:
     return target is not None and torch.device(target).type == "cpu" and source.device.type != "cpu"
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` as a module (the folder is no package), loaded once per process and registered in
+    ``sys.modules`` under ``name``, where dataclasses look their module up."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]

@@ -4,7 +4,6 @@ venv that borrows this environment's torch (a .pth, as a GPU image has torch alr
 editable, skips each GPU part with one line and writes its JSON and markdown. Downloads the kit's wheels from
 PyPI (about 40 MiB)."""
 
-import importlib.util
 import json
 import os
 import site
@@ -12,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, entry_point_env, run
+from helpers import ROOT, benchmark_script, entry_point_env, run
 
 from lightning_lars.recipe.plan import check_command_line
 
@@ -87,9 +86,7 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
 
 def test_the_jobs_training_runs_compose(tmp_path):
     """The GPU runs' command lines pass every check a run makes before it builds (schema, rules, the plan)."""
-    spec = importlib.util.spec_from_file_location("gpu_check_script", ROOT / "benchmarks" / "gpu_check.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("gpu_check")
     jpegs = ["data=imagefolder", f"data.root={tmp_path}", "data.num_classes=10"]
     for mode, data in ((False, script.SYNTHETIC), ("default", script.SYNTHETIC), (False, jpegs)):
         cfg, _ = check_command_line(script.train_overrides(mode, 200, tmp_path, data))
@@ -132,12 +129,7 @@ def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
 def test_the_jobs_profile_runs_compose(tmp_path):
     """profile_steps.py composes the profile parts' command lines as the entry point does: the MLPerf recipe sets no
     ``trainer.max_steps``, and a bare Hydra compose refused the job's ``trainer.max_steps=41`` on the H200."""
-    scripts = {}
-    for name in ("gpu_check", "profile_steps"):
-        spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "benchmarks" / f"{name}.py")
-        scripts[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(scripts[name])
-    job, profile = scripts["gpu_check"], scripts["profile_steps"]
+    job, profile = benchmark_script("gpu_check"), benchmark_script("profile_steps")
     steps = job.PROFILE_AFTER + job.PROFILED_STEPS + 1
     for mode in (False, "default"):
         overrides = job.train_overrides(mode, steps, tmp_path)

@@ -3,13 +3,12 @@ short run, every arm's composed config, and the resume from kept runs."""
 
 import hashlib
 import importlib.resources
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import benchmark_script
 from hydra.utils import instantiate
 
 from lightning_lars.config import rules, schema
@@ -18,11 +17,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.schedules.scaling import scale_lr
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_largebatch.py"
-spec = importlib.util.spec_from_file_location("bench_largebatch", BENCH)
-bench = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = bench  # dataclasses look their module up there
-spec.loader.exec_module(bench)
+bench = benchmark_script("bench_largebatch")
 
 
 def fake_prepared(

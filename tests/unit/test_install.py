@@ -3,7 +3,6 @@ set, the wheelhouse's platform tags, the synthetic DataModule."""
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import tomllib
 import packaging.tags
 import pytest
 import torch
-from helpers import ROOT, run
+from helpers import ROOT, benchmark_script, run
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -22,9 +21,7 @@ from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.report import provenance
 
 # benchmarks/wheelhouse.py: a script of the clone (make wheelhouse), not a module of the package
-spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "benchmarks" / "wheelhouse.py")
-wheelhouse = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(wheelhouse)
+wheelhouse = benchmark_script("wheelhouse")
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EXTRAS = [*PROJECT["optional-dependencies"]["ffcv"], *PROJECT["optional-dependencies"]["mlperf"]]
 DECLARED = [Requirement(r) for r in [*PROJECT["dependencies"], *EXTRAS]]

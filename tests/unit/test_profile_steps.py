@@ -1,15 +1,10 @@
 """benchmarks/profile_steps.py's summary on torch.profiler's own event objects with known spans (microseconds)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from helpers import benchmark_script
 from torch.autograd.profiler_util import FunctionEvent
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("profile_steps", ROOT / "benchmarks" / "profile_steps.py")
-profile_steps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(profile_steps)
+profile_steps = benchmark_script("profile_steps")
 
 
 def event(action: str, start_us: int, end_us: int) -> FunctionEvent:
