@@ -90,12 +90,13 @@ def collect(
     names = group.get("param_names") or [f"group{group_index}.{i}" for i in range(len(group["params"]))]
     named = dict(zip(map(id, group["params"]), names))
     out = GroupTensors(chosen, [named[id(p)] for p in chosen], [], [], {k: [] for k in state_keys})
-    low_grads, scratch, low = [], [], []
+    low_grads, scratch, low, states = [], [], [], []
     fp32_grads = opt.__dict__.setdefault("_fp32_grads", {})  # param -> fp32 gradient scratch, not saved
     for i, p in enumerate(chosen):
         if p.grad.is_sparse:
             raise RuntimeError(f"{type(opt).__name__} does not support sparse gradients")
         state = opt.state[p]
+        states.append(state)
         is_low = p.dtype in LOW_PRECISION
         if not state:
             if is_low:
@@ -118,7 +119,6 @@ def collect(
     if low_grads:
         torch._foreach_copy_(scratch, low_grads)
     sharded = any(isinstance(p.grad, DTensor) for p in chosen)
-    states = [opt.state[p] for p in chosen]
     kept[group_index] = _Collected(out, tuple(state_keys), states, sharded, low, scratch)
     return out
 
