@@ -10,8 +10,9 @@ and is appended to ``--runs`` (default recipes/runs.jsonl) as soon as it ends. A
 name, sizes and the sha256 of its .beton files (not the machine's folder) and records its set-up's factors
 (``--width``, ``--lr-rule``, ratio, epochs, px), so a run already in the file for the same data, factors and
 seed is skipped: an interrupted bench resumes where it stopped, on this machine or on the one the data folder
-travelled to (``--device cuda``). At the end: a table, one verdict per large-batch arm (gap to small-batch
-SGD, 95 % Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
+travelled to (``--device cuda``). At the end: a table, one verdict per large-batch arm (the gap its published
+claim is about, to small-batch SGD or, for NLCG's, to SGD at the same batch; 95 % Welch CI over seeds), the
+README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
 
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]

@@ -83,22 +83,27 @@ def welch_contrast(plus: list[list[float]], minus: list[list[float]], level: flo
 MARGIN = 3.0  # top-1 points: the loss to small-batch SGD a published "same accuracy" claim is allowed here
 
 
-def verdict(low: float, high: float, margin: float = MARGIN) -> str:
-    """Whether a 95 % interval of (large batch - small batch) top-1 shows the claim "no worse than ``margin``
-    points below": it holds when the whole interval lies above -margin, fails when it lies below."""
-    if low >= -margin:
-        return f"holds within {margin:g} points"
-    if high < -margin:
-        return f"does not hold: more than {margin:g} points below"
-    return f"undecided: the interval spans -{margin:g} points"
+def verdict(low: float, high: float, bound: float = -MARGIN) -> str:
+    """Whether a 95 % interval of a top-1 gap shows a claim "the gap is at least ``bound`` points" (-3: no more
+    than 3 points below; +10: more than 10 above): it holds when the whole interval lies at or above ``bound``,
+    fails when it lies below, and is undecided when it spans it."""
+    if low >= bound:
+        return f"holds within {-bound:g} points" if bound <= 0 else f"holds: at least {bound:g} points above"
+    if high < bound:
+        return (
+            f"does not hold: more than {-bound:g} points below"
+            if bound <= 0
+            else f"does not hold: less than {bound:g} points above"
+        )
+    return f"undecided: the interval spans {bound:+g} points"
 
 
 def seeds_to_decide(
-    arm: list[float], base: list[float], level: float = 0.95, margin: float = MARGIN, most=100
+    arm: list[float], base: list[float], level: float = 0.95, bound: float = -MARGIN, most=100
 ):
-    """The fewest seeds per arm (both arms alike) whose Welch interval would leave -``margin`` outside, were the
-    means and spreads seen so far to stay; None when even ``most`` would not (a gap on the margin)."""
-    distance = abs(statistics.fmean(arm) - statistics.fmean(base) + margin)
+    """The fewest seeds per arm (both arms alike) whose Welch interval would leave ``bound`` outside, were the
+    means and spreads seen so far to stay; None when even ``most`` would not (a gap on the bound)."""
+    distance = abs(statistics.fmean(arm) - statistics.fmean(base) - bound)
     spreads = [statistics.variance(arm), statistics.variance(base)]
     for n in range(max(len(arm), len(base), 2), most + 1):
         parts = [v / n for v in spreads]

@@ -12,11 +12,13 @@ from lightning_lars.report import runs_table, seed_stats
 DATASET = {"path": "/data/photos", "name": "photos", "train": 5000, "val": 500, "classes": 10}
 # final top-1 per seed; the baseline and LAMB have equal spreads, so Welch's df is exactly 2
 FINALS = {"sgd_small": [60.0, 62.0], "lars_you": [50.0, 52.0], "lamb": [61.0, 66.0]}
+RECIPES = {"sgd_small": "goyal_8k", "goyal_sgd": "goyal_8k", "lars_you": "resnet50_32k", "lamb": "lamb_32k",
+           "nlcg": "nlcg_65k"}  # fmt: skip
 
 
 def run(arm, seed, final, ratio=0.1, top1=None):
     return runs_table.bench_row(
-        arm=arm, recipe={"sgd_small": "goyal_8k", "lars_you": "resnet50_32k", "lamb": "lamb_32k"}[arm],
+        arm=arm, recipe=RECIPES[arm],
         overrides=["seed=0"], dataset=DATASET, ratio=ratio, batch=64 if arm == "sgd_small" else 500, epochs=3,
         resolution=32, seed=seed, top1=top1 or [20.0, 40.0, final], wall_s=90.0, machine="2-core CPU",
         commit="abc1234",
@@ -90,12 +92,55 @@ def test_a_verdict_concludes_only_when_the_interval_is_on_one_side_of_the_margin
     assert seed_stats.verdict(low, high) == words
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "words"),
+    [
+        (10.5, 14.0, "holds: at least 10 points above"),
+        (1.1, 4.3, "does not hold: less than 10 points above"),
+        (-20.0, 9.9, "does not hold: less than 10 points above"),
+        (9.0, 12.0, "undecided: the interval spans +10 points"),
+    ],
+)
+def test_a_claimed_gain_holds_only_when_the_whole_interval_clears_it(low, high, words):
+    assert seed_stats.verdict(low, high, bound=10.0) == words
+
+
 def test_seeds_to_decide_is_the_first_n_whose_interval_clears_the_margin():
     """Equal spreads and n per arm: Welch's df is 2n - 2. Variances 2 and 2, gap -1 (2 points from the margin):
     the half-width t(0.975, 2n - 2) * sqrt(4 / n) first drops below 2 at n = 6 (printed t table: 2.228 at df 10,
     against sqrt(6) = 2.449; at n = 5, 2.306 at df 8 against sqrt(5) = 2.236)."""
     assert seed_stats.seeds_to_decide([-1.0, 1.0], [0.0, 2.0]) == 6
     assert seed_stats.seeds_to_decide([-3.0, -1.0], [0.0, 2.0]) is None  # a gap of -3 exactly: never
+    # the same distance from a claimed gain of +1 (gap -1, 2 points below it): the same count
+    assert seed_stats.seeds_to_decide([-1.0, 1.0], [0.0, 2.0], bound=1.0) == 6
+    assert seed_stats.seeds_to_decide([0.0, 2.0], [0.0, 2.0], bound=0.0) is None
+
+
+def test_nlcgs_line_measures_its_claimed_gain_over_sgd_at_the_same_batch(runs_file):
+    """Adya et al.'s abstract claims NLCG more than 10 points above SGD at the same large batch: its line takes
+    Goyal's SGD at that batch (which trains under its own linear LR rule) as the other arm, not small-batch SGD;
+    the interval is scipy's Welch interval of the two arms' finals."""
+    stats = pytest.importorskip("scipy.stats")
+    rows = runs_table.read_runs(runs_file)
+    nlcg, sgd = [55.0, 53.0, 54.5], [52.0, 50.5, 51.0]
+    rows += [run("nlcg", s, v) | {"factors": {"lr_rule": "sqrt"}} for s, v in enumerate(nlcg)]
+    rows += [run("goyal_sgd", s, v) for s, v in enumerate(sgd)]
+    lines = {line.split(" at ")[0]: line for line in runs_table.verdicts(rows).splitlines()}
+    want = stats.ttest_ind(nlcg, sgd, equal_var=False).confidence_interval(0.95)
+    assert lines["NLCG (Adya et al.)"].endswith(
+        f": {np.mean(nlcg) - np.mean(sgd):+.1f} points over Goyal's SGD at the same batch,"
+        f" 95 % CI [{want.low:+.1f}, {want.high:+.1f}] (Welch, n=3+3; 54.2 % vs 51.2 %)"
+        ": does not hold: less than 10 points above"
+    )
+    goyal = lines["SGD, linear LR rule (Goyal et al.)"]  # Goyal's own claim stays against small-batch SGD
+    assert ": -9.8 points, 95 % CI [" in goyal and "(Welch, n=3+2; 51.2 % vs 61.0 %)" in goyal
+    # without SGD at its batch the line says which runs it needs, instead of comparing with small-batch SGD
+    alone = [r for r in rows if r.get("arm") != "goyal_sgd"]
+    assert (
+        runs_table.verdicts(alone)
+        .splitlines()[-1]
+        .endswith(": no runs of Goyal's SGD at the same batch to compare with (run only=goyal_sgd)")
+    )
 
 
 def test_welch_interval_matches_scipy():
@@ -135,7 +180,7 @@ def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(runs_file):
         "photos #1c14ff06 (5000/500 img, 10 classes, 32 px), ratio 0.1, full width, sqrt LR",
     ]
     # no small-batch SGD on that data set: the line says so instead of comparing across data
-    assert "no small-batch SGD runs to compare with" in runs_table.verdicts(rows).splitlines()[-1]
+    assert "no runs of small-batch SGD to compare with" in runs_table.verdicts(rows).splitlines()[-1]
 
 
 def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
