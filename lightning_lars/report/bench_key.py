@@ -25,20 +25,54 @@ class RunKey(NamedTuple):
     epochs: int
     resolution: int  # px
     seed: int
-    data_hash: str = ""  # sha256 of the .beton files, shortened; "" for rows written before it was recorded
+    data_hash: str = (
+        ""  # sha256 of the .beton files' samples, shortened; "" for rows written before it was recorded
+    )
     width: str = DEFAULT_WIDTH  # resnet10t at a quarter of its widths or at full width
     lr_rule: str = DEFAULT_LR_RULE  # how the recipe's LR moves to the large batch
 
 
 def data_hash(folder: Path) -> str:
-    """sha256 over the .beton files' bytes, in a fixed order: the same data set wherever the folder travels."""
+    """sha256 over what the .beton files hold, in a fixed order: the same data set wherever the folder travels,
+    and whichever way FFCV's writer processes laid it out (``beton_content``)."""
     digest = hashlib.sha256()
     for name in BETONS:
         digest.update(name.encode() + b"\0")
-        with (Path(folder) / name).open("rb") as data:
-            for block in iter(lambda: data.read(1 << 20), b""):  # 1 MiB at a time: betons are tens of MiB
-                digest.update(block)
+        beton_content(Path(folder) / name, digest)
     return digest.hexdigest()[:HASH_CHARS]
+
+
+def beton_content(path: Path, digest) -> None:
+    """Feed ``digest`` a .beton's samples in index order: each field's metadata (an image's mode, width and
+    height; a label) and the bytes each pointer field stores (the JPEG or raw pixels), without the pointers,
+    the pages or the padding. FFCV's writer processes take pages in the order they finish, so two conversions
+    of the same images differ byte for byte; this reads the same from both, and differs with any pixel or
+    label."""
+    import numpy as np
+    from ffcv.reader import Reader  # FFCV imports numba: seconds, paid only where a data set is hashed
+
+    reader = Reader(str(path))
+    meta = reader.metadata
+    blocks = np.sort(reader.alloc_table, order="ptr")
+    stored = np.memmap(path, dtype=np.uint8, mode="r")
+    digest.update(repr(reader.field_names).encode())
+    pointers = []
+    for field in meta.dtype.names:
+        parts = meta.dtype[field].names or (None,)
+        for part in parts:
+            if part == "data_ptr":
+                pointers.append(meta[field][part])
+                continue
+            column = meta[field] if part is None else meta[field][part]
+            digest.update(
+                f"{field}.{part}:{column.dtype.str}".encode() + np.ascontiguousarray(column).tobytes()
+            )
+    for column in pointers:
+        where = np.minimum(np.searchsorted(blocks["ptr"], column), len(blocks) - 1)
+        if not np.array_equal(blocks["ptr"][where], column):
+            raise ValueError(f"{path}: a sample points outside the file's allocations (a damaged .beton)")
+        for start, size in zip(column.tolist(), blocks["size"][where].tolist(), strict=True):
+            digest.update(stored[start : start + size].tobytes())
 
 
 def key_of(row: dict) -> RunKey | None:

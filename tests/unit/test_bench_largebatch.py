@@ -1,36 +1,65 @@
 """benchmarks/bench_largebatch.py without training: the large batch from a ratio, the schedule marks moved to a
 short run, every arm's composed config, and the resume from kept runs."""
 
-import hashlib
 import importlib.resources
 import json
 import math
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import benchmark_script
 from hydra.utils import instantiate
+from PIL import Image
 
 from lightning_lars.config import rules, schema
 from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.prepare import convert
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.schedules.scaling import scale_lr
 
 bench = benchmark_script("bench_largebatch")
 
 
-def fake_prepared(
-    tmp_path: Path, train: int = 5000, val: int = 500, classes: int = 10, name="photos"
-) -> Path:
-    """The manifest `make prepare` writes (lightning_lars/data/prepare.py); the .beton files are only hashed here."""
-    data = tmp_path / name
-    data.mkdir(parents=True)
-    splits = {"train": {"num_images": train}, "val": {"num_images": val}}
-    (data / "manifest.json").write_text(json.dumps({"num_classes": classes, "splits": splits}))
+def tiny_image_tree(root: Path, seed: int = 0) -> Path:
+    """2 classes of 3 random 12 x 16 PNGs each, in train/ and val/: photographs as `make prepare` reads them."""
+    rng = np.random.default_rng(seed)
     for split in ("train", "val"):
-        (data / f"{split}.beton").write_bytes(f"{split} {train} {val}".encode() * 1000)
-    return data
+        for label in range(2):
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for index in range(3):
+                Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(
+                    folder / f"{index}.png"
+                )
+    return root
+
+
+@pytest.fixture(scope="module")
+def small_betons(tmp_path_factory) -> Path:
+    """Real .beton files of that tree, written by `make prepare`'s own conversion (FFCV's writer)."""
+    root = tmp_path_factory.mktemp("betons")
+    convert(tiny_image_tree(root / "src"), root / "out", num_workers=1, progress=False)
+    return root / "out"
+
+
+@pytest.fixture
+def prepared(small_betons):
+    """A data folder as the bench reads it: the manifest `make prepare` writes (lightning_lars/data/prepare.py)
+    with the sizes asked for, beside real .beton files (the bench trains on none of them here: only hashes)."""
+
+    def make(where: Path, train: int = 5000, val: int = 500, classes: int = 10, name="photos") -> Path:
+        data = where / name
+        data.mkdir(parents=True)
+        splits = {"train": {"num_images": train}, "val": {"num_images": val}}
+        (data / "manifest.json").write_text(json.dumps({"num_classes": classes, "splits": splits}))
+        for beton in bench_key.BETONS:
+            shutil.copyfile(small_betons / beton, data / beton)
+        return data
+
+    return make
 
 
 @pytest.mark.parametrize(
@@ -77,8 +106,8 @@ def test_schedule_marks_scale_with_the_ratio_of_epochs():
 
 
 @pytest.mark.parametrize("arm", bench.ARMS, ids=lambda a: a.name)
-def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path):
-    data = fake_prepared(tmp_path, classes=7)
+def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path, prepared):
+    data = prepared(tmp_path, classes=7)
     recipe = compose_job([f"recipe={arm.recipe}"])
     batch = 500 if arm.large else bench.SMALL_BATCH
     cfg = compose_job(bench.run_overrides(arm, recipe, batch, 8, data, 7, 0, tmp_path / "out", 32))
@@ -109,8 +138,8 @@ def kept_rows(runs: Path, data: Path, factors: dict, ratio=0.05, arm="sgd_small"
         runs_table.append_run(row, runs)
 
 
-def test_kept_runs_are_not_trained_again(tmp_path, capsys):
-    data = fake_prepared(tmp_path)
+def test_kept_runs_are_not_trained_again(tmp_path, capsys, prepared):
+    data = prepared(tmp_path)
     runs = tmp_path / "runs.jsonl"
     # small-batch SGD kept from another ratio and LR rule: neither changes it
     kept_rows(runs, data, {"width": "quarter", "lr_rule": "sqrt"})
@@ -133,14 +162,21 @@ def test_kept_runs_are_not_trained_again(tmp_path, capsys):
         assert not any(bench_key.same_run(r, other) for r in rows)  # another cell or other data: trained
 
 
-def test_a_run_is_kept_only_for_the_same_data_content(tmp_path):
-    one, same = fake_prepared(tmp_path / "a"), fake_prepared(tmp_path / "b")
+def test_a_run_is_kept_only_for_the_same_data_content(tmp_path, prepared):
+    one, same = prepared(tmp_path / "a"), prepared(tmp_path / "b")
     assert bench_key.data_hash(one) == bench_key.data_hash(same)  # the folder's place does not count
-    train = (one / "train.beton").read_bytes()
-    expected = hashlib.sha256(b"train.beton\0" + train + b"val.beton\0" + (one / "val.beton").read_bytes())
-    assert bench_key.data_hash(one) == expected.hexdigest()[:16]
-    (same / "train.beton").write_bytes(train[:-1] + b"X")  # one byte of one image
-    assert bench_key.data_hash(same) != bench_key.data_hash(one)
+    # the same images converted again by two writer processes into larger pages: other bytes, the same samples
+    src = tiny_image_tree(tmp_path / "src")
+    convert(src, again := tmp_path / "again", num_workers=2, page_size=1 << 22, progress=False)
+    assert (again / "train.beton").read_bytes() != (one / "train.beton").read_bytes()
+    assert bench_key.data_hash(again) == bench_key.data_hash(one)
+    # one image's corner inverted (not a least bit, which a JPEG's quantisation may store the same): another
+    picture = src / "val" / "class1" / "2.png"
+    pixels = np.array(Image.open(picture))
+    pixels[:4, :4] ^= 0xFF
+    Image.fromarray(pixels).save(picture)
+    convert(src, pixel := tmp_path / "pixel", num_workers=1, progress=False)
+    assert bench_key.data_hash(pixel) != bench_key.data_hash(one)
 
 
 def test_rows_of_before_the_factors_read_as_todays_set_up(tmp_path):
@@ -152,8 +188,8 @@ def test_rows_of_before_the_factors_read_as_todays_set_up(tmp_path):
     assert (key.width, key.lr_rule, key.data_hash) == ("quarter", "linear", "")
 
 
-def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path):
-    data = fake_prepared(tmp_path)
+def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path, prepared):
+    data = prepared(tmp_path)
     mlperf = next(a for a in bench.ARMS if a.name == "lars_mlperf")
     recipe = compose_job([f"recipe={mlperf.recipe}"])
 
@@ -179,8 +215,8 @@ def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path):
     )
 
 
-def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_path, capsys):
-    data = fake_prepared(tmp_path)
+def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_path, capsys, prepared):
+    data = prepared(tmp_path)
     with pytest.raises(SystemExit):
         bench.main(["--data", str(data), "--lr-rule", "reference", "--only", "lars_you", "--no-readme"])
     err = capsys.readouterr().err.strip()
@@ -191,20 +227,20 @@ def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_pat
     )
 
 
-def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
+def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys, prepared):
     with pytest.raises(SystemExit) as exit_:
         bench.main(["--data", str(tmp_path), "--no-readme"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "make prepare" in err
-    data = fake_prepared(tmp_path, train=100)
+    data = prepared(tmp_path, train=100)
     with pytest.raises(SystemExit):
         bench.main(["--data", str(data), "--ratio", "0.5", "--no-readme"])
     assert "largest ratio that works here is 0.33" in capsys.readouterr().err
 
 
-def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path):
-    data = fake_prepared(tmp_path)
+def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path, prepared):
+    data = prepared(tmp_path)
     arm = next(a for a in bench.ARMS if a.name == "sgd_small")
     recipe = compose_job([f"recipe={arm.recipe}"])
     setup = {"width": "full", "device": "cuda", "workers": 4}
