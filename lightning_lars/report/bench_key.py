@@ -9,6 +9,8 @@ import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 BENCH_KIND = "bench-largebatch"
 BASELINE_ARM = "sgd_small"
 BETONS = ("train.beton", "val.beton")  # what a run reads from a data folder made by `make prepare`
@@ -48,7 +50,6 @@ def beton_content(path: Path, digest) -> None:
     the pages or the padding. FFCV's writer processes take pages in the order they finish, so two conversions
     of the same images differ byte for byte; this reads the same from both, and differs with any pixel or
     label."""
-    import numpy as np
     from ffcv.reader import Reader  # FFCV imports numba: seconds, paid only where a data set is hashed
 
     reader = Reader(str(path))
