@@ -7,12 +7,12 @@ at a small resolution (lightning_lars/recipe/shrink.py). The large batch is a sh
 (``--ratio 0.1``: 10 % of the training images per step). Every run goes through the project's stack (Hydra
 compose of ``recipe=NAME`` + overrides, ``lightning_lars.training.run.build``, an in-process ``Trainer.fit``)
 and is appended to ``--runs`` (default recipes/runs.jsonl) as soon as it ends. A row names its data set by
-name, sizes and the sha256 of its .beton files (not the machine's folder) and records its set-up's factors
-(``--width``, ``--lr-rule``, ratio, epochs, px), so a run already in the file for the same data, factors and
-seed is skipped: an interrupted bench resumes where it stopped, on this machine or on the one the data folder
-travelled to (``--device cuda``). At the end: a table, one verdict per large-batch arm (the gap its published
-claim is about, to small-batch SGD or, for NLCG's, to SGD at the same batch; 95 % Welch CI over seeds), the
-README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
+name, sizes and the sha256 of its .beton files' samples (not their layout, not the machine's folder) and
+records its set-up's factors (``--width``, ``--lr-rule``, ratio, epochs, px), so a run already in the file for
+the same data, factors and seed is skipped: an interrupted bench resumes where it stopped, on this machine or
+on the one the data folder travelled to (``--device cuda``). At the end: a table, one verdict per large-batch
+arm (the gap its published claim is about, to small-batch SGD or, for NLCG's, to SGD at the same batch; 95 %
+Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
 
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]

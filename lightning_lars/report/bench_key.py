@@ -27,9 +27,8 @@ class RunKey(NamedTuple):
     epochs: int
     resolution: int  # px
     seed: int
-    data_hash: str = (
-        ""  # sha256 of the .beton files' samples, shortened; "" for rows written before it was recorded
-    )
+    # sha256 of the .beton files' samples (data_hash below), shortened; "" for rows written before it was recorded
+    data_hash: str = ""
     width: str = DEFAULT_WIDTH  # resnet10t at a quarter of its widths or at full width
     lr_rule: str = DEFAULT_LR_RULE  # how the recipe's LR moves to the large batch
 

@@ -23,9 +23,10 @@ from lightning_lars.schedules.scaling import scale_lr
 bench = benchmark_script("bench_largebatch")
 
 
-def tiny_image_tree(root: Path, seed: int = 0) -> Path:
-    """2 classes of 3 random 12 x 16 PNGs each, in train/ and val/: photographs as `make prepare` reads them."""
-    rng = np.random.default_rng(seed)
+def tiny_image_tree(root: Path) -> Path:
+    """2 classes of 3 random 12 x 16 PNGs each (the same on every call), in train/ and val/: photographs as
+    `make prepare` reads them."""
+    rng = np.random.default_rng(0)
     for split in ("train", "val"):
         for label in range(2):
             folder = root / split / f"class{label}"
