@@ -38,6 +38,14 @@ class Order(StrEnum):
     sequential = "sequential"
 
 
+class Decode(StrEnum):
+    """Where JPEGs are decoded and cropped: the loader workers' CPUs, or the training device
+    (`lightning_lars.data.device_decode`)."""
+
+    cpu = "cpu"
+    device = "device"
+
+
 @dataclass
 class Pipeline:
     """The ops of each split, in order (`lightning_lars.data.pipelines`)."""
@@ -88,6 +96,7 @@ class ImageFolderData(Data):
     resolution: int = 224
     val_resolution: int = 224
     pipeline: Pipeline = field(default_factory=Pipeline)
+    decode: Decode = Decode.cpu  # device: workers read bytes; batches decode and crop on the device
 
 
 @dataclass
