@@ -95,8 +95,8 @@ class ImageFolderData(Data):
     num_workers: int | None = None  # null: the machine's cores / devices per node
     resolution: int = 224
     val_resolution: int = 224
-    pipeline: Pipeline = field(default_factory=Pipeline)
     decode: Decode = Decode.cpu  # device: workers read bytes; batches decode and crop on the device
+    pipeline: Pipeline = field(default_factory=Pipeline)
 
 
 @dataclass

@@ -113,7 +113,9 @@ def test_the_device_path_draws_the_cpu_paths_crop_boxes_and_flips(tmp_path, monk
 def test_jpeg_bytes_travel_undecoded_and_odd_files_as_pixels(tmp_path):
     root = write_jpeg_tree(tmp_path)
     samples = module(root, "device")._samples("train")
-    labels_b = {path.split("/")[-1]: samples[i][0] for i, (path, label) in enumerate(samples.samples) if label}
+    labels_b = {
+        path.split("/")[-1]: samples[i][0] for i, (path, label) in enumerate(samples.samples) if label
+    }
     assert labels_b["3.JPEG"].dim() == 1  # bytes: decoded on the device
     assert labels_b["0.JPEG"].dim() == 1  # grayscale JPEG: nvJPEG/libjpeg decode it to RGB
     assert labels_b["1.JPEG"].shape == (3, 80, 50)  # CMYK JPEG: PIL's conversion, as the CPU path's
@@ -187,3 +189,16 @@ def test_a_mid_epoch_resume_yields_the_remaining_batches_bit_for_bit(tmp_path):
 def test_a_bad_decode_value_names_the_choices(tmp_path):
     with pytest.raises(UserError, match="data.decode must be one of cpu, device, got 'gpu'"):
         module(tmp_path, "gpu")
+
+
+def test_the_command_line_selects_the_device_path_and_refuses_other_values_in_one_line():
+    from lightning_lars.config.jobs import compose_job
+    from lightning_lars.recipe.plan import check_command_line
+
+    folder = ["data=imagefolder", "data.root=/data/imagenet"]
+    assert compose_job(folder).data.decode == "cpu"  # today's behaviour stays the default
+    assert compose_job([*folder, "data.decode=device"]).data.decode == "device"
+    with pytest.raises(UserError) as raised:
+        check_command_line(["recipe=demo", *folder, "data.decode=gpu"])
+    assert "\n" not in str(raised.value)
+    assert str(raised.value).startswith("data.decode=gpu: ") and "one of cpu, device" in str(raised.value)
