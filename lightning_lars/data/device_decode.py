@@ -141,8 +141,10 @@ class DeviceImageOps:
         CUDA, libjpeg-turbo elsewhere), pixels copied as they are."""
         decode_on = device if device.type == "cuda" else torch.device("cpu")
         jpeg_at = [i for i, item in enumerate(data) if item.dim() == 1]
-        decoded = decode_jpeg([data[i] for i in jpeg_at], mode=ImageReadMode.RGB, device=decode_on)
         images = list(data)
+        if not jpeg_at:  # decode_jpeg refuses an empty list
+            return [image.to(device, non_blocking=True) for image in images]
+        decoded = decode_jpeg([data[i] for i in jpeg_at], mode=ImageReadMode.RGB, device=decode_on)
         for i, image in zip(jpeg_at, decoded, strict=True):
             images[i] = image
         return [image.to(device, non_blocking=True) for image in images]

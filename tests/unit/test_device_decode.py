@@ -16,7 +16,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
-from lightning_lars.data.device_decode import EncodedImages
+from lightning_lars.data.device_decode import EncodedImages, collate_encoded
 from lightning_lars.data.resumable_loader import SeededSamples
 from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
@@ -120,6 +120,19 @@ def test_jpeg_bytes_travel_undecoded_and_odd_files_as_pixels(tmp_path):
     assert labels_b["0.JPEG"].dim() == 1  # grayscale JPEG: nvJPEG/libjpeg decode it to RGB
     assert labels_b["1.JPEG"].shape == (3, 80, 50)  # CMYK JPEG: PIL's conversion, as the CPU path's
     assert labels_b["2.JPEG"].shape == (3, 64, 64)  # a PNG named .JPEG (ImageNet has one)
+
+
+def test_a_batch_of_pixels_alone_needs_no_jpeg_decoder(tmp_path):
+    """A batch that holds only PIL-decoded files (PNGs, CMYK JPEGs): decode_jpeg refuses an empty list."""
+    datamodule = module(write_jpeg_tree(tmp_path), "device")
+    samples = datamodule._samples("val")
+    odd = [
+        samples[i] for i, (path, _) in enumerate(samples.samples) if path.endswith(("b/1.JPEG", "b/2.JPEG"))
+    ]
+    assert [sample[0].dim() for sample in odd] == [3, 3]
+    batch = collate_encoded(odd, split="val")
+    images, labels = decoded(datamodule, batch)
+    assert images.shape == (2, 3, 24, 24) and labels.tolist() == [1, 1]
 
 
 def test_the_decoders_agree_bit_for_bit_here(tmp_path):
