@@ -4,7 +4,8 @@ For comparison with the FFCV path (``make bench-data``) and for users without FF
 ``pipeline`` config as ``FFCVDataModule`` and maps each op to its torchvision twin, so both loaders apply the
 same crop, flip and normalisation. The train loader is a torch ``DataLoader`` that shards the epoch itself
 (the FFCV loader's order and whole steps, no padded ranks) and resumes mid-epoch exactly
-(`lightning_lars.data.resumable_loader`).
+(`lightning_lars.data.resumable_loader`). With ``decode="device"`` the workers only read the JPEG bytes and draw
+the same crops and flips; each batch is decoded and cropped on the training device (`device_decode`).
 """
 
 from __future__ import annotations
@@ -204,9 +205,9 @@ class TorchvisionDataModule(L.LightningDataModule):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """decode=device: the batch is decoded, cropped and normalised on ``device`` (`DeviceImageOps`)."""
-        images, labels = batch
-        if not isinstance(images, EncodedImages):
+        if not (isinstance(batch, (tuple, list)) and isinstance(batch[0], EncodedImages)):
             return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        images, labels = batch
         if device.type != "cuda" and not self._said_where_it_decodes:
             rank_zero_info(
                 f"[lightning-lars] data.decode=device on a {device.type} device: batches decode on the CPU"
