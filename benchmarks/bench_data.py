@@ -1,10 +1,13 @@
-"""make bench-data: images/s of the torchvision baseline and of our FFCV pipeline on the same JPEGs, one run.
+"""make bench-data: images/s of the torchvision baseline, of the same loader with data.decode=device, and of our
+FFCV pipeline on the same JPEGs, one run.
 
 Generates ImageNet-sized JPEGs (300-500 px a side, noise plus random shapes, quality 90) in a temp dir,
 converts them with ``lightning_lars.data.prepare.convert`` (timed: conversion img/s), then times one train
 epoch of each loader (random resized crop + flip + normalise, batch 64) at the recipes' train resolutions,
 after a warm-up pass (FFCV's JIT compile and the DataLoader's worker start are not counted). The ceiling is
 the single-core JPEG decode rate of the source files (cv2, libjpeg-turbo) times the worker count.
+The decode=device row counts the batch's decode, crop and normalisation on the device (CUDA if present, else this
+CPU: there it is slower than PIL in the workers, as it decodes in the main process; the row is for a GPU job).
 
 Usage: python benchmarks/bench_data.py [--images 1200] [--workers 2] [--resolutions 176 224]
 """
@@ -17,9 +20,11 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 
 NUM_CLASSES = 10
@@ -94,19 +99,25 @@ def decode_rate_one_core(paths: list[Path]) -> tuple[float, float]:
     return cv2_rate, len(paths) / (time.perf_counter() - started)
 
 
-def time_epoch(loader, epoch: int) -> float:
-    """img/s over one full epoch; the caller warms the loader up first."""
+def time_epoch(loader, epoch: int, to_device=None) -> float:
+    """img/s over one full epoch, ``to_device(batch)`` included (the DataModule's transfer, as Lightning calls
+    it); the caller warms the loader up first."""
     sampler = getattr(loader, "sampler", None)
     if hasattr(sampler, "set_epoch"):  # what Lightning does: a new epoch, not the rest of the warm-up one
         sampler.set_epoch(epoch)
     images, started = 0, time.perf_counter()
-    for batch_images, _ in loader:
+    for batch in loader:
+        batch_images, _ = batch if to_device is None else to_device(batch)
         images += len(batch_images)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # the device's queued decodes and crops belong to this epoch
     return images / (time.perf_counter() - started)
 
 
-def warm_up(loader, batches: int = 3) -> None:
-    for index, _ in enumerate(loader):
+def warm_up(loader, batches: int = 3, to_device=None) -> None:
+    for index, batch in enumerate(loader):
+        if to_device is not None:
+            to_device(batch)
         if index + 1 == batches:
             break
 
@@ -152,16 +163,21 @@ def main(argv=None) -> None:
         total_images = args.images + max(NUM_CLASSES, args.images // 10)
         convert_rate = total_images / (time.perf_counter() - started)
 
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         rows = []
         for resolution in args.resolutions:
-            baseline = TorchvisionDataModule(
-                root / "jpeg",
-                NUM_CLASSES,
-                batch_size=BATCH,
-                num_workers=args.workers,
-                resolution=resolution,
-                pipeline=PIPELINE,
-                pin_memory=False,
+            baseline, device_decode = (
+                TorchvisionDataModule(
+                    root / "jpeg",
+                    NUM_CLASSES,
+                    batch_size=BATCH,
+                    num_workers=args.workers,
+                    resolution=resolution,
+                    pipeline=PIPELINE,
+                    pin_memory=False,
+                    decode=decode,
+                )
+                for decode in ("cpu", "device")
             )
             ffcv = FFCVDataModule(
                 root / "ffcv" / "train.beton",
@@ -175,16 +191,23 @@ def main(argv=None) -> None:
             ffcv.setup("fit")
             loaders = {
                 "torchvision ImageFolder + PIL": baseline.train_dataloader(),
+                f"torchvision, decode=device ({device.type})": device_decode.train_dataloader(),
                 f"FFCV (max_resolution {args.max_resolution})": ffcv.train_dataloader(),
             }
-            for loader in loaders.values():
-                warm_up(loader)
+            transfers = {  # decode=device does its work in the transfer to the device
+                name: None
+                if "decode=device" not in name
+                else partial(device_decode.transfer_batch_to_device, device=device, dataloader_idx=0)
+                for name in loaders
+            }
+            for name, loader in loaders.items():
+                warm_up(loader, to_device=transfers[name])
             rates = {name: [] for name in loaders}
             for epoch in range(
                 1, args.repeats + 1
             ):  # interleaved, so load from other processes hits both alike
                 for name, loader in loaders.items():
-                    rates[name].append(time_epoch(loader, epoch))
+                    rates[name].append(time_epoch(loader, epoch, transfers[name]))
             base_rate = statistics.median(rates["torchvision ImageFolder + PIL"])
             for name, measured in rates.items():
                 rows.append(

@@ -38,6 +38,14 @@ class Order(StrEnum):
     sequential = "sequential"
 
 
+class Decode(StrEnum):
+    """Where JPEGs are decoded and cropped: the loader workers' CPUs, or the training device
+    (`lightning_lars.data.device_decode`)."""
+
+    cpu = "cpu"
+    device = "device"
+
+
 @dataclass
 class Pipeline:
     """The ops of each split, in order (`lightning_lars.data.pipelines`)."""
@@ -87,6 +95,7 @@ class ImageFolderData(Data):
     num_workers: int | None = None  # null: the machine's cores / devices per node
     resolution: int = 224
     val_resolution: int = 224
+    decode: Decode = Decode.cpu  # device: workers read bytes; batches decode and crop on the device
     pipeline: Pipeline = field(default_factory=Pipeline)
 
 

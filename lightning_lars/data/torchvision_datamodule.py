@@ -4,22 +4,33 @@ For comparison with the FFCV path (``make bench-data``) and for users without FF
 ``pipeline`` config as ``FFCVDataModule`` and maps each op to its torchvision twin, so both loaders apply the
 same crop, flip and normalisation. The train loader is a torch ``DataLoader`` that shards the epoch itself
 (the FFCV loader's order and whole steps, no padded ranks) and resumes mid-epoch exactly
-(`lightning_lars.data.resumable_loader`).
+(`lightning_lars.data.resumable_loader`). With ``decode="device"`` the workers only read the JPEG bytes and draw
+the same crops and flips; each batch is decoded and cropped on the training device (`device_decode`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Subset
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets, transforms
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
 from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
+from lightning_lars.data.device_decode import (
+    DECODE_CHOICES,
+    DeviceImageOps,
+    EncodedImages,
+    EncodedSamples,
+    collate_encoded,
+)
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.resumable_loader import EpochSampler, ResumableDataLoader, SeededSamples
 from lightning_lars.data.val_order import val_order
@@ -67,6 +78,9 @@ class TorchvisionDataModule(L.LightningDataModule):
         pipeline: the same ``{"train": [...], "val": [...]}`` ops as ``FFCVDataModule``.
         no_aug_from_epoch: accepted so recipes that set it compose; a value is a one-line error (FFCV only).
         prepare_command: the command that makes ``root``, named when it is missing.
+        decode: ``cpu``: PIL decodes and crops in the loader workers; ``device``: workers read the JPEG bytes and
+            draw the same crops and flips, and each batch is decoded and cropped on the training device
+            (`lightning_lars.data.device_decode`; on a CPU device, on the CPU with the same code).
     """
 
     def __init__(
@@ -82,8 +96,11 @@ class TorchvisionDataModule(L.LightningDataModule):
         pin_memory: bool = True,
         no_aug_from_epoch: int | None = None,
         prepare_command: str | None = None,
+        decode: str = "cpu",
     ):
         super().__init__()
+        if decode not in DECODE_CHOICES:
+            raise UserError(f"data.decode must be one of {', '.join(DECODE_CHOICES)}, got {decode!r}")
         schedule = resolution_schedule(resolution)
         if schedule.is_progressive:
             raise UserError(
@@ -107,6 +124,12 @@ class TorchvisionDataModule(L.LightningDataModule):
         self.num_workers, self.pin_memory, self.prepare_command = num_workers, pin_memory, prepare_command
         self.resolution, self.val_resolution = schedule.start, int(val_resolution)
         self._datasets: dict[str, datasets.ImageFolder] = {}
+        self.decode = decode
+        self._device_ops = {
+            "train": DeviceImageOps(self.train_ops, self.resolution),
+            "val": DeviceImageOps(self.val_ops, self.val_resolution),
+        }
+        self._said_where_it_decodes = False
 
     def _dataset(self, split: str) -> datasets.ImageFolder:
         if split not in self._datasets:
@@ -116,7 +139,8 @@ class TorchvisionDataModule(L.LightningDataModule):
             ops, res = (
                 (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
             )
-            dataset = datasets.ImageFolder(str(folder), transform=torchvision_transform(ops, res))
+            transform = torchvision_transform(ops, res) if self.decode == "cpu" else None
+            dataset = datasets.ImageFolder(str(folder), transform=transform)
             if len(dataset.classes) != self.num_classes:
                 raise UserError(classes_message(folder, len(dataset.classes), self.num_classes))
             self._datasets[split] = dataset
@@ -135,9 +159,11 @@ class TorchvisionDataModule(L.LightningDataModule):
             return int(self.num_workers)
         return default_num_workers(self.trainer)
 
-    def _loader_options(self) -> dict:
+    def _loader_options(self, split: str) -> dict:
         workers = self._workers()
+        collate = {} if self.decode == "cpu" else {"collate_fn": partial(collate_encoded, split=split)}
         return {
+            **collate,
             "batch_size": self.batch_size,
             "num_workers": workers,
             "persistent_workers": workers > 0,
@@ -159,10 +185,32 @@ class TorchvisionDataModule(L.LightningDataModule):
             step_images=self.batch_size * world * accumulation,
         )
         return ResumableDataLoader(
-            SeededSamples(dataset, self.seed), sampler=sampler, drop_last=True, **self._loader_options()
+            SeededSamples(self._samples("train"), self.seed),
+            sampler=sampler,
+            drop_last=True,
+            **self._loader_options("train"),
         )
 
     def val_dataloader(self) -> DataLoader:
         # class by class on disk: a fixed permutation makes any prefix sample every class
-        dataset = Subset(self._dataset("val"), val_order(len(self._dataset("val"))).tolist())
-        return DataLoader(dataset, shuffle=False, **self._loader_options())
+        dataset = Subset(self._samples("val"), val_order(len(self._dataset("val"))).tolist())
+        return DataLoader(dataset, shuffle=False, **self._loader_options("val"))
+
+    def _samples(self, split: str) -> Dataset:
+        """The split's dataset: decoded images (decode=cpu), or bytes with their crop and flip (decode=device)."""
+        dataset = self._dataset(split)
+        if self.decode == "cpu":
+            return dataset
+        return EncodedSamples(dataset.samples, self.train_ops if split == "train" else self.val_ops)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """decode=device: the batch is decoded, cropped and normalised on ``device`` (`DeviceImageOps`)."""
+        if not (isinstance(batch, (tuple, list)) and isinstance(batch[0], EncodedImages)):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        images, labels = batch
+        if device.type != "cuda" and not self._said_where_it_decodes:
+            rank_zero_info(
+                f"[lightning-lars] data.decode=device on a {device.type} device: batches decode on the CPU"
+            )
+            self._said_where_it_decodes = True
+        return self._device_ops[images.split](images, device), labels.to(device, non_blocking=True)

@@ -221,6 +221,27 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
 
 
 @pytest.mark.gpu
+def test_device_decode_on_cuda_matches_the_pil_path(tmp_path):
+    """data.decode=device through nvJPEG against PIL in the workers, same crops and flips: torchvision's own bound
+    for nvJPEG against its CPU decoder (mean absolute difference < 2 of 255, test_image.py's
+    test_decode_jpegs_cuda) plus the resize's rounding (at most 1, tests/unit/test_device_decode.py)."""
+    unit = _unit_module("test_device_decode")
+    root = unit.write_jpeg_tree(tmp_path)
+    cpu, device = unit.module(root, "cpu"), unit.module(root, "device")
+    std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255]).view(1, 3, 1, 1)
+    for cpu_batches, device_batches in (
+        (cpu.train_dataloader(), device.train_dataloader()),
+        (cpu.val_dataloader(), device.val_dataloader()),
+    ):
+        for (cpu_images, cpu_labels), batch in zip(cpu_batches, device_batches, strict=True):
+            images, labels = device.transfer_batch_to_device(batch, torch.device("cuda"), 0)
+            assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(labels.cpu(), cpu_labels)
+            levels = ((images.cpu() - cpu_images) * std).abs()  # pixel units (0-255)
+            assert float(levels.mean()) < 2 + 1, float(levels.mean())
+
+
+@pytest.mark.gpu
 def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
     """The recipe through the entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no
     read and no synchronising CUDA call comes from our code on a step that logs nothing; Lightning's are

@@ -1,0 +1,168 @@
+"""Decode on the training device: loader workers read JPEG bytes and draw each sample's crop and flip; the batch
+is decoded, cropped, resized, flipped and normalised where it trains (``data.decode=device``).
+
+The CPU path (``torchvision_datamodule.torchvision_transform``) decodes with PIL in the workers, about 258
+images/s a core for ImageNet-sized JPEGs: a GPU that trains 7,900 images/s would need ~31 cores. Here a worker
+only reads the file and its header, and ``torchvision.io.decode_jpeg(list, device="cuda")`` decodes the batch
+with nvJPEG. Without CUDA the same code decodes on the CPU (libjpeg-turbo, as PIL), so the CPU tests cover it
+all but the device call.
+
+Same samples as the CPU path, by construction:
+
+- the crop box and flip are drawn by torchvision's own ``RandomResizedCrop.get_params`` and the same
+  ``torch.rand(1) < p`` as ``RandomHorizontalFlip``, in the ops' order, under the generator
+  ``resumable_loader.SeededSamples`` seeds by (seed, epoch, sample index). ``get_params`` needs only the image's
+  size, which PIL reads from the JPEG header without decoding;
+- the geometry is the CPU path's: crop then resize for the random crop; resize the short side to
+  ``round(resolution / ratio)`` then centre-crop for ``center_crop``; antialiased bilinear (PIL's filter);
+- the pixels differ only by the decoder (nvJPEG vs libjpeg-turbo) and by the resize's rounding (at most 1 of
+  255 on the CPU, measured in tests/unit/test_device_decode.py).
+
+A file that is not a baseline 3- or 1-channel JPEG (ImageNet's train set holds one PNG and 22 CMYK JPEGs) is
+decoded by PIL in the worker and travels as pixels.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms
+from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.transforms.v2 import functional as F
+
+from lightning_lars.data import pipelines
+
+DECODE_CHOICES = ("cpu", "device")
+JPEG_MODES = {"RGB", "L"}  # what nvJPEG and libjpeg decode to RGB; CMYK/YCCK go through PIL
+
+
+@dataclass
+class EncodedImages:
+    """One batch's images as the workers left them, each ``data`` entry either a JPEG file's bytes (1-D uint8)
+    or PIL-decoded pixels (uint8 CHW); ``boxes``: (N, 4) int64 crop boxes ``top, left, height, width`` (px of the
+    decoded image; unused by a centre crop); ``flips``: (N,) bool; ``split``: whose ops crop it.
+
+    It has no ``.to``: Lightning's batch transfer would otherwise copy the bytes to the GPU, where nvJPEG does not
+    read them. The DataModule's ``transfer_batch_to_device`` decodes it instead (`DeviceImageOps`)."""
+
+    data: list[torch.Tensor]
+    boxes: torch.Tensor
+    flips: torch.Tensor
+    split: str
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def collate_encoded(samples: Sequence[tuple], split: str) -> tuple[EncodedImages, torch.Tensor]:
+    """``(data, box, flip, label)`` samples -> ``(EncodedImages, labels)``: the bytes stay a list (sizes differ).
+    Bind ``split`` with ``functools.partial`` (picklable, for worker processes)."""
+    data, boxes, flips, labels = zip(*samples, strict=True)
+    boxes, flips = torch.tensor(boxes, dtype=torch.int64), torch.tensor(flips)
+    encoded = EncodedImages(list(data), boxes, flips, split)
+    return encoded, torch.tensor(labels, dtype=torch.int64)
+
+
+class EncodedSamples(Dataset):
+    """``(path, label)`` samples -> ``(data, box, flip, label)``: the file's bytes, and the crop box and flip the
+    CPU path would draw for it (module docstring). Wrap it in ``SeededSamples`` for seeded draws.
+
+    Args:
+        samples: ``(path, label)`` pairs, an ``ImageFolder``'s ``samples`` (so indices match the CPU path's).
+        ops: the split's validated pipeline ops.
+    """
+
+    def __init__(self, samples: Sequence[tuple[str, int]], ops: Sequence[pipelines.Op]):
+        self.samples, self.ops = list(samples), tuple(ops)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, tuple[int, int, int, int], bool, int]:
+        path, label = self.samples[index]
+        with open(path, "rb") as file:
+            raw = file.read()
+        with Image.open(io.BytesIO(raw)) as image:  # reads the header only
+            width, height = image.size
+            if image.format == "JPEG" and image.mode in JPEG_MODES:
+                data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+            else:
+                data = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
+            box, flip = draw_crop_and_flip(self.ops, image, height, width)
+        return data, box, flip, label
+
+
+def draw_crop_and_flip(
+    ops: Sequence[pipelines.Op], image, height: int, width: int
+) -> tuple[tuple[int, int, int, int], bool]:
+    """The crop box (top, left, height, width; px) and flip of one sample, drawn from torch's generator in the
+    ops' order with the calls ``torchvision_transform``'s transforms make; ``image`` (PIL, only its size and
+    mode are read) is what ``get_params`` measures."""
+    box, flip = (0, 0, height, width), False
+    for op in ops:
+        if op.name == "random_resized_crop":
+            scale = [float(x) for x in op.args.get("scale", (0.08, 1.0))]
+            ratio = [float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3))]
+            box = tuple(int(v) for v in transforms.RandomResizedCrop.get_params(image, scale, ratio))
+        elif op.name == "flip":
+            flip = bool(torch.rand(1) < float(op.args.get("prob", 0.5)))
+    return box, flip
+
+
+class DeviceImageOps:
+    """``EncodedImages`` -> a float32 normalised (N, 3, resolution, resolution) batch on ``device``.
+
+    Args:
+        ops: the split's validated pipeline ops (crop, flip, normalize, layout).
+        resolution: output side, px.
+    """
+
+    def __init__(self, ops: Sequence[pipelines.Op], resolution: int):
+        names = [op.name for op in ops]
+        self.resolution = int(resolution)
+        crop = next(op for op in ops if op.name in pipelines.DECODERS)
+        self.random_crop = crop.name == "random_resized_crop"
+        # as torchvision_transform: resize the short side to resolution / ratio, then centre-crop
+        # (a random crop's ``ratio`` is its aspect-ratio range instead)
+        crop_ratio = 1.0 if self.random_crop else float(crop.args.get("ratio", 0.875))
+        self.short_side = round(self.resolution / crop_ratio)
+        mean, std = pipelines._normalize_stats("", ops[names.index("normalize")].args)
+        self.normalize = pipelines.TorchNormalize(mean, std)
+        self.channels_last = "channels_last" in names
+
+    def decode(self, data: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        """uint8 CHW RGB images on ``device``: JPEG bytes through one batched ``decode_jpeg`` there (nvJPEG on
+        CUDA, libjpeg-turbo elsewhere), pixels copied as they are."""
+        decode_on = device if device.type == "cuda" else torch.device("cpu")
+        jpeg_at = [i for i, item in enumerate(data) if item.dim() == 1]
+        images = list(data)
+        if not jpeg_at:  # decode_jpeg refuses an empty list
+            return [image.to(device, non_blocking=True) for image in images]
+        decoded = decode_jpeg([data[i] for i in jpeg_at], mode=ImageReadMode.RGB, device=decode_on)
+        for i, image in zip(jpeg_at, decoded, strict=True):
+            images[i] = image
+        return [image.to(device, non_blocking=True) for image in images]
+
+    def crop(self, image: torch.Tensor, box: Sequence[int]) -> torch.Tensor:
+        """One decoded image -> uint8 (3, resolution, resolution), antialiased bilinear as PIL's resize."""
+        side = [self.resolution, self.resolution]
+        if self.random_crop:
+            top, left, height, width = box
+            return F.resized_crop(image, top, left, height, width, side, antialias=True)
+        return F.center_crop(F.resize(image, [self.short_side], antialias=True), side)
+
+    def __call__(self, encoded: EncodedImages, device: torch.device) -> torch.Tensor:
+        images = self.decode(encoded.data, device)
+        boxes = encoded.boxes.tolist()  # a host tensor: no device read-back
+        batch = torch.stack([self.crop(image, box) for image, box in zip(images, boxes, strict=True)])
+        flips = encoded.flips.to(device, non_blocking=True).view(-1, 1, 1, 1)
+        batch = torch.where(flips, batch.flip(-1), batch)  # a mask index would read the mask back to the host
+        if self.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)  # uint8: 4x fewer bytes than after
+        return self.normalize(batch)
