@@ -1,0 +1,68 @@
+"""The whole GPU job on this CPU, as ``make gpu-check kit=none`` runs it in an environment that has the project:
+every GPU part records why it did not run, and the job leaves its files (results folder and the pack for $OUT)."""
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from helpers import ROOT, benchmark_script, entry_point_env, run
+
+from lightning_lars.core.errors import UserError
+from lightning_lars.recipe.plan import check_command_line
+
+pytestmark = pytest.mark.slow
+MAX_FILES = 8  # what the device tool brings back from $OUT
+NO_CUDA = "no CUDA here (torch.cuda.is_available() is False)"
+
+
+def test_make_gpu_check_runs_the_whole_job_and_says_why_each_gpu_part_skipped(tmp_path):
+    job = benchmark_script("gpu_check")
+    out, results = tmp_path / "out", tmp_path / "2026-11-28-cpu"
+    command = ["make", "--no-print-directory", "-C", str(ROOT), "gpu-check", f"GPU_PY={sys.executable}"]
+    command += ["kit=none", f"out={out}", f"results={results}"]
+    env = entry_point_env(unset=("OUT", "MAKEFLAGS", "MAKELEVEL"))
+    done = run(command, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    summary = json.loads((results / "summary.json").read_text())
+    parts = summary["parts"]
+    assert list(parts) == list(job.LIMITS)  # every part, in order of value
+    assert parts["install"] == {
+        **parts["install"],
+        "status": "not run",
+        "why": "--kit none: this environment as is",
+    }
+    # the GPU-decode loader: "not available" while the config refuses its key, else skipped like the others
+    decode = job.train_overrides(
+        "default", 60, tmp_path, ["data=imagefolder", f"data.root={tmp_path}", "data.decode=device"]
+    )
+    try:
+        check_command_line(decode)
+        refused = None
+    except UserError as error:
+        refused = str(error)
+    for name, part in parts.items():
+        if name == "install":
+            continue
+        if name == "jpeg gpu decode" and refused:
+            assert part["status"] == "not available" and refused in part["why"], part
+        else:
+            assert (part["status"], part["why"]) == ("skipped", NO_CUDA), (name, part)
+        assert part["limit_s"] == job.LIMITS[name]
+    table = (results / "summary.md").read_text()
+    assert all(f"| {name} | {part['status']} |" in table for name, part in parts.items())
+    assert "torch==" in (results / "pip-freeze.txt").read_text()
+    assert (results / "nvidia-smi.txt").read_text()
+
+    # the pack: at most 8 files, and the one-liner puts the results folder back under its own name
+    packed = sorted(f.name for f in out.iterdir())
+    assert packed == ["results.tar.gz", "summary.json", "summary.md"] and len(packed) <= MAX_FILES
+    assert "tar -xzf results.tar.gz -C benchmarks/results" in done.stdout
+    unpacked = tmp_path / "clone" / "benchmarks" / "results"
+    unpacked.mkdir(parents=True)
+    subprocess.run(["tar", "-xzf", str(out / "results.tar.gz"), "-C", str(unpacked)], check=True)
+    assert json.loads((unpacked / results.name / "summary.json").read_text()) == summary
+    with tarfile.open(out / "results.tar.gz") as tar:
+        assert all(m.name.startswith(results.name) for m in tar.getmembers())
