@@ -50,7 +50,7 @@ LIMITS = {
     "install": 30,
     "recipe compiled": 90,
     "bare loop compiled": 55,
-    "jpegs": 20,
+    "jpegs": 25,
     "jpeg torchvision": 40,
     "jpeg ffcv": 35,
     "jpeg gpu decode": 30,
@@ -58,7 +58,7 @@ LIMITS = {
     "bf16 compiled": 35,
     "816 per GPU compiled": 40,
     "optimizer steps": 20,
-    "gpu tests": 50,
+    "gpu tests": 45,
 }
 BUDGET_S = sum(LIMITS.values())
 SYNTHETIC = ["data=synthetic", "data.resolution=224"]

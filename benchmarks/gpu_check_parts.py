@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -76,13 +77,16 @@ class Parts:
         with self.job.log(part).open("a") as stream:
             stream.write(f"===== {part}: {' '.join(command)}\n")
             stream.flush()
+            # its own process group: a part cut at its limit takes its compile workers and loader workers along
+            process = subprocess.Popen(
+                command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
-                done = subprocess.run(
-                    command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, timeout=limit
-                )
-                status = "passed" if done.returncode == 0 else "failed"
-                result["exit_code"] = done.returncode
+                result["exit_code"] = process.wait(timeout=limit)
+                status = "passed" if result["exit_code"] == 0 else "failed"
             except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
                 status = "timed out"
         result.update(status=status, seconds=round(time.perf_counter() - start, 1))
         if status == "timed out":
@@ -236,10 +240,13 @@ def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float
         job.record("jpegs", {"limit_s": LIMITS["jpegs"], "status": "not run", "why": "no JPEG part wanted"})
     else:
         job.record("jpegs", {**parts.run("jpegs", makes), "images": JPEG_IMAGES})
-    made = job.results["parts"]["jpegs"]["status"] == "passed"
+    # what the part left, even cut at its limit: FFCV's files come after the JPEGs
+    made = {name: (jpegs / "train").is_dir() for name in loaders} | {
+        "jpeg ffcv": (betons / "train.beton").is_file()
+    }
     for name in loaders:
         missing = why_not[name] or (
-            None if made or not cuda else "the JPEGs were not made: see logs/jpegs.log"
+            None if made[name] or not cuda else "its images were not made: see logs/jpegs.log"
         )
         job.record(
             name, parts.beside(parts.train(name, overrides[name], PER_GPU_BATCH, missing), RECIPE_COMPILED)

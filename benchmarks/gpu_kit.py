@@ -76,18 +76,16 @@ def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
     ]
     python = python or this_machine()[0]
     download(requirements, out, python, platform_tag, WITHOUT)
-    for present in wheels_of(out, on_the_node):  # a dependency of a kept package that the node has
-        present.unlink()
-    # the build backend of the clone's editable install, kept even where the node has one: pip builds in an
-    # isolated environment, which offline can take it only from the kit (about 1 MiB)
-    download([BUILD_BACKEND], out, python, platform_tag, set())
-    wheel = project_wheel(out)
     ffcv, ffcv_missing = build_ffcv_wheel(python, out)
     print(f"  FFCV: {ffcv.name if ffcv else ffcv_missing}", flush=True)
     if ffcv:
         download(list(FFCV_NEEDS), out, python, platform_tag, set())
-        for present in wheels_of(out, on_the_node):
-            present.unlink()
+    for present in wheels_of(out, on_the_node):  # a dependency of a kept package that the node has
+        present.unlink()
+    # the build backend of the clone's editable install, kept even where the node has one (so after the clean-up
+    # above): pip builds in an isolated environment, which offline can take it only from the kit (about 1 MiB)
+    download([BUILD_BACKEND], out, python, platform_tag, set())
+    wheel = project_wheel(out)
     limit = LIMIT_MIB - tree_mib()
     left_out = []
     if size_mib(out) > limit:

@@ -40,6 +40,7 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
     manifest = json.loads((kit / "kit.json").read_text())
     assert (kit / manifest["project_wheel"]).is_file()
     assert sum(w.stat().st_size for w in kit.glob("*.whl")) <= 64 * 2**20
+    assert list(kit.glob("setuptools-*.whl")), "the editable install's build backend must travel in the kit"
     # FFCV's wheel carries the libraries its extension links: the node has no libturbojpeg or OpenCV objects
     assert manifest["ffcv_wheel"], manifest["ffcv_missing"]
     with zipfile.ZipFile(kit / manifest["ffcv_wheel"]) as wheel:
