@@ -66,3 +66,17 @@ def test_make_gpu_check_runs_the_whole_job_and_says_why_each_gpu_part_skipped(tm
     assert json.loads((unpacked / results.name / "summary.json").read_text()) == summary
     with tarfile.open(out / "results.tar.gz") as tar:
         assert all(m.name.startswith(results.name) for m in tar.getmembers())
+
+
+def test_the_jobs_jpegs_fill_one_tree_from_every_process_and_convert_to_ffcv(tmp_path):
+    """The node's JPEGs: processes with their own seeds number their files apart (none overwrites another), and
+    FFCV's files hold every one of them."""
+    job = benchmark_script("gpu_check")
+    done = run([sys.executable, "-c", job.MAKE_JPEGS, str(tmp_path), "30", "3"], cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    train = sorted((tmp_path / "jpeg" / "train").rglob("*.jpg"))
+    assert len(train) == 30 and len({p.name for p in train}) == 30
+    assert len(list((tmp_path / "jpeg" / "val").rglob("*.jpg"))) == 3 * 10  # each process: one a class
+    manifest = json.loads((tmp_path / "ffcv" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["num_images"] == 30 and manifest["writer"]["max_resolution"] == 512
+    assert (tmp_path / "ffcv" / "train.beton").stat().st_size > 0
