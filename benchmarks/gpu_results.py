@@ -56,7 +56,7 @@ class Job:
         if log.is_file() and log.stat().st_size > LOG_TAIL_BYTES:
             data = log.read_bytes()[-LOG_TAIL_BYTES:]
             log.write_bytes(b"[... cut: the last 256 KiB follow]\n" + data)
-        result = {**result, "at_s": round(time.monotonic() - self.started, 1)}
+        result = {"at_s": round(time.monotonic() - self.started, 1), **result}  # a re-record keeps its time
         self.results["parts"][part] = result
         (self.folder / "summary.json").write_text(json.dumps(self.results, indent=2) + "\n")
         (self.folder / "summary.md").write_text(markdown(self.results))

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 from helpers import ROOT, benchmark_script, entry_point_env, run
@@ -80,3 +81,26 @@ def test_the_jobs_jpegs_fill_one_tree_from_every_process_and_convert_to_ffcv(tmp
     manifest = json.loads((tmp_path / "ffcv" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["num_images"] == 30 and manifest["writer"]["max_resolution"] == 512
     assert (tmp_path / "ffcv" / "train.beton").stat().st_size > 0
+
+
+def test_a_timed_run_reads_its_images_per_s_from_the_runs_own_results_and_sets_it_beside_another(tmp_path):
+    """Parts.train as on the GPU (CUDA taken as present), on this CPU at toy scale: the entry point's results.json
+    gives images/s, the batch gives ms/step, and the ratio to the part it is set beside is theirs."""
+    job_module, parts_module, results = (
+        benchmark_script(name) for name in ("gpu_check", "gpu_check_parts", "gpu_results")
+    )
+    job = results.Job(tmp_path / "results", 600, {}, time.monotonic())
+    parts = parts_module.Parts(job, set(job_module.LIMITS), True, tmp_path)
+    data = ["data=synthetic", "data.resolution=32", "data.num_classes=10", "data.num_train_images=640"]
+    overrides = job_module.train_overrides(False, 6, tmp_path / "run", data, batch=8)
+    toy = ["trainer.accelerator=cpu", "model.arch=test_resnet", "batch.bn_group=null"]
+    overrides = [o for o in overrides if not o.startswith("trainer.accelerator=")] + toy
+    job.results["parts"]["bare loop compiled"] = {"status": "passed", "images_per_s": 2.0}
+    result = parts.beside(parts.train("recipe compiled", overrides, 8), "bare loop compiled")
+    assert result["status"] == "passed", job.log("recipe compiled").read_text()[-3000:]
+    (found,) = (tmp_path / "run").rglob("results.json")
+    images_per_s = json.loads(found.read_text())["metrics"]["perf/images_per_sec"]
+    assert result["images_per_s"] == round(images_per_s, 1) > 0
+    assert result["ms_per_step"] == round(8 / images_per_s * 1e3, 2)
+    assert result["ratio"] == round(result["images_per_s"] / 2.0, 3)
+    assert result["peak_gib"] == 0  # no CUDA memory on a CPU
