@@ -39,6 +39,8 @@ OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call q
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Hydra overrides ride along, config groups too: make recipe=goyal_8k data=imagefolder data.root=DIR trainer.devices=8"
+	@echo '  The GPU job through the device tool (after make gpu-kit): run(command="python3 benchmarks/gpu_check.py --kit gpu-kit",'
+	@echo '  carry=["gpu-kit"], timeout_s=540); then here: tar -xzf <files_at>/results.tar.gz -C benchmarks/results'
 
 system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
