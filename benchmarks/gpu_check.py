@@ -23,11 +23,14 @@ Without CUDA each GPU part records why it skipped, so the whole job runs on a CP
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import zipfile
@@ -189,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         kit_info = {}
         if args.kit != "none":
             kit_info = install(Path(args.kit).resolve(), work / "install.log")
+            # the editable install's .pth is read at interpreter start-up: read it now, for the imports below
+            site.addsitedir(sysconfig.get_paths()["purelib"])
+            importlib.invalidate_caches()
         from gpu_check_parts import run_parts  # imports torch: after the install
 
         folder = run_parts(args, wanted, kit_info, work, started)
