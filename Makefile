@@ -19,7 +19,7 @@ recipe ?= demo
 # None of make's own may be a key or group of the config (data, model, seed, ...): make would keep it from the
 # program (bench-largebatch's data set is bench_data= for that reason).
 MAKE_VARS := recipe src out kit nodes devices seeds workers args python platform without sweep multirun PY \
-             bench_data ratio only epochs px
+             bench_data ratio only epochs px results
 # Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
 # MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
 # from it (make lists them last first); each value comes whole from its variable, unexpanded (a Hydra ${...}
@@ -39,6 +39,8 @@ OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call q
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Hydra overrides ride along, config groups too: make recipe=goyal_8k data=imagefolder data.root=DIR trainer.devices=8"
+	@echo '  The GPU job through the device tool (after make gpu-kit): run(command="python3 benchmarks/gpu_check.py --kit gpu-kit",'
+	@echo '  carry=["gpu-kit"], timeout_s=540); then here: tar -xzf <files_at>/results.tar.gz -C benchmarks/results'
 
 system-deps: ## Debian packages FFCV builds against (apt-get; sudo when not root)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -128,14 +130,20 @@ wheelhouse: $(STAMP) ## wheels for offline nodes: make wheelhouse [python=3.12 p
 	$(PY) benchmarks/wheelhouse.py --out $(call quote,$(or $(out),wheelhouse)) $(if $(python),--python $(python)) \
 	    $(if $(platform),--platform $(platform)) $(if $(without),--without $(without))
 
-# A GPU node with CUDA torch, torchvision, lightning, timm and torchmetrics (Python 3.12): the rest, <= 64 MiB
-gpu-kit: $(STAMP) ## wheels a GPU node still needs, <= 64 MiB: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
+# A GPU node with CUDA torch, torchvision, lightning, timm, torchmetrics, numba and OpenCV (Python 3.12): the rest,
+# FFCV's wheel built here with a Python of that version (pyenv's) and its libraries inside; kit + tree <= 64 MiB
+gpu-kit: $(STAMP) ## wheels a GPU node still needs, FFCV's built here: make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]
 	$(PY) benchmarks/gpu_kit.py --out $(call quote,$(or $(out),gpu-kit)) --python $(or $(python),3.12) \
 	    --platform $(or $(platform),manylinux_2_28_x86_64)
 
-# On the node, from the clone's root, no internet: the kit installed offline, then every GPU part in one job
-gpu-check: ## the one GPU job (<= 9 min): kit install, the MLPerf recipe eager/compiled, JPEGs, bench-gpu, test-gpu [kit=gpu-kit out=DIR]
-	$(GPU_PY) benchmarks/gpu_check.py --kit $(call quote,$(or $(kit),gpu-kit)) $(if $(out),--out $(call quote,$(out)))
+# On the node, from the clone's root, no internet: the kit installed offline, then every GPU part in one job of at
+# most 8 minutes; its files go to benchmarks/results/<date>-<device>/ and, packed, to $OUT (or out=DIR).
+# kit=none runs it in the environment as it is (here: every GPU part says why it skipped). Through the device tool:
+#   run(command="python3 benchmarks/gpu_check.py --kit gpu-kit", carry=["gpu-kit"], timeout_s=540)
+# then, where it ran from: tar -xzf <files_at>/results.tar.gz -C benchmarks/results
+gpu-check: ## the one GPU job (<= 8 min), files in benchmarks/results/: make gpu-check [kit=gpu-kit|none out=DIR results=DIR]
+	$(GPU_PY) benchmarks/gpu_check.py --kit $(call quote,$(or $(kit),gpu-kit)) $(if $(out),--out $(call quote,$(out))) \
+	    $(if $(results),--results $(call quote,$(results)))
 
 # The offline check's image (a venv with only what a GPU image has) and the small wheelhouse, made fresh
 $(OFFLINE_VENV)/.image: $(STAMP) $(LOCK)

@@ -48,12 +48,13 @@ PIPELINE = {
 }
 
 
-def make_jpegs(root: Path, count: int, seed: int = 0) -> list[Path]:
-    """``root/{train,val}/<class>/*.jpg``: noise background with random ellipses and polygons, 300-500 px."""
+def make_jpegs(root: Path, count: int, seed: int = 0, first: int = 0) -> list[Path]:
+    """``root/{train,val}/<class>/*.jpg``: noise background with random ellipses and polygons, 300-500 px.
+    Files are numbered from ``first``, so processes with their own seeds can fill one tree."""
     rng = np.random.default_rng(seed)
     paths = []
     for split, split_count in (("train", count), ("val", max(NUM_CLASSES, count // 10))):
-        for index in range(split_count):
+        for index in range(first, first + split_count):
             width, height = (int(x) for x in rng.integers(300, 501, size=2))
             base = rng.integers(0, 256, size=3)
             noise = rng.normal(

@@ -38,10 +38,10 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def lars(params, implementation: str = "eager"):
+def lars(params, implementation: str = "eager", form: str = "mlperf"):
     from lightning_lars.optim.lars import LARS
 
-    return LARS(params, lr=1.0, momentum=0.9, weight_decay=5e-5, form="mlperf", implementation=implementation)
+    return LARS(params, lr=1.0, momentum=0.9, weight_decay=5e-5, form=form, implementation=implementation)
 
 
 def pooled_batches(batch_size: int, steps: int):
@@ -106,16 +106,24 @@ def ours_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
     return batch_size * steps / timer.elapsed
 
 
-def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: bool, precision: str) -> float:
+def bare_images_per_s(
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    compile_model: bool,
+    precision: str,
+    form: str = "mlperf",
+    label_smoothing: float = 0.0,
+) -> float:
     """The same model, optimizer, precision and batches in a plain PyTorch loop (fp16: with a GradScaler, as
-    Lightning's 16-mixed)."""
+    Lightning's 16-mixed); ``form`` and ``label_smoothing`` as a recipe sets them, to compare with its run."""
     import timm
 
     from lightning_lars.optim.param_groups import param_groups
 
     model = timm.create_model("resnet50", num_classes=1000, zero_init_last=True).cuda()
     model = model.to(memory_format=torch.channels_last)
-    optimizer = lars(param_groups(model, 5e-5))
+    optimizer = lars(param_groups(model, 5e-5), form=form)
     forward = torch.compile(model) if compile_model else model
     batches = iter(pooled_batches(batch_size, warmup + steps))
     dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
@@ -126,7 +134,7 @@ def bare_images_per_s(batch_size: int, steps: int, warmup: int, compile_model: b
             start = time.perf_counter()
         images, labels = next(batches)
         with torch.autocast("cuda", dtype=dtype):
-            loss = torch.nn.functional.cross_entropy(forward(images), labels)
+            loss = torch.nn.functional.cross_entropy(forward(images), labels, label_smoothing=label_smoothing)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -255,6 +263,18 @@ def main(argv=None) -> int:
         help="autocast (default bf16)",
     )
     parser.add_argument("--json", help="also write the numbers and the printed tables to this file")
+    parser.add_argument(
+        "--only",
+        choices=("all", "bare-compiled", "optimizer"),
+        default="all",
+        help="one part: the bare loop compiled (beside a recipe's run), or the optimizer steps (default: all)",
+    )
+    parser.add_argument(
+        "--lars-form", default="mlperf", help="the bare loop's LARS form (a recipe's: nvidia)"
+    )
+    parser.add_argument(
+        "--label-smoothing", type=float, default=0.0, help="the bare loop's (a recipe's: 0.1)"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         fail(
@@ -282,6 +302,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def optimizer_table(numbers: dict) -> None:
+    print("\n| optimizer step on ResNet-50 params (fp32) | ms/step (median of 50) |\n|---|---|")
+    for name, ms in optimizer_step_ms(50).items():
+        numbers["optimizer_ms"][name] = ms
+        print(f"| {name} | {ms if isinstance(ms, str) else f'{ms:.2f}'} |", flush=True)
+
+
 class Tee(io.TextIOBase):
     def __init__(self, *streams):
         self.streams = streams
@@ -294,7 +321,22 @@ class Tee(io.TextIOBase):
 
 
 def measure_all(args, numbers: dict) -> None:
-
+    if args.only == "bare-compiled":
+        rate = bare_images_per_s(
+            args.batch_size,
+            args.steps,
+            args.warmup,
+            True,
+            args.precision,
+            args.lars_form,
+            args.label_smoothing,
+        )
+        numbers["bare_loop"] = {"compiled": rate, "timed_steps": args.steps, "lars_form": args.lars_form}
+        print(f"bare loop, compiled, LARS {args.lars_form} form: {rate:.0f} images/s", flush=True)
+        return
+    if args.only == "optimizer":
+        optimizer_table(numbers)
+        return
     print("\n| ResNet-50 training | eager img/s | torch.compile img/s |\n|---|---|---|")
     rates = {}
     for label, measure in (
@@ -315,10 +357,7 @@ def measure_all(args, numbers: dict) -> None:
     print(f"| ours / bare | {ours_eager / bare_eager:.3f} | {ratio_compiled} |")
     numbers["bare_loop"] = {"eager": bare_eager, "compiled": bare_compiled}
 
-    print("\n| optimizer step on ResNet-50 params (fp32) | ms/step (median of 50) |\n|---|---|")
-    for name, ms in optimizer_step_ms(50).items():
-        numbers["optimizer_ms"][name] = ms
-        print(f"| {name} | {ms if isinstance(ms, str) else f'{ms:.2f}'} |", flush=True)
+    optimizer_table(numbers)
 
     print("\n| loader, 224 px RandomResizedCrop + flip + normalise, to the GPU | img/s |\n|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

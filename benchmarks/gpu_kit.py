@@ -1,5 +1,6 @@
 """The GPU kit (``make gpu-kit``): every wheel a GPU node that already has CUDA torch, torchvision, lightning, timm
-and torchmetrics still needs, plus this package's own, in one folder of at most 64 MiB (what a job may carry).
+and torchmetrics still needs, plus this package's own and FFCV's (built here with its libraries inside:
+benchmarks/ffcv_wheel.py), in one folder that fits beside the working tree in the 64 MiB a job may carry.
 
     make gpu-kit [python=3.12 platform=manylinux_2_28_x86_64 out=gpu-kit]   # or: python benchmarks/gpu_kit.py ...
     # on the node, from the clone's root: make gpu-check   (benchmarks/gpu_check.py)
@@ -15,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
+from ffcv_wheel import FFCV_NEEDS, build_ffcv_wheel  # benchmarks/ffcv_wheel.py, beside this script
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from wheelhouse import (  # benchmarks/wheelhouse.py, beside this script
@@ -31,8 +34,10 @@ from wheelhouse import (  # benchmarks/wheelhouse.py, beside this script
 
 from lightning_lars.core.errors import UserError
 
-LIMIT_MIB = 64  # what a job may carry to the node with the working tree
-WITHOUT = {"torch", "ffcv"}  # the node's image; FFCV compiles against the node's own libraries
+LIMIT_MIB = 64  # what a job may carry to the node, the working tree included
+ROOT = Path(__file__).resolve().parents[1]
+# the node's image (torch & co.; numba, llvmlite, OpenCV); FFCV's own wheel is built apart (ffcv_wheel.py)
+WITHOUT = {"torch", "ffcv"}
 DROPPED_FIRST = "wandb"  # its runs log nothing there (~logger); only a W&B run of test-gpu needs it
 MANIFEST = "kit.json"
 BUILD_BACKEND = (
@@ -49,6 +54,18 @@ def size_mib(folder: Path) -> float:
     return sum(wheel.stat().st_size for wheel in folder.glob("*.whl")) / 2**20
 
 
+def tree_mib() -> float:
+    """The working tree as a job carries it: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+    files = [ROOT / name for name in listed.stdout.decode().split("\0") if name]
+    return sum(f.stat().st_size for f in files if f.is_file()) / 2**20
+
+
 def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
     """Fill ``out`` with the kit; returns what ``kit.json`` records."""
     for stale in out.glob("*.whl"):  # a kit from an older lock or target must not mix in
@@ -59,21 +76,26 @@ def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
     ]
     python = python or this_machine()[0]
     download(requirements, out, python, platform_tag, WITHOUT)
+    ffcv, ffcv_missing = build_ffcv_wheel(python, out)
+    print(f"  FFCV: {ffcv.name if ffcv else ffcv_missing}", flush=True)
+    if ffcv:
+        download(list(FFCV_NEEDS), out, python, platform_tag, set())
     for present in wheels_of(out, on_the_node):  # a dependency of a kept package that the node has
         present.unlink()
-    # the build backend of the clone's editable install, kept even where the node has one: pip builds in an
-    # isolated environment, which offline can take it only from the kit (about 1 MiB)
+    # the build backend of the clone's editable install, kept even where the node has one (so after the clean-up
+    # above): pip builds in an isolated environment, which offline can take it only from the kit (about 1 MiB)
     download([BUILD_BACKEND], out, python, platform_tag, set())
     wheel = project_wheel(out)
+    limit = LIMIT_MIB - tree_mib()
     left_out = []
-    if size_mib(out) > LIMIT_MIB:
+    if size_mib(out) > limit:
         for dropped in wheels_of(out, {DROPPED_FIRST}):
             dropped.unlink()
         left_out.append(DROPPED_FIRST)
-    if size_mib(out) > LIMIT_MIB:
+    if size_mib(out) > limit:
         raise UserError(
-            f"the kit is {size_mib(out):.1f} MiB even without {DROPPED_FIRST}, over {LIMIT_MIB} MiB: list"
-            f" {out} by size and leave out what the node already has"
+            f"the kit is {size_mib(out):.1f} MiB even without {DROPPED_FIRST}, over the {limit:.1f} MiB the"
+            f" working tree leaves of {LIMIT_MIB}: list {out} by size and leave out what the node already has"
         )
     manifest = {
         "python": python,
@@ -82,6 +104,9 @@ def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
         "node_has": list(GROUPS["torch"]),  # requirements of the project that the installer leaves alone
         "left_out_for_size": left_out,
         "size_mib": round(size_mib(out), 1),
+        "ffcv_wheel": ffcv.name if ffcv else None,
+        "ffcv_missing": ffcv_missing,  # why the kit has no FFCV; the job's FFCV part says it
+        "ffcv_needs": list(FFCV_NEEDS),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -109,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     count = len(list(out.glob("*.whl")))
     dropped = manifest["left_out_for_size"]
     note = f"; left out for size: {', '.join(dropped)}" if dropped else ""
+    note += f"; FFCV: {manifest['ffcv_wheel'] or 'none, ' + manifest['ffcv_missing']}"
     print(
         f"gpu kit {out}: {count} wheels, {manifest['size_mib']} MiB, Python {manifest['python']},"
         f" {manifest['platform']}{note}"

@@ -398,7 +398,10 @@ def _to_host(source: torch.Tensor, target) -> bool:
 
 def benchmark_script(name: str):
     """``benchmarks/<name>.py`` as a module (the folder is no package), loaded once per process and registered in
-    ``sys.modules`` under ``name``, where dataclasses look their module up."""
+    ``sys.modules`` under ``name``, where dataclasses look their module up. Its neighbours import as when the script
+    runs (``python benchmarks/gpu_check.py`` has benchmarks/ first on its path)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
         sys.modules[name] = importlib.util.module_from_spec(spec)
