@@ -154,3 +154,20 @@ def test_make_passes_multirun_and_the_sweep(tmp_path):
     assert "--multirun" in command and "seed=x,0" in command, done.stdout
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "the sweep's job seed=x" in errors[0], done.stderr
+
+
+@pytest.mark.parametrize("reader", ["head -1", "true"])  # true: gone before the first write, every time
+@pytest.mark.parametrize(
+    "command, first_line",
+    [
+        ([*TRAIN, "--help"], "usage: lightning-lars recipe=NAME [key=value ...] [--cfg job]"),
+        ([sys.executable, "-m", "lightning_lars.recipe.catalog"], "recipe"),
+    ],
+)
+def test_a_reader_that_stops_early_gets_no_traceback(command, first_line, reader):
+    """`lightning-lars --help | head` and `make recipes | head`: a closed pipe ends the program quietly."""
+    pipeline = f"{shlex.join(command)} | {reader}"
+    done = run(["bash", "-o", "pipefail", "-c", pipeline])
+    assert done.stderr == "", done.stderr[-2000:]
+    if reader == "head -1":
+        assert done.stdout.split()[0] == first_line.split()[0] and done.stdout.startswith(first_line)
