@@ -28,6 +28,11 @@ def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "args, phrases",
     [
+        # a recipe's name as a user mistypes it: dashes, capitals, the file's path (the oracle: recipes/goyal_8k.yaml)
+        (["recipe=goyal-8k"], ["unknown recipe 'goyal-8k'; did you mean recipe=goyal_8k?", "make recipes"]),
+        (["recipe=Goyal_8k"], ["unknown recipe 'Goyal_8k'; did you mean recipe=goyal_8k?"]),
+        (["recipe=recipes/goyal_8k.yaml"], ["'recipes/goyal_8k.yaml'; did you mean recipe=goyal_8k?"]),
+        (["recipe=zzz"], ["unknown recipe 'zzz'; known recipes: akiba_32k, demo"]),  # nothing close: no guess
         (
             ["trainer.max_epochs=abc"],
             ["trainer.max_epochs=abc: expected an integer"],
@@ -171,3 +176,8 @@ def test_a_reader_that_stops_early_gets_no_traceback(command, first_line, reader
     assert done.stderr == "", done.stderr[-2000:]
     if reader == "head -1":
         assert done.stdout.split()[0] == first_line.split()[0] and done.stdout.startswith(first_line)
+
+
+def test_the_recipe_card_guesses_a_mistyped_recipe_too():
+    done = run([sys.executable, "-m", "lightning_lars.recipe_card", "nvidia-mlperf10-3264"], timeout=300)
+    assert_one_line_error(done, "unknown recipe 'nvidia-mlperf10-3264'; did you mean 'nvidia_mlperf10_3264'?")
