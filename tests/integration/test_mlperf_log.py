@@ -64,7 +64,7 @@ def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:
 @pytest.mark.parametrize("name", sorted(ROUNDS))
 def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO)
-    metrics, _ = short_run(name, data_dir, tmp_path, monkeypatch)
+    metrics, trainer = short_run(name, data_dir, tmp_path, monkeypatch)
     round_ = ROUNDS[name]
     log = tmp_path / LOG_FILE
     events = mlperf.read_events(log)
@@ -88,10 +88,11 @@ def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monk
         "lars_opt_base_learning_rate", value.get("opt_base_learning_rate")
     )  # and ends below its peak (a warmup outlasting the run once logged a point of the warmup here)
     # warmup and decay shrink together: the full run's decay steps per warmup step (its plan at ImageNet size,
-    # held to the sources' logs by test_golden_mlperf), within the toy's rounding of 12-step epochs
+    # held to the sources' logs by test_golden_mlperf), up to the toy's rounding of its phases to steps
     full = plan_recipe(name).lr_schedule
-    warmup = value.get("lars_opt_learning_rate_warmup_epochs", value.get("opt_learning_rate_warmup_epochs"))
-    toy_ratio = value["lars_opt_learning_rate_decay_steps"] / (warmup * (200 // 16))  # 12-step epochs
+    toy_ratio = (
+        value["lars_opt_learning_rate_decay_steps"] / trainer.lightning_module.lr_schedule.warmup_steps
+    )
     assert toy_ratio == pytest.approx((full.decay_end_step - full.warmup_steps) / full.warmup_steps, rel=0.1)
 
     if round_ == "0.6.0":  # v0.6's own line format: the package's 0.6.0 parser reads every line
