@@ -12,7 +12,7 @@ import argparse
 import shlex
 import sys
 
-from lightning_lars.config.recipes import recipe_names, user_recipe_dirs
+from lightning_lars.config.recipes import recipe_names, unknown_recipe, user_recipe_dirs
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import reference_points
 from lightning_lars.recipe.card import card_text
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.name not in known and args.name.startswith(reference_points.RECIPE_PREFIX):
             raise reference_points.unknown_reference(args.name)
         if args.name not in known:
-            raise UserError(f"unknown recipe '{args.name}'; known recipes: {', '.join(known)}")
+            raise unknown_recipe(args.name, known, ours="'{}'")
         if args.devices < 1 or args.nodes < 1:
             raise UserError(f"--devices {args.devices} --nodes {args.nodes}: both must be at least 1")
         print(show(args.name, args.devices, args.nodes, args.overrides, args.plot))

@@ -1,4 +1,8 @@
-"""Progress: a tqdm bar with images/s, run ETA and LR on a terminal; plain periodic lines in logs (SLURM)."""
+"""Progress: a tqdm bar with images/s, run ETA and LR on a terminal; plain periodic lines in logs (SLURM).
+
+Either way the plain lines (every ``trainer.log_every_n_steps`` steps, and each evaluation) go to the run's
+train.log too (`lightning_lars.runtime.run_log.to_run_file`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from collections import deque
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning_lars.callbacks.techniques.evaluation import planned_epochs, planned_steps
+
+from lightning_lars.runtime.run_log import to_run_file
 
 
 def _batch_size(batch) -> int:
@@ -30,12 +36,14 @@ class RunClock:
     """Images/s and the ETA of the whole run over a sliding window of recent training batches.
 
     Wall time between batch ends, so data waiting counts (what the user waits for). Validation is not in
-    the window (it restarts each epoch) and not in the ETA.
+    the window (it restarts each epoch) and not in the ETA. Until the restarted window holds two batches,
+    the rate is the last one measured (NaN only before any was).
     """
 
     def __init__(self, window: int = 50):
         self._marks: deque[tuple[float, int, int]] = deque(maxlen=window)  # (time s, images, optimizer step)
         self._images = 0
+        self._last_rate = float("nan")  # images/s of one device, over the last full window
 
     def restart(self) -> None:
         self._marks.clear()
@@ -45,10 +53,11 @@ class RunClock:
         self._marks.append((time.perf_counter(), self._images, step))
 
     def images_per_sec(self, world_size: int) -> float:
-        if len(self._marks) < 2:
-            return float("nan")
-        (t0, n0, _), (t1, n1, _) = self._marks[0], self._marks[-1]
-        return (n1 - n0) * world_size / (t1 - t0) if t1 > t0 else float("nan")
+        if len(self._marks) >= 2:
+            (t0, n0, _), (t1, n1, _) = self._marks[0], self._marks[-1]
+            if t1 > t0:
+                self._last_rate = (n1 - n0) / (t1 - t0)
+        return self._last_rate * world_size
 
     def eta_s(self, total_steps: float) -> float:
         if len(self._marks) < 2:
@@ -62,11 +71,39 @@ class RunClock:
 def _status(trainer, clock: RunClock) -> dict[str, str]:
     lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
     total = trainer.estimated_stepping_batches
+    rate = clock.images_per_sec(trainer.world_size)
     return {
         "lr": f"{lr:.4g}",
-        "img/s": f"{clock.images_per_sec(trainer.world_size):,.0f}",
+        "img/s": f"{rate:,.0f}" if math.isfinite(rate) else "-",  # "-": not measured yet
         "eta": format_duration(clock.eta_s(total)),
     }
+
+
+def train_line(trainer, clock: RunClock) -> str:
+    """``[train] epoch 1.50/8 step 3/312 (1.0%) | loss 2.3461 | lr 1.25 | 9 img/s | eta 0:00:07``."""
+    step, total = trainer.global_step, trainer.estimated_stepping_batches
+    status = _status(trainer, clock)
+    loss = trainer.callback_metrics.get("train/loss_step", trainer.callback_metrics.get("train/loss"))
+    loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
+    epochs = planned_epochs(trainer, step)
+    where = (
+        f"epoch {epochs:.2f}/{planned_epochs(trainer, planned_steps(trainer) or total):.4g}"
+        if epochs is not None
+        else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
+    )
+    return (
+        f"[train] {where} step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
+        f" | {status['img/s']} img/s | eta {status['eta']}"
+    )
+
+
+def val_line(trainer) -> str:
+    """``[val] epoch 1 step 2 | val/loss 2.3005 | val/top1 0.0938 | val/top5 0.5156``."""
+    shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    values = " | ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items()))
+    epochs = planned_epochs(trainer, trainer.global_step)
+    where = f"{epochs:.4g}" if epochs is not None else f"{trainer.current_epoch + 1}"
+    return f"[val] epoch {where} step {trainer.global_step} | {values}"
 
 
 def _of_epochs(trainer) -> str:
@@ -86,6 +123,7 @@ class TerminalProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate)
         self.clock = RunClock(window)
         self._shown: dict | None = None  # the postfix shown since the last log step
+        self._filed_step = -1  # the last step whose line went to train.log
 
     def init_train_tqdm(self):
         bar = super().init_train_tqdm()
@@ -110,6 +148,16 @@ class TerminalProgressBar(TQDMProgressBar):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.clock.mark(_batch_size(batch), trainer.global_step)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        step = trainer.global_step
+        if trainer.is_global_zero and step and step != self._filed_step:
+            if step % max(1, trainer.log_every_n_steps) == 0:  # the plain lines' rate, in train.log
+                self._filed_step = step
+                to_run_file(train_line(trainer, self.clock))
+
+    def on_validation_end(self, trainer, pl_module):
+        super().on_validation_end(trainer, pl_module)
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            to_run_file(val_line(trainer))
 
     def get_metrics(self, trainer, pl_module):
         # The loss shown is a device tensor: reading it makes the host wait for the device, so while training
@@ -151,6 +199,7 @@ class LogLineProgress(ProgressBar):
     def _print(self, trainer, text: str) -> None:
         if self._enabled and trainer.is_global_zero:
             print(text, file=self.stream or sys.stdout, flush=True)
+            to_run_file(text)
 
     def on_train_start(self, trainer, pl_module):
         if self.every_n_steps is None:
@@ -173,30 +222,12 @@ class LogLineProgress(ProgressBar):
         if step % self.every_n_steps or step == self._last_printed_step or step == 0:
             return
         self._last_printed_step = step
-        total = trainer.estimated_stepping_batches
-        status = _status(trainer, self.clock)
-        loss = trainer.callback_metrics.get("train/loss_step", trainer.callback_metrics.get("train/loss"))
-        loss_text = f"loss {float(loss):.4f} | " if loss is not None else ""
-        epochs = planned_epochs(trainer, step)
-        where = (
-            f"epoch {epochs:.2f}/{planned_epochs(trainer, planned_steps(trainer) or total):.4g}"
-            if epochs is not None
-            else f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-        )
-        self._print(
-            trainer,
-            f"[train] {where} step {step}/{total} ({100 * step / total:.1f}%) | {loss_text}lr {status['lr']}"
-            f" | {status['img/s']} img/s | eta {status['eta']}",
-        )
+        self._print(trainer, train_line(trainer, self.clock))
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
             return
-        shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-        values = " | ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items()))
-        epochs = planned_epochs(trainer, trainer.global_step)
-        where = f"{epochs:.4g}" if epochs is not None else f"{trainer.current_epoch + 1}"
-        self._print(trainer, f"[val] epoch {where} step {trainer.global_step} | {values}")
+        self._print(trainer, val_line(trainer))
 
 
 def progress_bar(

@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from lightning_lars.config import override_text, recipe_source, rules, schema
+from lightning_lars.config import override_text, recipe_source, recipes, rules, schema
 from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.config.recipes import recipe_names, searchpath_overrides, user_recipe_dirs
 from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run, set_by_the_run
@@ -34,7 +34,7 @@ def compose_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
         match = re.fullmatch(r"\+?recipe=(.*)", override)
         if match and match.group(1) not in known:
             raise UserError(
-                f"unknown recipe '{match.group(1)}'; known recipes: {', '.join(known)}"
+                f"{recipes.unknown_recipe(match.group(1), known)}"
                 " (`make recipes` lists them with their published results; a folder of your own recipes:"
                 " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
             )

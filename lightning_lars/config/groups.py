@@ -155,6 +155,7 @@ class Scheduler:
 class FujitsuScheduler(Scheduler):
     warmup_epochs: Number = MISSING
     decay_steps: int = MISSING  # steps of decay after warmup; then flat at base_lr x end_lr_ratio
+    source_steps_per_epoch: int | None = None  # the source's epoch in steps: decay_steps keep their epochs
     end_lr_ratio: Number = MISSING
     power: Number = MISSING
 
@@ -162,6 +163,7 @@ class FujitsuScheduler(Scheduler):
 @dataclass
 class MxnetPolyScheduler(Scheduler):
     warmup_epochs: Number = MISSING
+    total_epochs: Number | None = None  # the source's NUMEPOCHS, kept by debug=toy; None: trainer.max_epochs
     end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
     power: Number = 2.0
 

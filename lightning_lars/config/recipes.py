@@ -3,7 +3,9 @@ in the ``recipe/`` folders of their ``hydra.searchpath``."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
+import re
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -60,3 +62,22 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
             else:  # file:// or a plain path
                 folders.append(Path(where) / "recipe")
     return tuple(folders)
+
+
+def nearest_recipe(name: str, known: list[str]) -> str | None:
+    """The recipe a mistyped ``name`` most likely means: the same name once a ``recipes/`` folder, a ``.yaml``
+    suffix, capitals and dashes are set aside (``recipes/Goyal-8k.yaml`` -> ``goyal_8k``), else the closest by
+    difflib's ratio (at least 0.6, as for a mistyped key); None when nothing is close."""
+    plain = re.sub(r"\.ya?ml$", "", Path(name).name).lower().replace("-", "_")
+    if plain in known:
+        return plain
+    close = difflib.get_close_matches(plain, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_recipe(name: str, known: list[str], ours: str = "recipe={}") -> UserError:
+    """The one-line error for recipe ``name``, not among ``known``: the likely one first (written as ``ours``
+    formats it: ``recipe=NAME`` on the command line, the bare name for the recipe card), then all of them."""
+    nearest = nearest_recipe(name, known)
+    guess = f"did you mean {ours.format(nearest)}? " if nearest else ""
+    return UserError(f"unknown recipe '{name}'; {guess}known recipes: {', '.join(known)}")

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from lightning_lars.config.paths import CONF_DIR, PROJECT_ROOT, RECIPES_DIR, is_checkout
+from lightning_lars.core.stdout import print_to_reader
 
 HELP_FLAGS = ("--help", "-h")
 
@@ -81,5 +82,5 @@ def text() -> str:
 def exit_if_asked(argv: list[str]) -> None:
     """Print the usage screen and exit 0 when ``argv`` asks for help."""
     if asked(argv):
-        print(text())
+        print_to_reader(text())  # `lightning-lars --help | head`: no BrokenPipeError traceback
         sys.exit(0)

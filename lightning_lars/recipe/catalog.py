@@ -14,8 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from lightning_lars.config.paths import PROJECT_ROOT, RECIPES_DIR
+from lightning_lars.config.paths import PROJECT_ROOT, RECIPES_DIR, is_checkout
 from lightning_lars.config.recipes import recipe_names
+from lightning_lars.core.stdout import print_to_reader
 
 COLUMNS = ("recipe", "top1", "time", "global_batch", "epochs", "hardware", "source")
 RUN_COLUMNS = ("recipe", "hardware", "epochs", "top-1 (mean +- std, n)", "time", "date", "log or W&B run")
@@ -149,14 +150,21 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows()
     ]
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS[:-1]}
-    print("  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]))
-    for r in table:
-        print("  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]))
-    print(
-        "\nA = B: recipe A is an alias of B (the same run under a second name)."
-        "\nrun one: make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
-        "\nits card: python -m lightning_lars.recipe_card NAME [--devices G --nodes N] [--plot FILE.png]"
+    lines = ["  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1])]
+    lines += ["  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]) for r in table]
+    # in a clone, make's targets (they create the venv first); installed, the module itself
+    card = (
+        'make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot FILE.png"]'
+        if is_checkout()
+        else "python -m lightning_lars.recipe_card NAME [--devices G --nodes N] [--plot FILE.png]"
     )
+    run = (
+        "make recipe=NAME   (toy scale on CPU: make recipe=NAME debug=toy)"
+        if is_checkout()
+        else ("lightning-lars recipe=NAME   (toy scale on CPU: lightning-lars recipe=NAME debug=toy)")
+    )
+    lines += ["", "A = B: recipe A is an alias of B (the same run under a second name).", f"run one: {run}"]
+    print_to_reader("\n".join([*lines, f"its card: {card}"]))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 from lightning.pytorch.loggers import Logger, WandbLogger
@@ -16,6 +17,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning_lars.report import plot
 from lightning_lars.report.record import RunRecord
 from lightning_lars.runtime.run_folder import RESULTS_FILE
+from lightning_lars.runtime.run_log import to_run_file
 
 PLANNED_LR_POINTS = 500  # samples of the pure schedule function for the LR plot
 
@@ -26,6 +28,12 @@ def wandb_logger_of(loggers: list[Logger]) -> WandbLogger | None:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f} %"
+
+
+def _measured(value: float, text: str) -> str:
+    """``text`` for a measured value; NaN (a run of no more batches than the throughput monitor skips as
+    warm-up, 2 by default) reads ``- (too few steps to measure)``."""
+    return text if math.isfinite(value) else "- (too few steps to measure)"
 
 
 def _published(cfg) -> dict:
@@ -50,11 +58,11 @@ def summary_rows(cfg, metrics: dict[str, float], record: RunRecord) -> list[tupl
         ("optimizer steps", str(record.steps), "-"),
         ("global batch", str(cfg.batch.global_size), str(published.get("global_batch", "-"))),
         ("hardware", f"{record.world_size} x {record.accelerator}", str(published.get("hardware", "-"))),
-        ("images/s (train, all devices)", f"{images_per_sec:,.0f}", "-"),
+        ("images/s (train, all devices)", _measured(images_per_sec, f"{images_per_sec:,.0f}"), "-"),
     ]
     if throughput is not None:
         wait = throughput["perf/data_wait_fraction"]
-        rows.append(("data wait (share of train time)", f"{100 * wait:.1f} %", "-"))
+        rows.append(("data wait (share of train time)", _measured(wait, f"{100 * wait:.1f} %"), "-"))
     target = record.target
     if target is not None and target.target_top1 is not None:
         reached = (
@@ -90,7 +98,7 @@ def results_table(cfg, metrics: dict[str, float], record: RunRecord, loggers: li
     ]
     lines.append(f"W&B run: {wandb_dir or 'none (no W&B logger)'}")
     if wandb_dir and "offline-run" in wandb_dir:
-        lines.append(f"  offline; upload it with: wandb sync {wandb_dir}")
+        lines.append(f"  offline; upload it with: wandb sync {shlex.quote(wandb_dir)}")  # pasted whole
     return "\n".join(lines)
 
 
@@ -199,6 +207,12 @@ def finish(cfg, metrics: dict[str, float], record: RunRecord, loggers: list[Logg
     (out_dir / RESULTS_FILE).write_text(json.dumps(written, indent=2, default=str) + "\n")
     png = plot.write_report_png(cfg, record, out_dir)  # the curves, viewable without W&B
     log_to_wandb(cfg, metrics, record, loggers, png)
-    print(results_table(cfg, metrics, record, loggers), flush=True)
-    print(f"Report: {png if png else 'no report.png'}; numbers: {out_dir / RESULTS_FILE}", flush=True)
+    said = "\n".join(
+        [
+            results_table(cfg, metrics, record, loggers),
+            f"Report: {png if png else 'no report.png'}; numbers: {out_dir / RESULTS_FILE}",
+        ]
+    )
+    print(said, flush=True)
+    to_run_file(said)  # a cluster user reads train.log, not the terminal
     return written

@@ -11,6 +11,7 @@ accepts but does not answer (a hung proxy) is bounded by ``init_timeout_s``, aft
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -72,7 +73,7 @@ class FallbackWandbLogger(WandbLogger):
 def _notice(reason: str, save_dir: str) -> None:
     rank_zero_info(
         f"W&B: offline ({reason}); run written under {save_dir}/wandb,"
-        f" upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
+        f" upload it later with `wandb sync {shlex.quote(f'{save_dir}/wandb')}/offline-run-*`"  # the shell expands *
     )
 
 

@@ -25,8 +25,8 @@ def notice(path: Path, step: int, differs: list[str]) -> str:
         )
     if any(d.startswith(("batch.", "data.")) for d in differs):
         effects.append(
-            "the loader continues its epoch after the images it had consumed (FFCV; torchvision loaders"
-            " restart the epoch), in the batches of this config"
+            "the loader continues its epoch after the images it had consumed (FFCV's and the image folder's"
+            " alike), in the batches of this config"
         )
     what = "; ".join(effects) or "the rest of the run follows this config"
     return (

@@ -10,6 +10,9 @@ to train.log) and the hint to prepend ``srun`` on any machine where SLURM is ins
 ranks). Lightning's "Checkpoint directory ... exists and is not empty" never comes: it is ModelCheckpoint's, and our
 checkpoint callback (runtime/checkpointing.py) is built on Lightning's ``Checkpoint`` base, which has no such line,
 so a resumed run writes into the folder it resumed from without it.
+
+What the console shows by ``print`` or as a tqdm bar (the progress lines, each evaluation, the results table)
+reaches train.log through `to_run_file`, for a cluster user who reads the file, not the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +23,16 @@ import warnings
 LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 FILE_ONLY_LOGGERS = ("lightning.pytorch.callbacks.model_summary",)
 NOISE_WARNINGS = (r"The `srun` command is available on your system but is not used",)
+# Records for train.log alone: the console printed or drew their text already. Not propagated to the root logger
+# (its console handler would print them twice); `log_to_run_file` gives it Hydra's file handlers.
+RUN_FILE_LOGGER = logging.getLogger("lightning_lars.run_file")
+RUN_FILE_LOGGER.propagate = False
+
+
+def to_run_file(text: str) -> None:
+    """Each line of ``text`` as one record of train.log (a no-op before Hydra has opened the file)."""
+    for line in text.strip("\n").splitlines():
+        RUN_FILE_LOGGER.info(line)
 
 
 def _not_file_only(record: logging.LogRecord) -> bool:
@@ -39,6 +52,9 @@ def log_to_run_file() -> None:
         for handler in files:
             if handler not in logger.handlers:
                 logger.addHandler(handler)
+    RUN_FILE_LOGGER.setLevel(logging.INFO)
+    # this job's files only: a sweep's next job in this process writes its own train.log, not the last one's too
+    RUN_FILE_LOGGER.handlers = files
 
 
 def quiet_noise() -> None:

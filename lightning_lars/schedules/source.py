@@ -29,6 +29,11 @@ class MXNetPoly(LRSchedule):
         otherwise:             end + (peak - end) * (1 - (num_update - warmup) / decay)^power
 
     reaching ``end_lr`` at ``num_update = warmup + decay``, the run's last update.
+
+    ``from_epochs`` counts both phases in epochs of the run's clock: the warmup's ``warmup_epochs`` and the decay
+    until ``total_epochs`` (the source's ``NUMEPOCHS``, kept when ``debug=toy`` shortens the run to one epoch of
+    the demo data, as TF's ``train_steps`` is), so a toy run shrinks warmup and decay together. Cut at the toy's
+    one epoch instead, the 33-epoch warmup outlasted the run and the decay was clamped to one step.
     """
 
     warmup_steps: int
@@ -60,17 +65,19 @@ class MXNetPoly(LRSchedule):
         peak_lr: float,
         *,
         warmup_epochs: int,
+        total_epochs: float | None = None,
         end_lr: float = 1e-4,
         power: float = 2.0,
     ) -> MXNetPoly:
-        """``mxnet_poly.yaml``: ``warmup = warmup_epochs x steps_per_epoch``, the decay until the
-        run's end (at least one step: a run shorter than its warmup, a toy run)."""
+        """``mxnet_poly.yaml``: ``warmup = warmup_epochs x steps_per_epoch``, the decay until ``total_epochs``
+        (None: the run's end), at least one step (a schedule of your own shorter than its warmup)."""
         warmup = clock.steps(warmup_epochs)
+        total = clock.steps(clock.total_epochs if total_epochs is None else total_epochs)
         return cls(
             peak_lr=peak_lr,
             steps_per_epoch=clock.steps_per_epoch,
             warmup_steps=warmup,
-            decay_steps=max(clock.steps(clock.total_epochs) - warmup, 1),
+            decay_steps=max(total - warmup, 1),
             end_lr=end_lr,
             power=power,
         )
@@ -223,8 +230,13 @@ class FujitsuLR(LRSchedule):
         decay_steps: int,
         end_lr_ratio: float,
         power: float,
+        source_steps_per_epoch: int | None = None,
     ) -> FujitsuLR:
-        """``fujitsu.yaml``: the explorer's ``warmup_step = warmup_epochs x steps_per_epoch``."""
+        """``fujitsu.yaml``: the explorer's ``warmup_step = warmup_epochs x steps_per_epoch``; ``decay_steps``
+        counted at the source's ``source_steps_per_epoch`` become as many of this run's epochs (None: kept as
+        steps), so a toy run of other epochs shrinks warmup and decay together."""
+        if source_steps_per_epoch is not None:
+            decay_steps = max(1, round(decay_steps * clock.steps_per_epoch / source_steps_per_epoch))
         return cls(
             peak_lr=peak_lr,
             steps_per_epoch=clock.steps_per_epoch,

@@ -16,6 +16,7 @@ from mlperf_logging.compliance_checker import mlp_parser
 from lightning_lars.config.jobs import compose_job
 from lightning_lars.report import mlperf
 from lightning_lars.training import run
+from lightning_lars.training.recipe_plan import plan_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.demo_data(train_per_class=20, val_per_class=4)]
 ROUNDS = {
@@ -63,7 +64,7 @@ def short_run(name: str, data_dir, out_dir, monkeypatch) -> tuple[dict, object]:
 @pytest.mark.parametrize("name", sorted(ROUNDS))
 def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO)
-    metrics, _ = short_run(name, data_dir, tmp_path, monkeypatch)
+    metrics, trainer = short_run(name, data_dir, tmp_path, monkeypatch)
     round_ = ROUNDS[name]
     log = tmp_path / LOG_FILE
     events = mlperf.read_events(log)
@@ -86,6 +87,13 @@ def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monk
     assert value["lars_opt_end_learning_rate"] < value.get(
         "lars_opt_base_learning_rate", value.get("opt_base_learning_rate")
     )  # and ends below its peak (a warmup outlasting the run once logged a point of the warmup here)
+    # warmup and decay shrink together: the full run's decay steps per warmup step (its plan at ImageNet size,
+    # held to the sources' logs by test_golden_mlperf), up to the toy's rounding of its phases to steps
+    full = plan_recipe(name).lr_schedule
+    toy_ratio = (
+        value["lars_opt_learning_rate_decay_steps"] / trainer.lightning_module.lr_schedule.warmup_steps
+    )
+    assert toy_ratio == pytest.approx((full.decay_end_step - full.warmup_steps) / full.warmup_steps, rel=0.1)
 
     if round_ == "0.6.0":  # v0.6's own line format: the package's 0.6.0 parser reads every line
         lines, errors = mlp_parser.parse_file(str(log), ruleset="0.6.0")

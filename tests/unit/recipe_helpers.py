@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from lightning_lars.config import schema  # noqa: F401  (stores the groups' schemas the recipes compose with)
 from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.config.recipes import recipe_names
 from lightning_lars.optim.param_groups import param_groups

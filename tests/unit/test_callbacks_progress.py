@@ -1,6 +1,7 @@
 """Progress output: plain lines off a terminal (SLURM logs), a tqdm bar with LR, img/s and ETA on one."""
 
 import io
+import logging
 
 from callback_harness import classifier, images, loader, trainer
 from lightning_lars.callbacks.monitors.progress import (
@@ -12,6 +13,8 @@ from lightning_lars.callbacks.monitors.progress import (
 )
 from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
+
+from lightning_lars.runtime import run_log
 
 
 def test_plain_lines_show_step_loss_lr_throughput_and_eta(tmp_path):
@@ -87,3 +90,29 @@ def test_terminal_bar_counts_the_planned_epochs_when_lightning_has_no_epoch_limi
     fit.fit(classifier("sgd", lr_schedule=lambda step: 0.125), loader(images(32)), loader(images(8)))
     shown = capsys.readouterr().out
     assert "Epoch 1/2" in shown and "/-1" not in shown, shown[-500:]
+
+
+def test_terminal_bar_writes_the_plain_lines_to_train_log(tmp_path, capsys, monkeypatch):
+    """On a terminal the console shows the bar; train.log (the file handler `run_log.log_to_run_file` gives the
+    run-file logger) gets the plain lines at the log steps and each evaluation, and no carriage return."""
+    handler = logging.FileHandler(tmp_path / "train.log")
+    monkeypatch.setattr(run_log.RUN_FILE_LOGGER, "handlers", [handler])
+    monkeypatch.setattr(run_log.RUN_FILE_LOGGER, "level", logging.INFO)
+    fit = trainer(
+        [progress_bar(force="bar"), ScheduleCallback()],
+        tmp_path,
+        max_steps=6,
+        enable_progress_bar=True,
+        limit_val_batches=1,
+        val_check_interval=3,
+        log_every_n_steps=2,
+    )
+    fit.fit(classifier("sgd", lr_schedule=lambda step: 0.25), loader(images(48)), loader(images(8, seed=1)))
+    handler.close()
+    log = (tmp_path / "train.log").read_text()
+    train = [ln for ln in log.splitlines() if ln.startswith("[train] epoch")]
+    assert [ln.split(" step ")[1].split()[0] for ln in train] == ["2/6", "4/6", "6/6"], log
+    assert all("lr 0.25" in ln and " img/s " in ln and "nan" not in ln for ln in train), train
+    assert sum(ln.startswith("[val]") and "val/top1" in ln for ln in log.splitlines()) == 2, log
+    shown = capsys.readouterr()
+    assert "\r" not in log and "\r" in shown.out + shown.err, log  # the bar stays on the console

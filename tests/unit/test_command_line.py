@@ -28,6 +28,11 @@ def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "args, phrases",
     [
+        # a recipe's name as a user mistypes it: dashes, capitals, the file's path (the oracle: recipes/goyal_8k.yaml)
+        (["recipe=goyal-8k"], ["unknown recipe 'goyal-8k'; did you mean recipe=goyal_8k?", "make recipes"]),
+        (["recipe=Goyal_8k"], ["unknown recipe 'Goyal_8k'; did you mean recipe=goyal_8k?"]),
+        (["recipe=recipes/goyal_8k.yaml"], ["'recipes/goyal_8k.yaml'; did you mean recipe=goyal_8k?"]),
+        (["recipe=zzz"], ["unknown recipe 'zzz'; known recipes: akiba_32k, demo"]),  # nothing close: no guess
         (
             ["trainer.max_epochs=abc"],
             ["trainer.max_epochs=abc: expected an integer"],
@@ -154,3 +159,25 @@ def test_make_passes_multirun_and_the_sweep(tmp_path):
     assert "--multirun" in command and "seed=x,0" in command, done.stdout
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "the sweep's job seed=x" in errors[0], done.stderr
+
+
+@pytest.mark.parametrize("reader", ["head -1", "true"])  # true: gone before the first write, every time
+@pytest.mark.parametrize(
+    "command, first_line",
+    [
+        ([*TRAIN, "--help"], "usage: lightning-lars recipe=NAME [key=value ...] [--cfg job]"),
+        ([sys.executable, "-m", "lightning_lars.recipe.catalog"], "recipe"),
+    ],
+)
+def test_a_reader_that_stops_early_gets_no_traceback(command, first_line, reader):
+    """`lightning-lars --help | head` and `make recipes | head`: a closed pipe ends the program quietly."""
+    pipeline = f"{shlex.join(command)} | {reader}"
+    done = run(["bash", "-o", "pipefail", "-c", pipeline])
+    assert done.stderr == "", done.stderr[-2000:]
+    if reader == "head -1":
+        assert done.stdout.split()[0] == first_line.split()[0] and done.stdout.startswith(first_line)
+
+
+def test_the_recipe_card_guesses_a_mistyped_recipe_too():
+    done = run([sys.executable, "-m", "lightning_lars.recipe_card", "nvidia-mlperf10-3264"], timeout=300)
+    assert_one_line_error(done, "unknown recipe 'nvidia-mlperf10-3264'; did you mean 'nvidia_mlperf10_3264'?")
