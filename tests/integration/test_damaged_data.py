@@ -72,7 +72,6 @@ def test_an_older_manifest_warns_and_verify_records_its_checksums(data_dir, tmp_
         "data=demo",
         f"paths.data_dir={copy}",
         "trainer.max_steps=1",
-        "~logger",
     ]
     done = run([*MAKE, *train, f"paths.log_dir={tmp_path / 'logs'}"])
     assert done.returncode == 0, done.stderr[-2000:]
