@@ -83,7 +83,7 @@ def demo_losses(
 # decimals, the file's history) lie within that spread at every step, rounding included; the 10x margin is for
 # CPUs not measured (another vendor's AVX-512, other oneDNN blockings). Still seen, measured by the tests in
 # tests/unit/test_golden_baseline.py: a 1 % higher LR moves steps 3-6 beyond their tolerance (step 5: 14x it,
-# 140x the spread); two steps' images swapped move the first of them far beyond it.
+# 140x the spread); steps 5 and 6 with their images swapped move step 5 by 6.7e-3, 2,800x its tolerance.
 MARGIN = 10
 FLOAT32_STEP = 2.4e-7  # spacing of float32 values at 2.3 (2**-21 is 4.8e-7 between 2 and 4: half, rounded)
 
