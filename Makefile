@@ -19,7 +19,7 @@ recipe ?= demo
 # None of make's own may be a key or group of the config (data, model, seed, ...): make would keep it from the
 # program (bench-largebatch's data set is bench_data= for that reason).
 MAKE_VARS := recipe src out kit nodes devices seeds workers args python platform without sweep multirun PY \
-             bench_data ratio only epochs px results
+             bench_data ratio only epochs px results dir
 # Each override whole and shell-quoted, in command-line order: a value may hold spaces (data.root="/my data").
 # MAKEOVERRIDES writes such a space as "\ ", which make's word functions split at, so only the names are read
 # from it (make lists them last first); each value comes whole from its variable, unexpanded (a Hydra ${...}
@@ -32,7 +32,7 @@ is_override = $(and $(filter command line,$(origin $(1))),$(filter-out $(MAKE_VA
                     $(strip $(foreach c,$(lower_case) .,$(findstring $(c),$(1)))))
 OVERRIDES = $(foreach n,$(override_names),$(if $(call is_override,$(n)),$(call quote,$(n)=$(value $(n)))))
 
-.PHONY: help install system-deps slurm-deps train demo demo-data prepare recipes recipe-card check test test-slow test-fast test-full \
+.PHONY: help install system-deps slurm-deps train demo demo-data prepare verify recipes recipe-card check test test-slow test-fast test-full \
         oldest-venv test-oldest test-install offline-image test-offline wheelhouse gpu-kit gpu-check test-gpu bench-gpu \
         bench bench-optim bench-data bench-comm bench-startup bench-largebatch format lint clean-logs clean
 
@@ -92,6 +92,10 @@ demo: demo-data ## the embedded default, end to end on CPU in minutes
 prepare: $(STAMP) ## ImageFolder -> FFCV: make prepare src=/path/to/imagenet out=data/imagenet [args="--max-resolution 512"]
 	@test -n "$(src)" -a -n "$(out)" || { echo "usage: make prepare src=DIR out=DIR (DIR with train/<class>/*.JPEG, val/<class>/*.JPEG)" >&2; exit 2; }
 	$(PY) -m lightning_lars.data.prepare --src $(call quote,$(src)) --out $(call quote,$(out)) $(args)
+
+# Reads every byte (about 1-2 minutes per 140 GB on an NVMe drive); a run's start checks sizes and samples regions.
+verify: $(STAMP) ## check a prepared dataset against its manifest's checksums: make verify [dir=data/demo] [args=--record]
+	$(PY) -m lightning_lars.data.verify $(call quote,$(or $(dir),data/demo)) $(args)
 
 recipes: $(STAMP) ## list the recipes with their published results
 	@$(PY) -m lightning_lars.recipe.catalog

@@ -35,7 +35,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
 from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
-from lightning_lars.runtime import run_log
+from lightning_lars.runtime import run_folder, run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
 # val_check_interval=1 only lets EvaluationSchedule choose the steps: "validation will run after every batch" is untrue.
@@ -59,7 +59,7 @@ def fail(err: UserError) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
     # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: imported once the command line is checked
-    from lightning_lars.runtime import preemption, run_folder
+    from lightning_lars.runtime import preemption
     from lightning_lars.training.run import run
 
     run_log.log_to_run_file()  # Hydra has set up train.log by now
@@ -117,7 +117,8 @@ def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
 
 def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
     """A ``paths.log_dir`` (or a ``hydra.run.dir`` given) that no run folder can be made in: refused here, not as
-    Hydra's traceback when it makes the run folder."""
+    Hydra's traceback when it makes the run folder; so is a ``hydra.run.dir`` of a finished run, before Hydra
+    writes into it (`run_folder.refuse_finished`)."""
     try:
         folders = {"paths.log_dir": str(cfg.paths.log_dir)}
     except OmegaConfBaseException:  # a value that needs Hydra's runtime: Hydra resolves it
@@ -126,6 +127,8 @@ def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
         key, _, value = override.lstrip("+").partition("=")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             folders[key] = value.strip("'\"")
+    if "hydra.run.dir" in folders:  # a finished run there is never replaced by a new one
+        run_folder.refuse_finished(folders["hydra.run.dir"], cfg.run.get("ckpt_path"))
     for key, folder in folders.items():
         reason = unwritable_reason(Path(folder))
         if reason is not None:

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -15,6 +16,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.core.extras import needs_ffcv, require_ffcv
 
 # not from ffcv_datamodule: importing FFCV takes ~10 s, and these checks run before anything heavy
+from lightning_lars.data import integrity
 from lightning_lars.data.beton_header import read_num_samples
 
 FFCV_DATA = (
@@ -26,7 +28,8 @@ MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside
 
 def check_dataset(cfg: DictConfig) -> None:
     """FFCV installed when the data config needs it; a missing, truncated or foreign ``.beton`` named by the data
-    config: one-line `UserError` naming the command that makes it (the data config's ``prepare_command``); a
+    config (a changed region: `lightning_lars.data.integrity`): one-line `UserError` naming the command that makes
+    it (the data config's ``prepare_command``); a
     ``data.num_classes`` that disagrees with the prepared data's ``manifest.json``: one line naming the value to
     set. An image-folder config (``data.root``): both split folders there, and as many class folders as
     ``data.num_classes``. Other data configs (synthetic) pass."""
@@ -43,9 +46,14 @@ def check_dataset(cfg: DictConfig) -> None:
     paths = [plain_value(data, key) for key in ("train_path", "val_path")]
     betons = [path for path in paths if isinstance(path, str) and path.endswith(".beton")]
     prepare_command = plain_value(data, "prepare_command")
+    rebuild = {}
     for path in betons:
         command = command_for(Path(path).parent, prepare_command)
-        read_num_samples(path, command or PREPARE.format(out=Path(path).parent))
+        rebuild[Path(path)] = command or PREPARE.format(out=Path(path).parent)
+        read_num_samples(path, rebuild[Path(path)])
+    # same-size damage (a bad block, a torn copy): the sizes and checksums recorded when the files were written
+    for warning in integrity.start_check(list(rebuild), rebuild):
+        print(warning, file=sys.stderr, flush=True)
     if betons and isinstance(num_classes := plain_value(data, "num_classes"), int):
         check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
     # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with

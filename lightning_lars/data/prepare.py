@@ -3,7 +3,8 @@
     python -m lightning_lars.data.prepare --src /data/imagenet --out /data/imagenet_ffcv
 
 writes ``<out>/train.beton`` and ``<out>/val.beton`` (fields ``image``: RGBImageField, ``label``: IntField,
-as ffcv-imagenet writes them) and ``<out>/manifest.json`` (classes, counts, skipped files, writer settings).
+as ffcv-imagenet writes them) and ``<out>/manifest.json`` (classes, counts, skipped files, writer settings,
+and each file's size and region checksums: `lightning_lars.data.integrity`).
 
 Each split is done in two passes: a parallel check that fully decodes every file (undecodable files are
 skipped and listed, or with ``strict`` the first one is an error), then FFCV's ``DatasetWriter``. Files are
@@ -39,6 +40,7 @@ from lightning_lars.data.imagefolder import (
     list_classes,
     list_split,
 )
+from lightning_lars.data.integrity import ALGORITHM, REGION_BYTES, file_checksums
 
 MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")
@@ -210,6 +212,7 @@ def convert(
         "min_page_size": page_size,
     }
     temporaries, started, images_done, page = {}, time.perf_counter(), 0, page_size or MIN_PAGE_SIZE
+    checksums = {}  # per file: its size and each region's CRC, read back from disk as written
     try:
         for listing in listings:
             largest = check_split(listing, num_workers, strict, progress)
@@ -239,6 +242,7 @@ def convert(
             )
             writer.from_indexed_dataset(LabelledImages(listing.samples, max_resolution, seed), chunksize=100)
             verify_beton(tmp, [label for _, label in listing.samples])
+            checksums[f"{listing.name}.beton"] = file_checksums(tmp)
             images_done += len(listing.samples)
         (out / MANIFEST_NAME).unlink(
             missing_ok=True
@@ -279,6 +283,7 @@ def convert(
             for path, reason in listing.skipped
         ],
         "writer": {**settings, "ffcv_version": getattr(ffcv, "__version__", "?")},
+        "checksums": {"algorithm": ALGORITHM, "region_bytes": REGION_BYTES, "files": checksums},
         "seconds": round(time.perf_counter() - started, 1),
         **(manifest_extra or {}),
     }

@@ -118,3 +118,25 @@ def test_last_after_a_finished_run_says_so_and_does_not_train(env, tmp_path):
     assert list((tmp_path / "demo" / "runs").iterdir()) == [
         folder
     ]  # nor a folder for the run it did not start
+
+
+def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it(env, tmp_path):
+    folder = tmp_path / "my-run"
+    first = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    kept = [
+        "results.json",
+        "resolved_config.yaml",
+        ".hydra/config.yaml",
+        "train.log",
+        "checkpoints/last.ckpt",
+    ]
+    before = {name: (folder / name).read_bytes() for name in kept}
+
+    again = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2")
+    assert_one_line_error(again, f"hydra.run.dir={folder} holds a finished run", "run.ckpt_path=last")
+    assert {name: (folder / name).read_bytes() for name in kept} == before  # nothing of it replaced
+
+    resumed = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2", "run.ckpt_path=last")
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert f"resuming from {folder / 'checkpoints' / 'last.ckpt'}" in resumed.stdout + resumed.stderr
