@@ -43,13 +43,18 @@ def lars_update(
     has_wd: bool,
     has_mu: bool,
     has_eps: bool,
+    keep: Tensor | None = None,
 ) -> Tensor | None:
     """One LARS group update in place (the order of operations is `LARS`'s); returns the trust ratios
     before LARC clipping, or None for a group that is not adapted (``w_norm`` None).
 
     ``hyper`` holds ``lr, momentum, weight_decay, trust_coefficient, eps, wd_coefficient`` as 0-d tensors.
+    ``keep`` (AMP, ``optim.loss_scale``): 0-d, 0 on a step that must change nothing (finite gradients
+    assumed: the caller zeroed them), which then adds no increment, keeps the buffer and the weights.
     """
     lr, mu, wd, eta, eps, wd_coefficient = hyper
+    if keep is not None:
+        mu = keep * mu + (1.0 - keep)
     fujitsu, lr_inside = form == "fujitsu", form != "nvidia"
     if fujitsu:  # 1. d = lr * g + c * wd * w (decay not scaled by lr)
         d = torch._foreach_mul(grads, lr)
@@ -73,6 +78,8 @@ def lars_update(
     else:
         increment = d
     out = -1.0 if lr_inside else -lr  # 3. from buffer to weight step
+    if keep is not None:
+        increment, out = torch._foreach_mul(increment, keep), out * keep
     if has_mu:
         torch._foreach_mul_(bufs, mu)
         torch._foreach_add_(bufs, increment)
