@@ -111,15 +111,17 @@ def lamb_direction(
     kernel zeroes page by page on first touch (24,000 page faults per ResNet-50 step on the CPU: most of the
     compiled step's time).
 
-    ``hyper`` holds ``b1, b2, eps, weight_decay, 1 / bias_correction1, 1 / sqrt(bias_correction2), lr`` (0-d).
+    ``hyper`` holds ``b1, b2, eps, weight_decay, 1 / bias_correction1, 1 / sqrt(bias_correction2), lr, 1 - b1,
+    1 - b2`` (0-d; ``1 - b`` taken in fp64 before rounding, as eager's Python floats: ``1 - fp32(0.999)`` is
+    4.7e-5 off).
     """
-    b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2, lr = hyper
+    b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2, lr, one_minus_b1, one_minus_b2 = hyper
     g = torch._foreach_mul(grads, clip) if clip is not None else grads
     # m = b1 m + (1 - b1) g as mul + add: lerp's decomposition adds a compare and a blend per element
     torch._foreach_mul_(exp_avg, b1)
-    torch._foreach_add_(exp_avg, torch._foreach_mul(g, 1.0 - b1))
+    torch._foreach_add_(exp_avg, torch._foreach_mul(g, one_minus_b1))
     torch._foreach_mul_(exp_avg_sq, b2)
-    torch._foreach_add_(exp_avg_sq, torch._foreach_mul(torch._foreach_mul(g, g), 1.0 - b2))
+    torch._foreach_add_(exp_avg_sq, torch._foreach_mul(torch._foreach_mul(g, g), one_minus_b2))
     denom = torch._foreach_add(torch._foreach_mul(torch._foreach_sqrt(exp_avg_sq), inv_sqrt_bc2), eps)
     update = torch._foreach_div(torch._foreach_mul(exp_avg, inv_bc1), denom)
     if has_wd:

@@ -189,6 +189,8 @@ class LAMB(LayerwiseOptimizer):
                 1.0 / bc1,
                 1.0 / math.sqrt(bc2),
                 group["lr"],
+                1.0 - b1,
+                1.0 - b2,
             ]
             self._hypers[index] = self._scalars(index, values, like)
             return self._hypers[index]
@@ -206,7 +208,8 @@ class LAMB(LayerwiseOptimizer):
         else:
             inv_bc1, inv_sqrt_bc2 = ones, ones
         b1_kept, b2_kept = loss_scale.kept(b1, keep), loss_scale.kept(b2, keep)
-        self._hypers[index] = [b1_kept, b2_kept, eps, wd, inv_bc1, inv_sqrt_bc2, keep * group["lr"]]
+        lr, rest = keep * group["lr"], [keep * (1.0 - b1), keep * (1.0 - b2)]
+        self._hypers[index] = [b1_kept, b2_kept, eps, wd, inv_bc1, inv_sqrt_bc2, lr, *rest]
         return self._hypers[index]
 
     def _tensor_direction(self, index, group, tensors, clip, keep) -> list[Tensor] | None:
