@@ -8,15 +8,20 @@ trust ratios on, the scaled path must equal the unscaled one on the gradients un
 
 from __future__ import annotations
 
+import functools
+
+import lightning as L
 import pytest
 import torch
 from lightning.fabric.plugins.precision.amp import _optimizer_handles_unscaling
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
+from lightning_lars.training.module import ImageClassifier
 
 INF_STEPS = (1, 4)  # an inf gradient at these steps: the scaler skips them and halves its scale
 
@@ -187,3 +192,52 @@ def test_grad_scaler_step_reads_found_inf_back_only_for_optimizers_without_amp_s
         assert probe.count == reads, (name, step)
     # Lightning's MixedPrecision plugin reads the same flag: it leaves unscale_ to the optimizer
     assert _optimizer_handles_unscaling(optimizer) == (reads == 0)
+
+
+class _Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = _model()
+        self.reads_in_scaler_step: list[int] = []
+
+    def training_step(self, batch, batch_index):
+        return self.net(batch[0]).square().mean()
+
+    def configure_optimizers(self):
+        return LARS(param_groups(self.net, 1e-2), lr=0.1)
+
+
+def test_lightnings_mixed_precision_plugin_hands_the_scale_to_lars_without_a_host_read():
+    """Lightning's own MixedPrecision plugin with a real CPU GradScaler (Lightning makes none on a CPU): its
+    optimizer_step leaves unscale_ to LARS and calls scaler.step, which then reads nothing back."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    module = _Tiny()
+    original_step = scaler.step
+
+    def counted_step(optimizer, *args, **kwargs):
+        with _HostReads() as probe:
+            result = original_step(optimizer, *args, **kwargs)
+        module.reads_in_scaler_step.append(probe.count)
+        return result
+
+    scaler.step = counted_step
+    trainer = L.Trainer(
+        accelerator="cpu",
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)],
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(24, 6, generator=torch.Generator().manual_seed(4)))
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    assert module.reads_in_scaler_step == [0, 0, 0]
+
+
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_with_gradient_clipping_the_module_leaves_unscaling_to_the_scaler_as_lightning_requires(clip):
+    module = ImageClassifier("resnet18", 10, functools.partial(LARS, momentum=0.9), lambda step: 0.1)
+    module.trainer = L.Trainer(accelerator="cpu", gradient_clip_val=clip, logger=False)
+    optimizer = module.configure_optimizers()
+    assert _optimizer_handles_unscaling(optimizer) == (clip is None)
