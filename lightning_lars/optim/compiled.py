@@ -161,10 +161,6 @@ class Scalars:
                 old[i] = v
         return tensors
 
-    def last(self, index: int) -> list[Tensor]:
-        """The tensors the last call for ``index`` returned."""
-        return self._tensors[index]
-
 
 class Compiled:
     """``fn`` compiled on first call (``mode="compiled"``) or run as is (``mode="eager"``).

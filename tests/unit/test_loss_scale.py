@@ -9,6 +9,7 @@ trust ratios on, the scaled path must equal the unscaled one on the gradients un
 from __future__ import annotations
 
 import functools
+import io
 
 import lightning as L
 import pytest
@@ -241,3 +242,27 @@ def test_with_gradient_clipping_the_module_leaves_unscaling_to_the_scaler_as_lig
     module.trainer = L.Trainer(accelerator="cpu", gradient_clip_val=clip, logger=False)
     optimizer = module.configure_optimizers()
     assert _optimizer_handles_unscaling(optimizer) == (clip is None)
+
+
+def test_a_lamb_checkpoint_from_a_scaled_run_resumes_without_a_scaler_as_the_run_itself_continues():
+    """Under a scaler LAMB counts t on the device (``group["step"]`` a 0-d tensor); a checkpoint of it, saved and
+    loaded through bytes as Lightning does, continues an unscaled run exactly as the original optimizer does."""
+    model, resumed_model = _model(), _model()
+    optimizer = OPTIMIZERS["lamb"](model)
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=generator) * 64.0
+        _scaled_step(optimizer, 64.0, 0.0)
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    resumed_model.load_state_dict(model.state_dict())
+    resumed = OPTIMIZERS["lamb"](resumed_model)
+    resumed.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
+    grads = [torch.randn(p.shape, generator=generator) for p in model.parameters()]
+    for p, q, g in zip(model.parameters(), resumed_model.parameters(), grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    optimizer.step()
+    resumed.step()
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), resumed_model.parameters()))
+    assert [g["step"] for g in resumed.param_groups] == [3] * len(resumed.param_groups)
