@@ -9,6 +9,9 @@ like the weights (one gather), and the same ``_foreach_addcmul_`` then runs on t
 arithmetic per element. Weights and state stay the parameters' own tensors: checkpoints, ``load_state_dict``
 and FSDP see torch.optim's per-parameter layout unchanged. The scratch also holds AMP's unscaled gradients
 (``optim.loss_scale``), where one buffer lets a single kernel zero them all.
+
+Memory: the buffer (4 bytes per element in fp32) and, once `FlatScratch.spread` ran, each element's tensor
+index (int32): 8 bytes per adapted parameter, about 200 MB for ResNet-50, kept between steps.
 """
 
 from __future__ import annotations

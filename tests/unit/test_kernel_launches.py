@@ -66,3 +66,15 @@ def _launches(make, num_tensors: int, scaled: bool) -> int:
 def test_launches_per_step_do_not_grow_with_the_number_of_tensors(name, scaled):
     # before the per-tensor factors were spread: LARS mlperf 73 launches for 161 tensors, 36 for 50
     assert _launches(OPTIMIZERS[name], 50, scaled) == _launches(OPTIMIZERS[name], 161, scaled)
+
+
+def test_the_scratch_views_keep_channels_last_strides_so_the_fast_path_still_holds():
+    conv = torch.randn(8, 3, 3, 3).to(memory_format=torch.channels_last)
+    weights = [conv, torch.randn(8), torch.randn(8, 5).t()]  # the last is not dense in its own order
+    assert not multi_tensor.FlatScratch.fits(weights)
+    spread = multi_tensor.FlatScratch(weights[:2])
+    assert [v.stride() for v in spread.views] == [conv.stride(), (1,)]
+    ratios = torch.tensor([2.0, 3.0])
+    views = spread.spread(ratios)
+    assert torch.equal(views[0], torch.full_like(conv, 2.0)) and torch.equal(views[1], torch.full((8,), 3.0))
+    assert foreach_kernels((weights[:2], views, weights[:2])) == 1
