@@ -266,3 +266,33 @@ def test_a_lamb_checkpoint_from_a_scaled_run_resumes_without_a_scaler_as_the_run
     resumed.step()
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), resumed_model.parameters()))
     assert [g["step"] for g in resumed.param_groups] == [3] * len(resumed.param_groups)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m, impl: LARS(
+            param_groups(m, 1e-2), lr=0.5, form="nvidia", trust_coefficient=0.02, implementation=impl
+        ),
+        lambda m, impl: LAMB(param_groups(m, 1e-2), lr=1e-2, implementation=impl),
+    ],
+    ids=["lars", "lamb"],
+)
+def test_the_compiled_step_takes_the_scale_and_skips_as_the_eager_one(make):
+    compiled_model, eager_model = _model(), _model()
+    compiled, eager = make(compiled_model, "compiled"), make(eager_model, "eager")
+    generator = torch.Generator().manual_seed(6)
+    for found_inf in (0.0, 0.0, 1.0, 0.0):
+        before = [p.detach().clone() for p in compiled_model.parameters()]
+        grads = [torch.randn(p.shape, generator=generator) * 32.0 for p in eager_model.parameters()]
+        if found_inf:
+            grads[0][0, 0] = float("inf")
+        for p, q, g in zip(compiled_model.parameters(), eager_model.parameters(), grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        _scaled_step(compiled, 32.0, found_inf)
+        _scaled_step(eager, 32.0, found_inf)
+        if found_inf:
+            assert all(torch.equal(p, b) for p, b in zip(compiled_model.parameters(), before))
+        for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7)
+    assert compiled.implementation == "compiled"  # it did not fall back to eager
