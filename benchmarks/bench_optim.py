@@ -5,13 +5,16 @@ measured here: ``SGD(momentum=0.9)`` for LARS and ``AdamW`` for LAMB, each as th
 (``foreach=False``), ``foreach=True`` and ``fused=True``. Steps of all optimizers are interleaved round by round
 (a shared machine's load then hits every row alike); the table gives the median ms/step, the first step's
 seconds (state creation, plus ``torch.compile`` for the compiled rows), top-level aten ops per step
-(``optim.op_count``) and, on a GPU, kernel launches per step counted by ``torch.profiler`` beside the floor of
-bytes a step must move per fp32 parameter. The last column is ms relative to torch's fastest counterpart.
+(``optim.op_count``), the CUDA kernels those ops launch by CUDA's foreach rule (``op_count.count_launches``:
+one per tensor for a foreach op off the multi-tensor fast path; counted on any device) and, on a GPU, kernel
+launches per step counted by ``torch.profiler``, beside the floor of bytes a step must move per fp32
+parameter. The last column is ms relative to torch's fastest counterpart.
 
     python benchmarks/bench_optim.py                       # CPU (GPU rows: one skip line)
     python benchmarks/bench_optim.py --device cuda         # GPU
     python benchmarks/bench_optim.py --shard-world 2       # also weight-update sharding on 2 gloo processes
     python benchmarks/bench_optim.py --host                # 1-element tensors: the host's part of a step
+    python benchmarks/bench_optim.py --counts              # ops and modelled launches only (no compile, no timing)
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
-from lightning_lars.optim.op_count import count_ops
+from lightning_lars.optim.op_count import count_launches, count_ops
 from lightning_lars.optim.param_groups import param_groups
 from lightning_lars.parallel.sharded_update import ShardedUpdate
 
@@ -39,12 +42,12 @@ WEIGHT_DECAY = 5e-5  # NVIDIA MLPerf ResNet-50 value; on adapted tensors only
 FLOOR = {"SGD": 20, "LARS": 28, "AdamW": 28, "LAMB": 40}  # LARS/LAMB: + a norm pass over w and g
 
 
-def optimizers() -> dict[str, tuple[str, object]]:
+def optimizers(compiled: bool = True) -> dict[str, tuple[str, object]]:
     """name -> (family, factory(groups)); the family names the counterpart and the bytes floor."""
     sgd = {"family": "SGD", "lr": 1.0, "momentum": 0.9}
     adamw = {"family": "AdamW", "lr": 1e-3}
     table = {}
-    for impl in ("compiled", "eager"):
+    for impl in ("compiled", "eager") if compiled else ("eager",):
         table[f"ours LARS mlperf ({impl})"] = (
             "LARS",
             lambda g, i=impl: LARS(g, lr=1.0, form="mlperf", implementation=i),
@@ -70,7 +73,7 @@ def kernels_per_step(step) -> int:
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def run(arch: str, device: str, rounds: int, host: bool = False) -> list[dict]:
+def run(arch: str, device: str, rounds: int, host: bool = False, compiled: bool = True) -> list[dict]:
     model = timm.create_model(arch, pretrained=False).to(device)
     if host:  # the same tensors, one element each: the step's host work (Python, dispatch) is what is left
         for module in model.modules():
@@ -81,7 +84,7 @@ def run(arch: str, device: str, rounds: int, host: bool = False) -> list[dict]:
         p.grad = torch.randn_like(p) * 1e-2
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
-    for name, (family, make) in optimizers().items():
+    for name, (family, make) in optimizers(compiled).items():
         try:
             optimizer = make(param_groups(model, WEIGHT_DECAY))
         except (RuntimeError, TypeError, ValueError) as error:  # e.g. fused=True without a kernel here
@@ -101,8 +104,9 @@ def run(arch: str, device: str, rounds: int, host: bool = False) -> list[dict]:
             sync()
             row["times"].append((time.perf_counter() - start) * 1e3)
     for row in rows:
-        row["ms"] = statistics.median(row["times"])
+        row["ms"] = statistics.median(row["times"]) if row["times"] else float("nan")
         row["ops"] = count_ops(row["opt"].step)
+        row["launches"] = count_launches(row["opt"].step)
         row["kernels"] = kernels_per_step(row["opt"].step) if device == "cuda" else None
     return rows
 
@@ -120,9 +124,17 @@ def main() -> None:
         help="every tensor one element: the host's time per step, which bounded the GPU's (BENCHMARKS.md)",
     )
     parser.add_argument(
+        "--counts",
+        action="store_true",
+        help="ops and modelled CUDA launches per step only: eager rows, no timing (compiling costs minutes here)",
+    )
+    parser.add_argument(
         "--shard-world", type=int, default=0, help="processes for the sharding table (0: skip)"
     )
     args = parser.parse_args()
+    if args.counts:
+        args.rounds = 0
+        print("skip: compiled rows and timing (--counts)")
     torch.manual_seed(0)
     print(
         f"torch {torch.__version__}, timm {timm.__version__}, device {args.device}, "
@@ -130,23 +142,26 @@ def main() -> None:
     )
     if args.device == "cpu":
         print("skip: GPU rows (kernel launches, fused CUDA kernels) need --device cuda on a GPU")
-    rows = run(args.arch, args.device, args.rounds, args.host)
+    rows = run(args.arch, args.device, args.rounds, args.host, compiled=not args.counts)
     fastest = {}
     for family in ("SGD", "AdamW"):
         torch_rows = [r for r in rows if r["family"] == family]
-        fastest[family] = min(torch_rows, key=lambda r: r["ms"])
+        fused = [r for r in torch_rows if "fused" in r["name"]]
+        fastest[family] = fused[0] if args.counts and fused else min(torch_rows, key=lambda r: r["ms"])
     counterpart = {"LARS": "SGD", "LAMB": "AdamW", "SGD": "SGD", "AdamW": "AdamW"}
     print(
-        "| optimizer | ms/step | first step s (compile) | aten ops/step | kernels/step | floor B/param |"
-        " vs torch's fastest |"
+        "| optimizer | ms/step | first step s (compile) | aten ops/step | CUDA launches/step (foreach rule) |"
+        " kernels/step (profiler) | floor B/param | ms vs torch's fastest |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         best = fastest[counterpart[row["family"]]]
         kernels = "-" if row["kernels"] is None else str(row["kernels"])
+        ratio = "-" if args.counts else f"{row['ms'] / best['ms']:.2f}x {best['name']}"
+        ms = "-" if args.counts else f"{row['ms']:.1f}"
         print(
-            f"| {row['name']} | {row['ms']:.1f} | {row['first']:.1f} | {row['ops']} | {kernels} |"
-            f" {FLOOR[row['family']]} | {row['ms'] / best['ms']:.2f}x {best['name']} |",
+            f"| {row['name']} | {ms} | {row['first']:.1f} | {row['ops']} | {row['launches']} |"
+            f" {kernels} | {FLOOR[row['family']]} | {ratio} |",
             flush=True,
         )
     if args.shard_world:

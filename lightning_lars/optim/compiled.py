@@ -43,13 +43,18 @@ def lars_update(
     has_wd: bool,
     has_mu: bool,
     has_eps: bool,
+    keep: Tensor | None = None,
 ) -> Tensor | None:
     """One LARS group update in place (the order of operations is `LARS`'s); returns the trust ratios
     before LARC clipping, or None for a group that is not adapted (``w_norm`` None).
 
     ``hyper`` holds ``lr, momentum, weight_decay, trust_coefficient, eps, wd_coefficient`` as 0-d tensors.
+    ``keep`` (AMP, ``optim.loss_scale``): 0-d, 0 on a step that must change nothing (finite gradients
+    assumed: the caller zeroed them), which then adds no increment, keeps the buffer and the weights.
     """
     lr, mu, wd, eta, eps, wd_coefficient = hyper
+    if keep is not None:
+        mu = keep * mu + (1.0 - keep)
     fujitsu, lr_inside = form == "fujitsu", form != "nvidia"
     if fujitsu:  # 1. d = lr * g + c * wd * w (decay not scaled by lr)
         d = torch._foreach_mul(grads, lr)
@@ -73,6 +78,8 @@ def lars_update(
     else:
         increment = d
     out = -1.0 if lr_inside else -lr  # 3. from buffer to weight step
+    if keep is not None:
+        increment, out = torch._foreach_mul(increment, keep), out * keep
     if has_mu:
         torch._foreach_mul_(bufs, mu)
         torch._foreach_add_(bufs, increment)
@@ -104,15 +111,17 @@ def lamb_direction(
     kernel zeroes page by page on first touch (24,000 page faults per ResNet-50 step on the CPU: most of the
     compiled step's time).
 
-    ``hyper`` holds ``b1, b2, eps, weight_decay, 1 / bias_correction1, 1 / sqrt(bias_correction2), lr`` (0-d).
+    ``hyper`` holds ``b1, b2, eps, weight_decay, 1 / bias_correction1, 1 / sqrt(bias_correction2), lr, 1 - b1,
+    1 - b2`` (0-d; ``1 - b`` taken in fp64 before rounding, as eager's Python floats: ``1 - fp32(0.999)`` is
+    4.7e-5 off).
     """
-    b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2, lr = hyper
+    b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2, lr, one_minus_b1, one_minus_b2 = hyper
     g = torch._foreach_mul(grads, clip) if clip is not None else grads
     # m = b1 m + (1 - b1) g as mul + add: lerp's decomposition adds a compare and a blend per element
     torch._foreach_mul_(exp_avg, b1)
-    torch._foreach_add_(exp_avg, torch._foreach_mul(g, 1.0 - b1))
+    torch._foreach_add_(exp_avg, torch._foreach_mul(g, one_minus_b1))
     torch._foreach_mul_(exp_avg_sq, b2)
-    torch._foreach_add_(exp_avg_sq, torch._foreach_mul(torch._foreach_mul(g, g), 1.0 - b2))
+    torch._foreach_add_(exp_avg_sq, torch._foreach_mul(torch._foreach_mul(g, g), one_minus_b2))
     denom = torch._foreach_add(torch._foreach_mul(torch._foreach_sqrt(exp_avg_sq), inv_sqrt_bc2), eps)
     update = torch._foreach_div(torch._foreach_mul(exp_avg, inv_bc1), denom)
     if has_wd:
@@ -151,10 +160,6 @@ class Scalars:
                 t.fill_(v)
                 old[i] = v
         return tensors
-
-    def last(self, index: int) -> list[Tensor]:
-        """The tensors the last call for ``index`` returned."""
-        return self._tensors[index]
 
 
 class Compiled:

@@ -11,8 +11,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor
+from lightning_lars.optim import loss_scale, multi_tensor
 from lightning_lars.optim.compiled import Compiled, Scalars, lamb_apply, lamb_direction
+from lightning_lars.optim.flat import scratch_for
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 
@@ -52,7 +53,16 @@ class LAMB(LayerwiseOptimizer):
             first pass); u is kept in persistent scratch tensors, 4 bytes per adapted parameter.
 
     ``track_stats``/``last_stats`` work as for ``LARS``; ``trust_ratio`` is r and ``g_norm`` the raw ||g||.
+
+    Step 5's per-tensor r is spread over a scratch laid out like the weights (``optim.flat``), so it runs on
+    CUDA's multi-tensor fast path. Under ``torch.amp.GradScaler`` (16-mixed) the step unscales
+    and skips on inf/NaN gradients on the device (``optim.loss_scale``): it then runs steps 2-3 with its
+    scalars as 0-d tensors (``compiled.lamb_direction``, compiled or not) and counts t on the device, where
+    ``group["step"]`` becomes a 0-d fp32 tensor, as torch's capturable Adam keeps its step; a skipped step
+    does not count, as in torch's fused AdamW.
     """
+
+    _step_supports_amp_scaling = True  # GradScaler hands over grad_scale/found_inf (optim.loss_scale)
 
     def __init__(
         self,
@@ -89,7 +99,8 @@ class LAMB(LayerwiseOptimizer):
         self._direction_fn = Compiled(lamb_direction, implementation)
         self._apply_fn = Compiled(lamb_apply, implementation)
         self._scalars = Scalars()
-        self._updates: dict[Tensor, Tensor] = {}  # param -> u, compiled only (see _compiled_direction)
+        self._updates: dict[Tensor, Tensor] = {}  # param -> u, compiled only (see _tensor_direction)
+        self._hypers: dict[int, list[Tensor]] = {}  # group index -> this step's 0-d scalars (tensor paths)
         super().__init__(params, defaults)
 
     @property
@@ -102,7 +113,13 @@ class LAMB(LayerwiseOptimizer):
     def step(self, closure=None):
         """One LAMB step for every group; returns the closure's loss if one is given."""
         loss = self.closure_loss(closure)
+        self._hypers = {}
         work = multi_tensor.collect_groups(self, lambda group: ("exp_avg", "exp_avg_sq"))
+        grad_scale, found_inf = loss_scale.scaler_inputs(self)
+        keeps = [None] * len(work)
+        if work and (grad_scale is not None or found_inf is not None):
+            work, skip = loss_scale.unscale(self, work, grad_scale, found_inf)
+            keeps = [loss_scale.keep_factor(skip, t.weights[0]) for _, t in work]
         # FSDP1: a rank holding no shard of some tensors (grad None) still joins both collectives in full.
         every, every_adapted = (
             multi_tensor.sharded_order(self, lambda g: True),
@@ -122,9 +139,9 @@ class LAMB(LayerwiseOptimizer):
         clip = None
         if self.max_grad_norm:
             clip = (self.max_grad_norm / totals[1]).clamp(max=1.0)  # inf -> 1 if G = 0
-        compiled = self._direction_fn.mode == "compiled"
-        if compiled:  # u of adapted groups in scratch tensors; other groups are updated (step 5) here, None
-            updates = [self._compiled_direction(i, g, t, clip) for i, (g, t) in enumerate(work)]
+        if self._direction_fn.mode == "compiled" or keeps[0] is not None:
+            # u of adapted groups in scratch tensors; other groups are updated (step 5) here, None
+            updates = [self._tensor_direction(i, g, t, clip, keeps[i]) for i, (g, t) in enumerate(work)]
         else:
             updates = [self._direction(group, tensors, clip) for group, tensors in work]
         adapted = [i for i, (group, _) in enumerate(work) if group["trust_adaptation"]]
@@ -153,18 +170,52 @@ class LAMB(LayerwiseOptimizer):
             self.last_stats = multi_tensor.stats(names, adapted_w, adapted_g, ratio)
         return loss
 
-    def _hyper(self, index: int, group: dict, tensors: multi_tensor.GroupTensors) -> list[Tensor]:
-        """The group's scalars as 0-d tensors (see ``compiled.lamb_direction``); counts the step."""
-        b1, b2 = group["betas"]
-        group["step"] += 1
-        t = group["step"]
-        bc1, bc2 = (1.0 - b1**t, 1.0 - b2**t) if group["bias_correction"] else (1.0, 1.0)
-        values = [b1, b2, group["eps"], group["weight_decay"], 1.0 / bc1, 1.0 / math.sqrt(bc2), group["lr"]]
-        return self._scalars(index, values, tensors.weights[0])
+    def _hyper(self, index: int, group: dict, tensors: multi_tensor.GroupTensors, keep) -> list[Tensor]:
+        """The group's scalars as 0-d tensors (see ``compiled.lamb_direction``); counts the step.
 
-    def _compiled_direction(self, index, group, tensors, clip) -> list[Tensor] | None:
-        """Steps 2-3 compiled: u in persistent scratch tensors (adapted group), or step 5 done too (None)."""
-        hyper = self._hyper(index, group, tensors)
+        With ``keep`` (AMP) t is counted on the device and a skipped step turns the factors into identities
+        (b1, b2 -> 1, lr -> 0)."""
+        b1, b2 = group["betas"]
+        like = tensors.weights[0]
+        if keep is None:
+            group["step"] = _host_step(group["step"]) + 1
+            t = group["step"]
+            bc1, bc2 = (1.0 - b1**t, 1.0 - b2**t) if group["bias_correction"] else (1.0, 1.0)
+            values = [
+                b1,
+                b2,
+                group["eps"],
+                group["weight_decay"],
+                1.0 / bc1,
+                1.0 / math.sqrt(bc2),
+                group["lr"],
+                1.0 - b1,
+                1.0 - b2,
+            ]
+            self._hypers[index] = self._scalars(index, values, like)
+            return self._hypers[index]
+        step = group["step"]
+        if not isinstance(step, Tensor) or step.device != like.device:  # once: the first step under a scaler
+            step = torch.as_tensor(step, dtype=torch.float32).to(like.device)
+        group["step"] = step = step + keep.float()
+        # a skipped first step has t = 0, where 1 / (1 - b^t) would be inf and u NaN; its lr is 0 anyway
+        t = step.clamp(min=1.0).to(like.dtype)
+        # eps as a float: foreach's add of a 0-d tensor reads it to the host on a CPU
+        eps, (wd,) = group["eps"], self._scalars(("amp", index), [group["weight_decay"]], like)
+        ones = torch.ones_like(t)
+        if group["bias_correction"]:
+            inv_bc1, inv_sqrt_bc2 = 1.0 / (1.0 - b1**t), torch.rsqrt(1.0 - b2**t)
+        else:
+            inv_bc1, inv_sqrt_bc2 = ones, ones
+        b1_kept, b2_kept = loss_scale.kept(b1, keep), loss_scale.kept(b2, keep)
+        lr, rest = keep * group["lr"], [keep * (1.0 - b1), keep * (1.0 - b2)]
+        self._hypers[index] = [b1_kept, b2_kept, eps, wd, inv_bc1, inv_sqrt_bc2, lr, *rest]
+        return self._hypers[index]
+
+    def _tensor_direction(self, index, group, tensors, clip, keep) -> list[Tensor] | None:
+        """Steps 2-3 with 0-d tensor scalars (compiled, or under AMP): u in scratch tensors (adapted group), or
+        step 5 done too (None)."""
+        hyper = self._hyper(index, group, tensors, keep)
         clip = clip.to(hyper[0].dtype) if clip is not None else None
         adapted = bool(group["trust_adaptation"])
         updates = [self._scratch(p, w) for p, w in zip(tensors.params, tensors.weights)] if adapted else []
@@ -192,7 +243,7 @@ class LAMB(LayerwiseOptimizer):
     def _direction(group: dict, tensors: multi_tensor.GroupTensors, clip: Tensor | None) -> list[Tensor]:
         """Update the moments and return u (step 2 and 3), new tensors."""
         b1, b2 = group["betas"]
-        group["step"] += 1
+        group["step"] = _host_step(group["step"]) + 1
         t = group["step"]
         grads = torch._foreach_mul(tensors.grads, clip) if clip is not None else tensors.grads
         exp_avg, exp_avg_sq = tensors.state["exp_avg"], tensors.state["exp_avg_sq"]
@@ -219,16 +270,23 @@ class LAMB(LayerwiseOptimizer):
         update: list[Tensor] | None,
         ratio: Tensor | None,
     ):
-        """w -= lr * r * u (step 5); ``update`` None: the compiled direction already took this step."""
+        """w -= lr * r * u (step 5); ``update`` None: the direction already took this step."""
         if update is None:
             multi_tensor.write_back(tensors)
             return
+        hyper = self._hypers.get(index)  # set this step by _hyper on the tensor-scalar paths only
+        lr = group["lr"] if hyper is None else hyper[6]
         if self._apply_fn.mode == "compiled" and ratio is not None:
-            hyper = self._scalars.last(index)
             self._apply_fn(tensors.weights, update, ratio.to(hyper[0].dtype), hyper)
             multi_tensor.write_back(tensors)
             return
-        multi_tensor.add_scaled_(
-            tensors.weights, ratio * -group["lr"] if ratio is not None else -group["lr"], update
-        )
+        spread = None  # the per-tensor r through a scratch laid out like the weights: CUDA's fast path
+        if ratio is not None:
+            spread = scratch_for(self.__dict__.setdefault("_flat", {}), ("factor", index), tensors.weights)
+        multi_tensor.add_scaled_(tensors.weights, ratio * -lr if ratio is not None else -lr, update, spread)
         multi_tensor.write_back(tensors)
+
+
+def _host_step(step) -> int:
+    """t as a Python int: a step counted on the device (a run under a scaler, resumed without) is read once."""
+    return int(step.item()) if isinstance(step, Tensor) else step

@@ -6,8 +6,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_lars.optim import multi_tensor
+from lightning_lars.optim import loss_scale, multi_tensor
 from lightning_lars.optim.compiled import Compiled, Scalars, lars_update
+from lightning_lars.optim.flat import scratch_for
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 
@@ -41,8 +42,11 @@ class LARS(LayerwiseOptimizer):
     plain ``model.parameters()``) is split by ``param_groups.excluded`` (``ndim <= 1``: BN and biases get
     no decay and no trust ratio; MLPerf), except for ``form="you2017"``, which adapts and decays every tensor.
 
-    All tensors of a step go through a few ``torch._foreach_*`` ops (dispatched ops do not grow with the
-    number of tensors). Norms and state are fp32 for bf16/fp16 parameters, which get an fp32 master copy.
+    All tensors of a step go through a few ``torch._foreach_*`` ops on CUDA's multi-tensor fast path: the
+    per-tensor trust ratios scale ``d`` as one flat scratch buffer (``optim.flat``), so neither dispatched ops
+    nor kernel launches grow with the number of tensors. Under ``torch.amp.GradScaler`` (16-mixed) the step
+    unscales and skips on inf/NaN gradients by itself, on the device (``optim.loss_scale``): no host read.
+    Norms and state are fp32 for bf16/fp16 parameters, which get an fp32 master copy.
     FSDP2 DTensor parameters are detected; the trust ratio uses whole-parameter norms with one all_reduce.
 
     Args:
@@ -64,6 +68,8 @@ class LARS(LayerwiseOptimizer):
     Set ``track_stats = True`` and every following step stores ``last_stats``: a dict with ``names`` and fp32
     vectors ``w_norm``, ``g_norm``, ``trust_ratio`` (before LARC clipping) for the adapted tensors.
     """
+
+    _step_supports_amp_scaling = True  # GradScaler hands over grad_scale/found_inf (optim.loss_scale)
 
     def __init__(
         self,
@@ -142,11 +148,16 @@ class LARS(LayerwiseOptimizer):
         work = multi_tensor.collect_groups(
             self, lambda group: ("momentum_buffer",) if group["momentum"] else ()
         )
+        grad_scale, found_inf = loss_scale.scaler_inputs(self)
+        skip = None
+        if work and (grad_scale is not None or found_inf is not None):
+            work, skip = loss_scale.unscale(self, work, grad_scale, found_inf)
         adapted = [(g, t) for g, t in work if g["trust_adaptation"]]
         # Norms of every adapted tensor in this step together: one foreach op per list, one collective.
         params = [p for _, t in adapted for p in t.params]
         weights, grads = [w for _, t in adapted for w in t.weights], [x for _, t in adapted for x in t.grads]
-        hooked = self._hook_grad_norms(params)
+        # the hook's norms are of the scaled gradients: the strategy refuses them under a scaler
+        hooked = self._hook_grad_norms(params) if skip is None else None
         order = multi_tensor.sharded_order(self, lambda group: group["trust_adaptation"])
         if hooked is None:
             w_norm, g_norm = global_norms([weights, grads], params, self.shard_group, order)
@@ -158,13 +169,16 @@ class LARS(LayerwiseOptimizer):
         if self._update_fn.mode == "eager":
             ratios = [trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)]
             by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
-            for group, tensors in work:
-                self._update(group, tensors, by_group.get(id(tensors)))
+            for index, (group, tensors) in enumerate(work):
+                keep = None if skip is None else loss_scale.keep_factor(skip, tensors.weights[0])
+                self._update(index, group, tensors, by_group.get(id(tensors)), keep)
         else:
             norms = {id(t): (w, g) for (_, t), w, g in zip(adapted, w_parts, g_parts)}
             ratios = []
             for index, (group, tensors) in enumerate(work):
-                ratio = self._compiled_update(index, group, tensors, *norms.get(id(tensors), (None, None)))
+                keep = None if skip is None else loss_scale.keep_factor(skip, tensors.weights[0])
+                w, g = norms.get(id(tensors), (None, None))
+                ratio = self._compiled_update(index, group, tensors, w, g, keep)
                 ratios += [ratio] if ratio is not None else []
         if self.track_stats and adapted:
             names = [n for _, t in adapted for n in t.names]
@@ -173,7 +187,7 @@ class LARS(LayerwiseOptimizer):
             )
         return loss
 
-    def _compiled_update(self, index, group, tensors, w_norm, g_norm) -> Tensor | None:
+    def _compiled_update(self, index, group, tensors, w_norm, g_norm, keep) -> Tensor | None:
         values = [group[k] for k in ("lr", "momentum", "weight_decay", "trust_coefficient", "eps")]
         hyper = self._scalars(index, [*values, group.get("wd_coefficient", 1.0)], tensors.weights[0])
         if w_norm is not None:  # norms in the weights' dtype, as the eager path's trust ratio
@@ -191,12 +205,15 @@ class LARS(LayerwiseOptimizer):
             bool(group["weight_decay"]),
             bool(group["momentum"]),
             bool(group["eps"]),
+            keep,
         )
         multi_tensor.write_back(tensors)
         return ratio
 
-    @staticmethod
-    def _update(group: dict, tensors: multi_tensor.GroupTensors, ratio: Tensor | None) -> None:
+    def _update(
+        self, index: int, group: dict, tensors: multi_tensor.GroupTensors, ratio: Tensor | None, keep
+    ) -> None:
+        """Steps 1-3 for one group; ``keep`` (0-d, AMP only) is 0 on a step that must change nothing."""
         lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
         fujitsu = group["form"] == "fujitsu"
         lr_inside = group["form"] != "nvidia"
@@ -209,22 +226,26 @@ class LARS(LayerwiseOptimizer):
             d = torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else tensors.grads
         # 2. per-tensor buffer increment factor: trust (vector) or 1 (not adapted); LARC clips it
         scale: Tensor | float = 1.0
+        spread = None  # an adapted group's per-tensor factors go through a scratch laid out like its weights
         if ratio is not None:  # with clip and lr == 0, ratio / lr is inf and clamps to 1 (apex LARC)
             scale = (ratio / lr).clamp(max=1.0) if group["clip"] else ratio
+            spread = scratch_for(self.__dict__.setdefault("_flat", {}), ("factor", index), tensors.weights)
         if lr_inside and not fujitsu:  # fujitsu: lr is already inside d
             scale = scale * lr
         out = -1.0 if lr_inside else -lr  # 3. factor from buffer to weight step
-        if mu:
+        if keep is not None:  # AMP: a skipped step adds nothing, keeps the buffer (mu -> 1) and the weights
+            scale, out, mu = scale * keep, out * keep, loss_scale.kept(mu, keep) if mu else mu
+        if group["momentum"]:  # not `mu`: a 0-d tensor's truth value would be a host read
             bufs = tensors.state["momentum_buffer"]
             torch._foreach_mul_(bufs, mu)
-            multi_tensor.add_scaled_(bufs, scale, d)
+            multi_tensor.add_scaled_(bufs, scale, d, spread)
             if group["nesterov"]:
-                multi_tensor.add_scaled_(tensors.weights, scale * out, d)
-                torch._foreach_add_(tensors.weights, bufs, alpha=out * mu)
+                multi_tensor.add_scaled_(tensors.weights, scale * out, d, spread)
+                multi_tensor.add_scaled_(tensors.weights, out * mu, bufs)
             else:
-                torch._foreach_add_(tensors.weights, bufs, alpha=out)
+                multi_tensor.add_scaled_(tensors.weights, out, bufs)
         else:
-            multi_tensor.add_scaled_(tensors.weights, scale * out, d)
+            multi_tensor.add_scaled_(tensors.weights, scale * out, d, spread)
         multi_tensor.write_back(tensors)
 
 

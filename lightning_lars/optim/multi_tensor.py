@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.optim.flat import FlatScratch
 from lightning_lars.optim.norms import LOW_PRECISION, local
 from lightning_lars.optim.param_groups import shape
 
@@ -158,14 +159,22 @@ def write_back(tensors: GroupTensors) -> None:
         torch._foreach_copy_(tensors.rounded[0], tensors.rounded[1])
 
 
-def add_scaled_(ys: list[Tensor], scale: Tensor | float, xs: list[Tensor]) -> None:
-    """``ys[i] += scale[i] * xs[i]`` for a vector ``scale`` (one value per tensor) or a Python float.
+def add_scaled_(
+    ys: list[Tensor], scale: Tensor | float, xs: list[Tensor], spread: FlatScratch | None = None
+) -> None:
+    """``ys[i] += scale[i] * xs[i]`` for a vector ``scale`` (one value per tensor), or ``ys[i] += scale * xs[i]``
+    for a 0-d tensor or a Python float.
 
-    A vector goes through ``_foreach_addcmul_`` with 0-d tensors, which stays on the device (no ``.item()``
-    sync, CUDA-graph safe) and is one dispatched op whatever the number of tensors.
+    A float is foreach's ``alpha`` (nothing is written for 0); a 0-d tensor (a factor that stays on the device,
+    e.g. AMP's skip) is one fast-path multiply and one add. A vector goes through ``_foreach_addcmul_``, which
+    stays on the device (no ``.item()`` sync): with ``spread`` (a scratch laid out like ``xs``) it is spread
+    over the elements first, so the op takes CUDA's multi-tensor fast path (two kernels whatever the number of
+    tensors); without it, as 0-d tensors, one kernel per tensor on CUDA.
     """
-    if isinstance(scale, Tensor):
-        torch._foreach_addcmul_(ys, scale.unbind(0), xs)
+    if isinstance(scale, Tensor) and scale.ndim == 0:
+        torch._foreach_add_(ys, torch._foreach_mul(xs, scale))
+    elif isinstance(scale, Tensor):
+        torch._foreach_addcmul_(ys, spread.spread(scale) if spread is not None else scale.unbind(0), xs)
     elif scale != 0:
         torch._foreach_add_(ys, xs, alpha=scale)
 

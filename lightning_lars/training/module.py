@@ -144,4 +144,10 @@ class ImageClassifier(L.LightningModule):
         weight_decay = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0)
         groups = param_groups(self.model, weight_decay, self.hparams.exclusion_rule)
         # The schedule sets every group's LR before each step; step 0's value is a valid initial LR.
-        return self.optimizer_factory(groups, lr=self.lr_schedule(0))
+        optimizer = self.optimizer_factory(groups, lr=self.lr_schedule(0))
+        trainer = self._trainer
+        if getattr(optimizer, "_step_supports_amp_scaling", False) and trainer and trainer.gradient_clip_val:
+            # Lightning clips only gradients the AMP scaler unscaled itself, and refuses optimizers that unscale
+            # in their step: this one then leaves it to the scaler (one host read per step, as before)
+            optimizer._step_supports_amp_scaling = False
+        return optimizer

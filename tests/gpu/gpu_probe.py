@@ -20,7 +20,8 @@ class ProcessGroupProbe(L.Callback):
 
 class HostSyncProbe(HostReadRecorder):
     """``+callbacks.sync_probe._target_=gpu_probe.HostSyncProbe``: every device read and every synchronising
-    CUDA call torch reports (``set_sync_debug_mode``), with its stack, written to ``$SYNC_PROBE_OUT`` as JSON."""
+    CUDA call torch reports (``set_sync_debug_mode``), with its stack, written to ``$SYNC_PROBE_OUT`` as JSON with
+    the run's precision and whether an AMP loss scaler ran (what the recipe really trained with)."""
 
     def __init__(self):
         root = Path(__file__).resolve().parents[2]
@@ -33,4 +34,6 @@ class HostSyncProbe(HostReadRecorder):
 
     def on_train_end(self, trainer, pl_module):
         super().on_train_end(trainer, pl_module)
-        Path(os.environ["SYNC_PROBE_OUT"]).write_text(json.dumps(self.reads))
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        run = {"precision": str(trainer.precision), "scaler": scaler is not None, "reads": self.reads}
+        Path(os.environ["SYNC_PROBE_OUT"]).write_text(json.dumps(run))

@@ -242,26 +242,35 @@ def test_device_decode_on_cuda_matches_the_pil_path(tmp_path):
 
 
 @pytest.mark.gpu
-def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
-    """The recipe through the entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no
-    read and no synchronising CUDA call comes from our code on a step that logs nothing; Lightning's are
-    printed (on one GPU it broadcasts no SIGTERM flag)."""
+def test_no_host_read_between_log_steps_in_the_timed_recipe_at_16_mixed(tmp_path):
+    """The timed recipe (nvidia_mlperf10_3264: 16-mixed, so a GradScaler; LARS; its MLPerf log on) through the
+    entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no read and no synchronising CUDA
+    call on a step that logs nothing, from our code or a library's. Before LARS took the scale in its step,
+    GradScaler.step read found_inf back (``.item()``) every step; at bf16 (no scaler) the probe could not see it."""
     out = tmp_path / "syncs.json"
     command = [
         sys.executable,
         "-m",
         "lightning_lars.train",
-        "recipe=goyal_8k",
-        "debug=toy",
+        "recipe=nvidia_mlperf10_3264",
         "data=synthetic",
         "data.num_classes=1000",
         "data.resolution=64",
         "data.num_train_images=1024",
         "data.num_val_images=64",
         "batch.global_size=64",
+        "batch.max_per_device=64",
+        "batch.bn_group=null",  # the recipe's 408 is one GPU's batch: BN over the device's batch, as here
         "trainer.accelerator=gpu",
-        "trainer.precision=bf16-mixed",
-        "trainer.log_every_n_steps=4",
+        "trainer.devices=1",
+        "trainer.max_steps=24",
+        "trainer.log_every_n_steps=8",
+        "evaluation.every_n_epochs=null",
+        "evaluation.every_n_steps=24",
+        "evaluation.offset_epochs=0",
+        "trainer.limit_val_batches=1",
+        "~logger",
+        "~callbacks.checkpoint",
         "+callbacks.sync_probe._target_=gpu_probe.HostSyncProbe",
         f"paths.log_dir={tmp_path}",
     ]
@@ -275,12 +284,20 @@ def test_no_sync_by_our_code_between_log_steps_on_cuda(tmp_path):
         check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    reads = json.loads(out.read_text())
-    ours = [f"{r['kind']} at {r['where']}" for r in reads if r["quiet"] and r["ours"]]
-    theirs = sorted({f"{r['kind']} at {r['where']}" for r in reads if r["quiet"] and not r["ours"]})
-    print("Lightning's and torch's syncs between log steps:", theirs)
-    assert any(r["ours"] and not r["quiet"] for r in reads), "the probe saw none of our reads at log steps"
-    assert not ours, ours
+    assert list(tmp_path.rglob("mlperf.log")), "the recipe's MLPerf log was not written"
+    run = json.loads(out.read_text())
+    # the recipe's precision, with a GradScaler
+    assert (run["precision"], run["scaler"]) == ("16-mixed", True)
+    reads = run["reads"]
+    where = [
+        f"{'ours' if r['ours'] else 'library'}: {r['kind']} at {r['where']}" for r in reads if r["quiet"]
+    ]
+    quiet = sorted(set(where))
+    assert any(not r["quiet"] for r in reads), "the probe saw no reads at all, not even at log steps"
+    assert any(r["quiet"] is False and r["step"] > 8 for r in reads), (
+        "the probe stopped before the later log steps"
+    )
+    assert not quiet, quiet
 
 
 def test_the_probe_callbacks_import_in_the_entry_points_environment(tmp_path):
