@@ -91,7 +91,9 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     apply_plan(trainer, plan)
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
-    module = instantiate(cfg.model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
+    # plain: the hyperparameters saved in every checkpoint (model_kwargs) are dicts, never OmegaConf's
+    model = schema.plain(cfg.model)
+    module = instantiate(model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
 
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
@@ -134,7 +136,8 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except (
         SystemExit
     ):  # Lightning's exit after a KeyboardInterrupt: ours, the second Ctrl-C, says what it lost
