@@ -91,9 +91,10 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     apply_plan(trainer, plan)
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
-    # plain: the hyperparameters saved in every checkpoint (model_kwargs) are dicts, never OmegaConf's
-    model = schema.plain(cfg.model)
-    module = instantiate(model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
+    # plain + "all": the hyperparameters every checkpoint saves (model_kwargs) are dicts and text, not
+    # OmegaConf's containers or our Enums, which torch.load(weights_only=True) refuses to rebuild
+    model = instantiate(schema.plain(cfg.model), optimizer=optimizer, _partial_=True, _convert_="all")
+    module = model(lr_schedule=plan.base_lr_schedule)
 
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
