@@ -70,11 +70,10 @@ def test_a_crafted_checkpoint_named_by_path_is_refused_and_never_runs(shared_run
     else:
         crafted_folder(path, marker, kind)
     poisoned = path if kind == "file" else path / kind
-    line = assert_one_line_error(
-        train(shared_runs, tmp_path, f"run.ckpt_path={path}"), str(poisoned), REFUSED, alone=False
-    )
+    done = train(shared_runs, tmp_path, f"run.ckpt_path={path}")
+    assert not marker.exists(), "the checkpoint's command ran"
+    line = assert_one_line_error(done, str(poisoned), REFUSED, alone=False)
     assert line.startswith(f"error: checkpoint {poisoned} holds"), line
-    assert not marker.exists()
     assert path.exists()  # refused, not removed: the user decides what to do with it
 
 
@@ -93,8 +92,9 @@ def test_a_crafted_checkpoint_newest_in_a_run_folder_is_refused_on_last(shared_r
             crafted_folder(path, marker, kind)
         poisoned = path if kind == "file" else path / kind
         done = train(shared_runs, tmp_path, "run.ckpt_path=last", *args)
+        assert not marker.exists(), "the checkpoint's command ran"
         assert_one_line_error(done, str(poisoned), REFUSED, alone=False)
-        assert not marker.exists() and path.exists()
+        assert path.exists()
 
 
 def test_a_run_with_model_kwargs_resumes(shared_runs, tmp_path):
