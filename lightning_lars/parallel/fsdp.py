@@ -15,6 +15,8 @@ rank 0's each step). Both strategies average ``running_mean``/``running_var`` ov
 before every validation and every checkpoint, so all ranks evaluate, and the checkpoint stores, the same
 statistics. Batch statistics in training stay per device (BN span = per-device batch, as in the records).
 Under mixed precision keep BN in fp32: Lightning's precision plugins autocast, which runs BN in fp32.
+
+Checkpoints load as data only (`load_data_only`): Lightning's FSDP readers do not restrict themselves.
 """
 
 import functools
@@ -30,6 +32,7 @@ from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from lightning_lars.core.errors import UserError
 from lightning_lars.models.batch_norm import average_bn_statistics
 from lightning_lars.optim.param_groups import record_unsharded_shapes
+from lightning_lars.parallel import safe_checkpoint
 
 FP16_MIXED = ("16-mixed", "16")  # Lightning's names for fp16 autocast + GradScaler
 
@@ -101,6 +104,9 @@ class FSDP2Strategy(ModelParallelStrategy):
         average_bn_statistics(self.lightning_module, self._data_parallel_group())
         return super().lightning_module_state_dict()
 
+    def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict:
+        return load_data_only(super().load_checkpoint, self.broadcast(checkpoint_path))
+
 
 class FSDP1Strategy(FSDPStrategy):
     """FSDP1 (``FullyShardedDataParallel``) set up for layer-wise optimizers, on GPUs and on CPU/gloo.
@@ -154,6 +160,17 @@ class FSDP1Strategy(FSDPStrategy):
     def lightning_module_state_dict(self):
         average_bn_statistics(self.lightning_module)
         return super().lightning_module_state_dict()
+
+    def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict:
+        return load_data_only(super().load_checkpoint, self.broadcast(checkpoint_path))
+
+
+def load_data_only(load, path) -> dict:
+    """Lightning's FSDP load of ``path`` with ``weights_only=True``, after `safe_checkpoint.check`: Lightning
+    reads shards with torch's unrestricted reader and a whole file (FSDP1) with a plain unpickler."""
+    safe_checkpoint.check(path)
+    with safe_checkpoint.data_only(path):
+        return load(path, weights_only=True)
 
 
 def use_shard_group(optimizers: list[torch.optim.Optimizer], group: dist.ProcessGroup) -> None:

@@ -6,7 +6,9 @@ counted warning; training goes on. Lightning's own ``_atomic_save`` stages the f
 with ``shutil.move``, which is a copy onto the target (not atomic, no fsync) whenever ``/tmp`` and the run dir
 are different file systems, as on most clusters.
 
-Imports: torch and Lightning only (a leaf of `lightning_lars.runtime`).
+Loads go through `lightning_lars.parallel.safe_checkpoint`: data only, whatever Lightning passes.
+
+Imports: torch, Lightning and `lightning_lars.parallel.safe_checkpoint` (a leaf of `lightning_lars.runtime`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from lightning_lars.parallel import safe_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f" ({self.num_failed_writes} failed checkpoint writes in this run); free disk space:"
                 " training goes on and the next save tries again"
             )
+
+    def load_checkpoint(
+        self, path, *args: Any, weights_only: bool | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Lightning's load, always with ``weights_only=True`` (``None``, its default, leaves the choice to torch
+        and to ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``): a checkpoint is data; one naming other globals raises
+        `UnsafeCheckpoint`."""
+        with safe_checkpoint.data_only(path):
+            return super().load_checkpoint(path, *args, weights_only=True, **kwargs)
 
 
 class _KeepsWriteError:

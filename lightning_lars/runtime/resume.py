@@ -30,13 +30,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
+from lightning_lars.parallel import safe_checkpoint
+from lightning_lars.parallel.safe_checkpoint import UnsafeCheckpoint
 from lightning_lars.runtime import config_change, run_folder
 from lightning_lars.runtime.preemption import scheduled_job_id
 
@@ -59,7 +60,8 @@ class DamagedCheckpoint(Exception):
 
 
 def load_meta(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs); raises `DamagedCheckpoint`.
+    """The checkpoint's top-level entries, tensors memory-mapped (cheap even for GBs), read as data only;
+    raises `DamagedCheckpoint`, or `UnsafeCheckpoint` for a pickle that would run code.
 
     For a directory checkpoint: its ``meta.pt`` (the weights stay in the shards, unread)."""
     if Path(path).is_dir():
@@ -67,7 +69,9 @@ def load_meta(path: str | Path) -> dict[str, Any]:
     if not zipfile.is_zipfile(path):  # torch.save's format is a zip whose index closes the file
         raise DamagedCheckpoint(f"{path}: truncated, or not a torch checkpoint")
     try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        checkpoint = safe_checkpoint.load(path, map_location="cpu", mmap=True)
+    except UnsafeCheckpoint:
+        raise  # never skipped as damaged: a file that would run code is the user's to know about
     except Exception as error:  # noqa: BLE001
         # a truncated zip or a stray file raises many types: RuntimeError, UnpicklingError, EOFError, ...
         raise DamagedCheckpoint(f"{path}: {_first_line(error)}") from None
@@ -83,7 +87,10 @@ def _load_sharded_meta(path: Path) -> dict[str, Any]:
             f"{path}: distributed checkpoint without {SHARDED_META} or .metadata (interrupted save)"
         )
     try:
-        checkpoint = torch.load(meta, map_location="cpu", weights_only=False)
+        safe_checkpoint.check_distributed(path)  # the shards' index and entries, which Lightning reads first
+        checkpoint = safe_checkpoint.load(meta, map_location="cpu")
+    except UnsafeCheckpoint:
+        raise
     except Exception as error:  # noqa: BLE001
         raise DamagedCheckpoint(f"{meta}: {_first_line(error)}") from None
     if not isinstance(checkpoint, dict) or any(

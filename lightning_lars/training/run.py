@@ -91,7 +91,10 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     apply_plan(trainer, plan)
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
-    module = instantiate(cfg.model, optimizer=optimizer, _partial_=True)(lr_schedule=plan.base_lr_schedule)
+    # plain + "all": the hyperparameters every checkpoint saves (model_kwargs) are dicts and text, not
+    # OmegaConf's containers or our Enums, which torch.load(weights_only=True) refuses to rebuild
+    model = instantiate(schema.plain(cfg.model), optimizer=optimizer, _partial_=True, _convert_="all")
+    module = model(lr_schedule=plan.base_lr_schedule)
 
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
@@ -134,7 +137,8 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except (
         SystemExit
     ):  # Lightning's exit after a KeyboardInterrupt: ours, the second Ctrl-C, says what it lost
