@@ -4,7 +4,7 @@ checks that run before anything heavy is imported.
 Imports ``core``.
 """
 
-import importlib
+from lightning_lars.core.lazy_exports import lazy_exports
 
 # The public API (README, "Python API"): name -> the module defining it. Loaded on first use (PEP 562), not here:
 # the command line's data checks (`checks`, `image_count`) import this package before torch and Lightning are,
@@ -16,12 +16,4 @@ EXPORTS = {
 }
 __all__ = sorted(EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS, globals())
