@@ -36,94 +36,12 @@ import time
 import zipfile
 from pathlib import Path
 
+from gpu_job_settings import (  # benchmarks/gpu_job_settings.py, beside this script
+    INSTALL_HANG_S,
+    LIMITS,
+    ROOT,
+)
 from gpu_results import pack  # benchmarks/gpu_results.py, beside this script
-
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "nvidia_mlperf10_3264"  # ResNet-50, 16-mixed, LARS (nvidia form), 8 GPUs x 408: one GPU's share
-PER_GPU_BATCH = 408
-PRECISION = "16-mixed"  # the recipe's
-LARS_FORM, LABEL_SMOOTHING = "nvidia", 0.1  # the recipe's; the bare loop takes them too
-WARMUP_STEPS, TIMED_STEPS = 20, 100  # warm-up (autotuning, compilation) left out of images/s
-JPEG_STEPS = 60  # 40 timed: the loader's steady rate shows within them
-JPEG_IMAGES = PER_GPU_BATCH * 20  # ImageNet-like sizes, made on the node; plus a tenth for val
-PROFILED_STEPS, PROFILE_AFTER = 20, 20  # steps recorded, and left out before them (warm-up, compilation)
-# seconds per part, in order of value; with the install they add up to the budget (8 minutes). The compiled runs
-# after (a) find inductor's cache warm for the same shapes.
-LIMITS = {
-    "install": 30,
-    "recipe compiled": 90,
-    "bare loop compiled": 55,
-    "jpegs": 25,
-    "jpeg torchvision": 40,
-    "jpeg ffcv": 35,
-    "jpeg gpu decode": 30,
-    "profile compiled": 35,
-    "bf16 compiled": 35,
-    "816 per GPU compiled": 40,
-    "optimizer steps": 20,
-    "gpu tests": 45,
-}
-# Without the install no part runs, so it is not cut at its limit (its time counts against the budget the parts
-# share, they get what is left); a pip that hangs offline is stopped
-INSTALL_HANG_S = 180
-SYNTHETIC = ["data=synthetic", "data.resolution=224"]
-# The training run, through the real entry point; atexit records the CUDA memory peak after Lightning is done.
-TRAIN = """\
-import atexit, json, runpy, sys
-import torch
-peak_file = sys.argv[1]
-atexit.register(lambda: open(peak_file, "w").write(json.dumps(torch.cuda.max_memory_allocated() / 2**30)))
-sys.argv = ["lightning_lars.train", *sys.argv[2:]]
-runpy.run_module("lightning_lars.train", run_name="__main__", alter_sys=True)
-"""
-# JPEGs on every core (each process its own seed and file numbers), then FFCV's files where FFCV imports
-MAKE_JPEGS = """\
-import sys
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
-sys.path.insert(0, "benchmarks")
-from bench_data import make_jpegs
-root, count, workers = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-share = -(-count // workers)
-with ProcessPoolExecutor(workers) as pool:
-    list(pool.map(make_jpegs, [root / "jpeg"] * workers, [share] * workers, range(workers),
-                  [i * share for i in range(workers)]))
-try:
-    import ffcv  # noqa: F401
-except ImportError as error:
-    sys.exit(print(f"FFCV does not import ({error}): no .beton files") or 0)
-from lightning_lars.data.prepare import convert
-convert(root / "jpeg", root / "ffcv", max_resolution=512, num_workers=workers, progress=False)
-"""
-
-
-def train_overrides(
-    compile_mode: str | bool,
-    steps: int,
-    log_dir: Path,
-    data: list[str] = SYNTHETIC,
-    batch: int = PER_GPU_BATCH,
-) -> list[str]:
-    """The command line of one timed run: the recipe at one GPU's share (or ``batch`` images in one pass)."""
-    return [
-        f"recipe={RECIPE}",
-        *data,
-        "trainer.accelerator=gpu",
-        "trainer.devices=1",
-        f"batch.global_size={batch}",
-        f"batch.max_per_device={batch}",
-        f"trainer.max_steps={steps}",
-        f"model.compile={str(compile_mode).lower()}",
-        f"+callbacks.throughput.skip_batches={min(WARMUP_STEPS, steps // 2)}",
-        # no evaluation: compiled, it would compile the eval graph too (tens of seconds), and only training is timed
-        "evaluation.every_n_epochs=null",
-        f"evaluation.every_n_steps={steps}",
-        "evaluation.offset_epochs=0",
-        "trainer.limit_val_batches=0",
-        "~logger",  # no W&B on an offline node
-        "~callbacks.checkpoint",  # 100 MB a save, and not what is timed
-        f"paths.log_dir={log_dir}",
-    ]
 
 
 def requirements_of(wheel: Path, left_out: list[str]) -> list[str]:

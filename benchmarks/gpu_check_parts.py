@@ -1,5 +1,5 @@
 """The GPU job's parts (benchmarks/gpu_check.py runs them once the kit is installed): each one subprocess under its
-own limit (gpu_check.LIMITS), its output in the results folder's ``logs/``, its numbers in the summary beside the
+own limit (gpu_job_settings.LIMITS), its output in the results folder's ``logs/``, its numbers in the summary beside the
 run of the same job it is compared with. A part that cannot run here records why: left out by ``--parts``, not
 available (the node lacks the package, or the config refuses the key that selects it), no CUDA, budget spent.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import lightning
 import torch
-from gpu_check import (  # benchmarks/gpu_check.py, beside this script
+from gpu_job_settings import (  # benchmarks/gpu_job_settings.py, beside this script
     JPEG_IMAGES,
     JPEG_STEPS,
     LABEL_SMOOTHING,

@@ -19,7 +19,7 @@ NO_CUDA = "no CUDA here (torch.cuda.is_available() is False)"
 
 
 def test_make_gpu_check_runs_the_whole_job_and_says_why_each_gpu_part_skipped(tmp_path):
-    job = benchmark_script("gpu_check")
+    job = benchmark_script("gpu_job_settings")
     out, results = tmp_path / "out", tmp_path / "2026-11-28-cpu"
     command = ["make", "--no-print-directory", "-C", str(ROOT), "gpu-check", f"GPU_PY={sys.executable}"]
     command += ["kit=none", f"out={out}", f"results={results}"]
@@ -72,7 +72,7 @@ def test_make_gpu_check_runs_the_whole_job_and_says_why_each_gpu_part_skipped(tm
 def test_the_jobs_jpegs_fill_one_tree_from_every_process_and_convert_to_ffcv(tmp_path):
     """The node's JPEGs: processes with their own seeds number their files apart (none overwrites another), and
     FFCV's files hold every one of them."""
-    job = benchmark_script("gpu_check")
+    job = benchmark_script("gpu_job_settings")
     done = run([sys.executable, "-c", job.MAKE_JPEGS, str(tmp_path), "30", "3"], cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     train = sorted((tmp_path / "jpeg" / "train").rglob("*.jpg"))
@@ -87,7 +87,7 @@ def test_a_timed_run_reads_its_images_per_s_from_the_runs_own_results_and_sets_i
     """Parts.train as on the GPU (CUDA taken as present), on this CPU at toy scale: the entry point's results.json
     gives images/s, the batch gives ms/step, and the ratio to the part it is set beside is theirs."""
     job_module, parts_module, results = (
-        benchmark_script(name) for name in ("gpu_check", "gpu_check_parts", "gpu_results")
+        benchmark_script(name) for name in ("gpu_job_settings", "gpu_check_parts", "gpu_results")
     )
     job = results.Job(tmp_path / "results", 600, {}, time.monotonic())
     parts = parts_module.Parts(job, set(job_module.LIMITS), True, tmp_path)

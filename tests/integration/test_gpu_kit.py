@@ -97,7 +97,7 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
 
 def test_the_jobs_training_runs_compose(tmp_path):
     """The GPU runs' command lines pass every check a run makes before it builds (schema, rules, the plan)."""
-    script = benchmark_script("gpu_check")
+    script = benchmark_script("gpu_job_settings")
     jpegs = ["data=imagefolder", f"data.root={tmp_path}", "data.num_classes=10"]
     runs = [("default", script.SYNTHETIC, 408), ("default", jpegs, 408), ("default", script.SYNTHETIC, 816)]
     for mode, data, batch in runs:  # reduce-overhead is refused on a CPU only when the run is built
@@ -141,7 +141,7 @@ def test_the_step_profile_splits_whole_steps_into_parts_that_add_up(tmp_path):
 def test_the_jobs_profile_runs_compose(tmp_path):
     """profile_steps.py composes the profile parts' command lines as the entry point does: the MLPerf recipe sets no
     ``trainer.max_steps``, and a bare Hydra compose refused the job's ``trainer.max_steps=41`` on the H200."""
-    job, profile = benchmark_script("gpu_check"), benchmark_script("profile_steps")
+    job, profile = benchmark_script("gpu_job_settings"), benchmark_script("profile_steps")
     steps = job.PROFILE_AFTER + job.PROFILED_STEPS + 1
     for mode in (False, "default"):
         overrides = job.train_overrides(mode, steps, tmp_path)

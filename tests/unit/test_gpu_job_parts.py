@@ -11,14 +11,14 @@ JOB_MINUTES = 8  # the job's promise, the kit's install included
 
 def parts_here(tmp_path, budget_s: float):
     job_module, parts_module, results = (
-        benchmark_script(name) for name in ("gpu_check", "gpu_check_parts", "gpu_results")
+        benchmark_script(name) for name in ("gpu_job_settings", "gpu_check_parts", "gpu_results")
     )
     job = results.Job(tmp_path / "results", budget_s, {}, time.monotonic())
     return job_module, parts_module, parts_module.Parts(job, set(job_module.LIMITS), True, tmp_path)
 
 
 def test_the_limits_add_up_to_the_jobs_eight_minutes_with_the_install_first():
-    limits = benchmark_script("gpu_check").LIMITS
+    limits = benchmark_script("gpu_job_settings").LIMITS
     assert sum(limits.values()) <= JOB_MINUTES * 60
     assert list(limits)[:3] == ["install", "recipe compiled", "bare loop compiled"]
 
