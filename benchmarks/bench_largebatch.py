@@ -34,6 +34,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_lars.config import rules
 from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
@@ -58,11 +59,14 @@ class Arm:
     name: str  # the table's and runs.jsonl's label
     recipe: str
     large: bool = True  # at the large batch (ratio x N), else at SMALL_BATCH
+    lr_rule: str | None = None  # the one LR rule this arm trains with; None: any the bench is given
 
 
 ARMS = (
     Arm("sgd_small", "goyal_8k", large=False),
     Arm("goyal_sgd", "goyal_8k"),
+    # SGD at the large batch on the square-root rule the layer-wise arms use: what they add beyond the LR rule
+    Arm("sgd_sqrt", "goyal_8k", lr_rule="sqrt"),
     Arm("lars_you", "resnet50_32k"),
     Arm("lars_mlperf", "nvidia_mlperf10_3264"),
     Arm("lamb", "lamb_32k"),
@@ -80,7 +84,8 @@ def run_overrides(
     setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
     spe = manifest_images(data)["train"] // batch
     marks = scaled_marks(recipe, epochs, spe)
-    lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"]) if arm.large else []
+    rule = arm.lr_rule or setup["lr_rule"]
+    lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, rule) if arm.large else []
     if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
         marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
     if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
@@ -141,9 +146,9 @@ def manifest_images(data: Path) -> dict[str, int]:
     return {s: v["num_images"] for s, v in manifest["splits"].items()} | {"classes": manifest["num_classes"]}
 
 
-def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[float], float]:
-    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds.
-    ``callbacks``: more Lightning callbacks for the run (a probe)."""
+def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[float], float, str]:
+    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds; how the
+    model ran ("eager", or torch.compile's mode). ``callbacks``: more Lightning callbacks for the run (a probe)."""
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
@@ -168,7 +173,8 @@ def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[floa
     except DivergenceError:
         pass
     epochs = int(cfg.trainer.max_epochs)
-    return curve.top1 + [math.nan] * (epochs - len(curve.top1)), time.perf_counter() - started
+    mode = rules.compile_mode(cfg.model.compile, trainer.strategy.root_device.type) or "eager"
+    return curve.top1 + [math.nan] * (epochs - len(curve.top1)), time.perf_counter() - started, mode
 
 
 def machine() -> str:
@@ -219,6 +225,12 @@ def main(argv: list[str] | None = None) -> None:
         others = [
             a.name for a in ARMS if a.large and a.name != MLPERF_ARM and a.name in (args.only or a.name)
         ]
+        fixed = [a for a in ARMS if a.lr_rule not in (None, args.lr_rule) and a.name in (args.only or ())]
+        if fixed:
+            raise UserError(
+                f"lr_rule={args.lr_rule}: {' '.join(a.name for a in fixed)} trains on the {fixed[0].lr_rule} rule"
+                f" only; run it with --lr-rule {fixed[0].lr_rule}"
+            )
         if args.lr_rule == "reference" and others:
             raise UserError(
                 f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points, not {' '.join(others)};"
@@ -239,7 +251,13 @@ def main(argv: list[str] | None = None) -> None:
     dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
     setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
     trained = False
-    for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
+    # without --only: every arm that trains on this rule (sgd_sqrt on the square-root rule only)
+    chosen = (
+        [a for a in ARMS if a.name in args.only]
+        if args.only
+        else [a for a in ARMS if a.lr_rule in (None, args.lr_rule)]
+    )
+    for arm in chosen:
         recipe = compose_job([f"recipe={arm.recipe}"])
         if recipe.data.num_classes != sizes["classes"]:
             print(
@@ -261,8 +279,15 @@ def main(argv: list[str] | None = None) -> None:
                 arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution,
                 setup | {"workers": args.workers},
             )  # fmt: skip
-            top1, wall = train_once(overrides, seed)
-            factors = {"width": args.width, "device": args.device}
+            top1, wall, compiled = train_once(overrides, seed)
+            # every factor of how it ran; sizes (ratio, epochs, px, batch) are the row's own keys
+            factors = {
+                "width": args.width,
+                "device": args.device,
+                "compile": compiled,
+                "threads": args.threads or "torch default",
+                "workers": args.workers,
+            }
             if arm.large:  # the baseline's LR does not depend on the rule
                 factors["lr_rule"] = args.lr_rule
                 factors["lr_at_batch"] = round(lr_at_batch(overrides, recipe, b), 6)

@@ -115,7 +115,12 @@ def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path, 
     assert cfg.model.num_classes == 7 and cfg.data.train_path == str(data / "train.beton")
     assert cfg.batch.global_size == batch and cfg.trainer.max_epochs == 8
     assert cfg.optimizer._target_ == recipe.optimizer._target_  # the recipe's own optimizer, not a stand-in
-    assert cfg.scheduler.base_lr == recipe.scheduler.base_lr  # and its LR, scaled only by the project's rule
+    if arm.lr_rule == "sqrt":  # the arm's own rule: the recipe's LR times sqrt(batch / its base batch)
+        assert cfg.scheduler.base_batch == batch
+        want = recipe.scheduler.base_lr * math.sqrt(batch / recipe.scheduler.base_batch)
+        assert cfg.scheduler.base_lr == pytest.approx(want, rel=1e-5)
+    else:  # its LR, scaled only by the project's rule
+        assert cfg.scheduler.base_lr == recipe.scheduler.base_lr
     if not arm.large:
         assert cfg.scheduler.warmup_epochs == 0  # Goyal's small-batch baseline has no warmup
     rules.check_keys(cfg)  # every key under the optimizer's schema (a key it would reject fails here)

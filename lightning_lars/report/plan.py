@@ -1,0 +1,111 @@
+"""A bench plan (``benchmarks/plan-fair.toml``): the cells ``benchmarks/fair_setup.sh`` runs, in order, the seeds
+each verdict reads (the first n in seed order, fixed before the runs) and the decision rule (level, family-wise
+alpha, correction, margins). Read with the standard library's ``tomllib``; imports nothing of the project's but
+its errors.
+
+    python -m lightning_lars.report.plan PLAN [--stages first sqrt-sgd ...]   one cell per line, for the shell
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightning_lars.core.errors import UserError
+
+DEFAULT_PLAN = Path(__file__).resolve().parents[2] / "benchmarks" / "plan-fair.toml"
+CORRECTIONS = ("holm", "none")
+
+
+@dataclass(frozen=True)
+class Cell:
+    stage: str
+    arms: tuple[str, ...]
+    seeds: int  # seeds 0 .. seeds-1 of each arm
+    ratio: float
+    lr_rule: str
+
+    def options(self) -> str:
+        """bench_largebatch.py's options for this cell, after the plan's set-up."""
+        return f"--ratio {self.ratio:g} --lr-rule {self.lr_rule}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    level: float = 0.95
+    alpha: float = 0.05
+    correction: str = "holm"
+    margin_in_scope: float = 1.0
+    margin_wide: float = 3.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    setup: dict
+    decision: Decision
+    planned: dict  # "arm" or "arm@ratio" -> n; "default"
+    cells: tuple[Cell, ...]
+    tuning: dict
+    source: str = ""
+
+    def planned_n(self, arm: str, ratio: float) -> int:
+        """The seeds a verdict reads of ``arm`` at ``ratio``: per arm and share, else per arm, else the default."""
+        for name in (f"{arm}@{ratio:g}", arm, "default"):
+            if name in self.planned:
+                return int(self.planned[name])
+        raise UserError(f"{self.source}: [planned] names no n for {arm} and has no default: add default = 6")
+
+    def setup_options(self) -> str:
+        s = self.setup
+        return f"--width {s['width']} --epochs {s['epochs']} --resolution {s['resolution']}"
+
+
+def load(path: Path = DEFAULT_PLAN) -> Plan:
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"{path} cannot be read as a plan ({err}): see benchmarks/plan-fair.toml") from None
+    try:
+        decision = Decision(**raw.get("decision", {}))
+        cells = tuple(
+            Cell(c["stage"], tuple(c["arms"].split()), int(c["seeds"]), float(c["ratio"]), c["lr_rule"])
+            for c in raw.get("cell", [])
+        )
+        plan = Plan(dict(raw["setup"]), decision, dict(raw.get("planned", {})), cells, raw.get("tuning", {}))
+    except (KeyError, TypeError) as err:
+        raise UserError(f"{path}: a plan needs [setup], [decision] and [[cell]] entries ({err})") from None
+    if decision.correction not in CORRECTIONS:
+        raise UserError(f"{path}: correction = {decision.correction!r}; pick from {', '.join(CORRECTIONS)}")
+    if not 0 < decision.alpha < 1 or not 0 < decision.level < 1:
+        raise UserError(
+            f"{path}: alpha and level lie between 0 and 1, got {decision.alpha}, {decision.level}"
+        )
+    return Plan(plan.setup, decision, plan.planned, cells, plan.tuning, str(path))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("plan", type=Path, nargs="?", default=DEFAULT_PLAN)
+    parser.add_argument("--stages", nargs="*", default=None, help="only these stages' cells")
+    parser.add_argument("--setup", action="store_true", help="print the set-up's bench options only")
+    args = parser.parse_args(argv)
+    try:
+        plan = load(args.plan)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+    if args.setup:
+        print(plan.setup_options())
+        return
+    unknown = set(args.stages or ()) - {c.stage for c in plan.cells}
+    if unknown:
+        stages = " ".join(dict.fromkeys(c.stage for c in plan.cells))
+        raise SystemExit(f"error: no stage {' '.join(sorted(unknown))} in {args.plan}; pick from {stages}")
+    for cell in plan.cells:
+        if args.stages is None or cell.stage in args.stages:
+            print(f"{' '.join(cell.arms)}|{cell.seeds}|{cell.options()}")
+
+
+if __name__ == "__main__":
+    main()
