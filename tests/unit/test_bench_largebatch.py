@@ -260,3 +260,22 @@ def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path, prepare
         64,
         128,
     ]
+
+
+def test_the_square_root_sgd_arm_refuses_another_rule_and_is_left_out_without_only(
+    tmp_path, capsys, prepared
+):
+    data = prepared(tmp_path)
+    with pytest.raises(SystemExit):
+        bench.main(["--data", str(data), "--lr-rule", "linear", "--only", "sgd_sqrt", "--no-readme"])
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "sgd_sqrt trains on the sqrt rule only; run it with --lr-rule sqrt" in err
+    sqrt_sgd = next(a for a in bench.ARMS if a.name == "sgd_sqrt")
+    goyal = next(a for a in bench.ARMS if a.name == "goyal_sgd")
+    recipe = compose_job([f"recipe={goyal.recipe}"])
+    # the same recipe at the same batch: only the LR differs, by the square root of the batch ratio
+    mine = compose_job(bench.run_overrides(sqrt_sgd, recipe, 500, 8, data, 10, 0, tmp_path, 32))
+    linear = compose_job(bench.run_overrides(goyal, recipe, 500, 8, data, 10, 0, tmp_path, 32))
+    assert bench.lr_at_batch([], recipe, 500) == pytest.approx(scale_lr(0.1, 256, 500))
+    assert mine.scheduler.base_lr * math.sqrt(256 / 500) == pytest.approx(linear.scheduler.base_lr, rel=1e-5)
+    assert mine.optimizer == linear.optimizer and mine.batch == linear.batch
