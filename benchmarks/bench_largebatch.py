@@ -51,6 +51,9 @@ SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps
 RESOLUTION = 32  # px, train and eval
 # timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
 WIDTHS = {"quarter": ["+model.model_kwargs={channels:[16,32,64,128],stem_width:16}"], "full": []}
+HOLDOUT_RULE = (
+    "np.random.default_rng(seed).permutation(len(train.beton)): the first round(share * N) held out"
+)
 MLPERF_ARM = "lars_mlperf"  # the one arm MLCommons' reference points give LRs for (LARS, ResNet-50)
 
 
@@ -82,10 +85,20 @@ def run_overrides(
     """The full override list of one run: sizes, the data set, the device, and no logger or extra callbacks.
     ``setup``: width, lr_rule, ratio, device, workers (the bench's options; today's set-up when left out)."""
     setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
-    spe = manifest_images(data)["train"] // batch
+    share, holdout_seed = setup.get("holdout", 0.0), setup.get("holdout_seed", 0)
+    train = trained_images(data, share)
+    spe = train // batch
     marks = scaled_marks(recipe, epochs, spe)
     rule = arm.lr_rule or setup["lr_rule"]
     lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, rule) if arm.large else []
+    scale = setup.get("lr_scale", 1.0)
+    if scale != 1.0:  # a tuning trial: the rule's LR (at the batch it names) times the scale
+        given = dict(o.split("=", 1) for o in lr if o.startswith("scheduler.base_lr="))
+        base_lr = float(given.get("scheduler.base_lr", recipe.scheduler.base_lr))
+        lr = [o for o in lr if not o.startswith("scheduler.base_lr=")] + [
+            f"scheduler.base_lr={base_lr * scale:.6g}"
+        ]
+    held = [f"+data.holdout={share:g}", f"+data.holdout_seed={holdout_seed}"] if share else []
     if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
         marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
     if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
@@ -101,7 +114,7 @@ def run_overrides(
         *lr,
         "epoch_length.mode=drop_last",
         "epoch_length.workers=null",
-        f"epoch_length.num_train_images={manifest_images(data)['train']}",
+        f"epoch_length.num_train_images={train}",
         # the top-1 curve: one point per epoch
         *"evaluation.every_n_epochs=1 evaluation.every_n_steps=null evaluation.offset_epochs=0".split(),
         "evaluation.offset_steps=0",
@@ -111,6 +124,7 @@ def run_overrides(
         f"data.resolution={px}",
         f"data.val_resolution={px}",
         f"data.num_workers={setup['workers']}",  # measured: 1 loader thread beats 2 on 2 shared cores
+        *held,
         "model.arch=resnet10t",
         *WIDTHS[setup["width"]],
         "model.channels_last=false",
@@ -139,6 +153,12 @@ def lr_at_batch(overrides: list[str], recipe, batch: int) -> float:
 def portable(overrides: list[str], data: Path, out: Path) -> list[str]:
     """The overrides as a row keeps them: the machine's data and log folders become DATA and LOGS."""
     return [o.replace(str(out), "LOGS").replace(str(data), "DATA") for o in overrides]
+
+
+def trained_images(data: Path, holdout: float = 0.0) -> int:
+    """Training images a run steps through: train.beton's, less the held-out share (``holdout.holdout_split``)."""
+    total = manifest_images(data)["train"]
+    return total - round(holdout * total) if holdout else total
 
 
 def manifest_images(data: Path) -> dict[str, int]:
@@ -206,6 +226,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--workers", type=int, default=1, help="data loader processes")
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=0.0,
+        help="tuning: hold out this share of train and evaluate it, not val",
+    )
+    parser.add_argument("--holdout-seed", type=int, default=0, help="the held-out images' draw")
+    parser.add_argument("--lr-scale", type=float, default=1.0, help="tuning: the rule's LR times this")
     args = parser.parse_args(argv)
     try:
         unknown = set(args.only or ()) - {a.name for a in ARMS}
@@ -250,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     # by name, sizes and content: the folder is the machine's, the hash travels with the .beton files
     dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
     setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
+    setup |= {"holdout": args.holdout, "holdout_seed": args.holdout_seed, "lr_scale": args.lr_scale}
     trained = False
     # without --only: every arm that trains on this rule (sgd_sqrt on the square-root rule only)
     chosen = (
@@ -269,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in range(args.seeds):
             key = bench_key.RunKey(
                 arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed,
-                dataset["sha256"], args.width, args.lr_rule,
+                dataset["sha256"], args.width, args.lr_rule, args.holdout, args.lr_scale,
             )  # fmt: skip
             if any(bench_key.same_run(r, key) for r in kept):
                 print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
@@ -288,6 +317,10 @@ def main(argv: list[str] | None = None) -> None:
                 "threads": args.threads or "torch default",
                 "workers": args.workers,
             }
+            if args.holdout:  # evaluated on held-out training images, never on val.beton
+                factors["holdout"] = {"share": args.holdout, "seed": args.holdout_seed, "rule": HOLDOUT_RULE}
+            if args.lr_scale != 1.0:
+                factors["lr_scale"] = args.lr_scale
             if arm.large:  # the baseline's LR does not depend on the rule
                 factors["lr_rule"] = args.lr_rule
                 factors["lr_at_batch"] = round(lr_at_batch(overrides, recipe, b), 6)
@@ -319,8 +352,18 @@ def main(argv: list[str] | None = None) -> None:
             )
     here = bench_key.baseline_part(
         bench_key.RunKey(
-            "", args.data.name, args.ratio, args.epochs, args.resolution, -1, dataset["sha256"], args.width
-        )
+            "",
+            args.data.name,
+            args.ratio,
+            args.epochs,
+            args.resolution,
+            -1,
+            dataset["sha256"],
+            args.width,
+            args.lr_rule,
+            args.holdout,
+            args.lr_scale,
+        )  # fmt: skip
     )
     group = [  # this set-up's arms and small-batch SGD, on this data set at these sizes
         r

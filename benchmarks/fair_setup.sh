@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # "Runs of ours" as its plan lists them (benchmarks/plan-fair.toml, or PLAN=FILE): the set-up every cell
-# shares and the cells in order, from the rows recipes/runs-fair.jsonl holds to this plan's own. Every finished
-# run is appended to RUNS at once and a run already there is skipped, so the same command resumes; STAGES="a b"
-# runs only those stages' cells.
+# shares and the cells in order, from the rows recipes/runs-fair.jsonl holds to this plan's own. Tuning trials
+# (held-out training images, never val.beton) go to TUNING_RUNS (default: runs-tuning.jsonl beside RUNS). Every
+# finished run is appended at once and a run already there is skipped, so the same command resumes;
+# STAGES="a b" runs only those stages' cells (first extended sqrt-sgd planned-n tuning one-point).
 #
 #   benchmarks/fair_setup.sh DATA RUNS [bench options, e.g. --device cuda --workers 4 --threads 1]
-#   python -m lightning_lars.report.runs_table --runs RUNS      # the table and verdicts at the planned n
+#   python -m lightning_lars.report.fair_report --runs RUNS      # the table and verdicts at the planned n
 set -euo pipefail
 data=${1:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
 runs=${2:?usage: benchmarks/fair_setup.sh DATA RUNS [bench options]}
@@ -13,9 +14,12 @@ shift 2
 label=fair
 source "$(dirname "$0")/study_cell.sh"  # cell ARMS SEEDS [options]; sets $here and $py
 plan=${PLAN:-$here/benchmarks/plan-fair.toml}
+verdict_runs=$runs
+tuning_runs=${TUNING_RUNS:-$(dirname "$runs")/runs-tuning.jsonl}
 read -r -a base <<<"$("$py" -m lightning_lars.report.plan "$plan" --setup)"
 cells=$("$py" -m lightning_lars.report.plan "$plan" ${STAGES:+--stages $STAGES})
-while IFS='|' read -r arms seeds options; do
+while IFS='|' read -r arms seeds options kind; do
+    if [ "$kind" = tuning ]; then runs=$tuning_runs; else runs=$verdict_runs; fi
     # shellcheck disable=SC2086  # the options are words
     cell "$arms" "$seeds" $options
 done <<<"$cells"

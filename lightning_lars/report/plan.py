@@ -3,7 +3,8 @@ each verdict reads (the first n in seed order, fixed before the runs) and the de
 alpha, correction, margins). Read with the standard library's ``tomllib``; imports nothing of the project's but
 its errors.
 
-    python -m lightning_lars.report.plan PLAN [--stages first sqrt-sgd ...]   one cell per line, for the shell
+    python -m lightning_lars.report.plan PLAN [--stages first sqrt-sgd ...]   one cell per line, for the shell:
+        ARMS|SEEDS|OPTIONS|verdict or tuning (which runs file its rows go to)
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ class Cell:
     seeds: int  # seeds 0 .. seeds-1 of each arm
     ratio: float
     lr_rule: str
+    tuning: str = ""  # a tuning trial's extra bench options (held-out share and seed, LR scale); "": none
 
     def options(self) -> str:
         """bench_largebatch.py's options for this cell, after the plan's set-up."""
-        return f"--ratio {self.ratio:g} --lr-rule {self.lr_rule}"
+        return f"--ratio {self.ratio:g} --lr-rule {self.lr_rule}" + (f" {self.tuning}" if self.tuning else "")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def load(path: Path = DEFAULT_PLAN) -> Plan:
             Cell(c["stage"], tuple(c["arms"].split()), int(c["seeds"]), float(c["ratio"]), c["lr_rule"])
             for c in raw.get("cell", [])
         )
+        cells = _with_tuning(cells, raw.get("tuning", {}), raw.get("tune", []))
         plan = Plan(dict(raw["setup"]), decision, dict(raw.get("planned", {})), cells, raw.get("tuning", {}))
     except (KeyError, TypeError) as err:
         raise UserError(f"{path}: a plan needs [setup], [decision] and [[cell]] entries ({err})") from None
@@ -83,6 +86,25 @@ def load(path: Path = DEFAULT_PLAN) -> Plan:
             f"{path}: alpha and level lie between 0 and 1, got {decision.alpha}, {decision.level}"
         )
     return Plan(plan.setup, decision, plan.planned, cells, plan.tuning, str(path))
+
+
+def _with_tuning(cells: tuple[Cell, ...], tuning: dict, tunes: list[dict]) -> tuple[Cell, ...]:
+    """The tuning trials as cells of stage "tuning" (each [[tune]] entry at each LR scale, ``trial_seeds``
+    seeds), placed before the first cell that reads their outcome (stage "one-point"), else at the end."""
+    trials = tuple(
+        Cell(
+            "tuning",
+            tuple(t["arms"].split()),
+            int(tuning["trial_seeds"]),
+            float(t["ratio"]),
+            t["lr_rule"],
+            f"--holdout {tuning['holdout']:g} --holdout-seed {tuning['holdout_seed']} --lr-scale {scale:g}",
+        )  # fmt: skip
+        for t in tunes
+        for scale in tuning["lr_scales"]
+    )
+    at = next((i for i, c in enumerate(cells) if c.stage == "one-point"), len(cells))
+    return cells[:at] + trials + cells[at:]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,7 +126,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: no stage {' '.join(sorted(unknown))} in {args.plan}; pick from {stages}")
     for cell in plan.cells:
         if args.stages is None or cell.stage in args.stages:
-            print(f"{' '.join(cell.arms)}|{cell.seeds}|{cell.options()}")
+            print(
+                f"{' '.join(cell.arms)}|{cell.seeds}|{cell.options()}|{'tuning' if cell.tuning else 'verdict'}"
+            )
 
 
 if __name__ == "__main__":

@@ -136,6 +136,8 @@ def groups(rows: list[dict]) -> dict[RunKey, dict[str, list[dict]]]:
     found: dict[RunKey, dict[str, list[dict]]] = {}
     base: dict[RunKey, list[dict]] = {}
     for key, row in ((key_of(r), r) for r in rows):
+        if key and key.holdout:  # a tuning trial, evaluated on held-out training images: never a verdict's
+            continue
         if key and key.arm == BASELINE_ARM:
             base.setdefault(baseline_part(setup_of(key)), []).append(row)
         elif key:

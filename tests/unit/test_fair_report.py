@@ -111,7 +111,7 @@ def test_the_plan_prints_its_cells_for_the_shell():
         [sys.executable, "-m", "lightning_lars.report.plan", "--stages", "sqrt-sgd"],
         capture_output=True, text=True, cwd=ROOT, check=True,
     ).stdout  # fmt: skip
-    assert out.splitlines()[0] == "sgd_sqrt|3|--ratio 0.025 --lr-rule sqrt"
+    assert out.splitlines()[0] == "sgd_sqrt|3|--ratio 0.025 --lr-rule sqrt|verdict"
     bad = subprocess.run(
         [sys.executable, "-m", "lightning_lars.report.plan", "--stages", "nope"],
         capture_output=True,
@@ -119,6 +119,23 @@ def test_the_plan_prints_its_cells_for_the_shell():
         cwd=ROOT,
     )
     assert bad.returncode != 0 and "no stage nope" in bad.stderr and "\n" not in bad.stderr.strip()
+
+
+def test_every_tuned_arm_gets_the_same_trials_on_held_out_images_before_the_runs_that_use_them():
+    the_plan = plan.load()
+    stages = [c.stage for c in the_plan.cells]
+    assert stages.index("tuning") > stages.index("planned-n") and stages.index("one-point") > max(
+        i for i, s in enumerate(stages) if s == "tuning"
+    )
+    budget = collections.Counter()
+    for cell in the_plan.cells:
+        if cell.stage == "tuning":
+            assert "--holdout 0.1 --holdout-seed 0 --lr-scale" in cell.options()
+            for arm in cell.arms:
+                budget[arm, cell.ratio] += cell.seeds
+    scales = len(the_plan.tuning["lr_scales"])
+    assert budget[("sgd_small", 0.1)] == scales * the_plan.tuning["trial_seeds"]
+    assert set(budget.values()) == {scales * the_plan.tuning["trial_seeds"]}  # the same for every arm
 
 
 def test_a_plan_without_its_sections_is_a_one_line_error(tmp_path):
