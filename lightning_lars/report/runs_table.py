@@ -253,7 +253,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> Path | None:
-    """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per set-up."""
+    """Top-1 per epoch per arm (mean over seeds, band = its 95 % interval), one panel per set-up."""
     return plot_groups({setup_label(k): arms for k, arms in groups(rows).items()}, path)
 
 
