@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import runs_table
-from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, setup_label
+from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, key_of, setup_label
 from lightning_lars.report.claims import AGAINST, IMAGENET_TRAIN, Claim, claim_of, in_scope
 from lightning_lars.report.plan import Plan, load
 from lightning_lars.report.seed_stats import holm, welch_gap, welch_p
@@ -154,7 +154,33 @@ def contrasts(rows: list[dict], plan: Plan) -> list[str]:
     return out
 
 
-def section(rows: list[dict], plot_ref: str | None, plan: Plan | None = None) -> str:
+def tuning_lines(trials: list[dict], plan: Plan) -> list[str]:
+    """Per arm, share and rule: held-out top-1 per LR scale (mean over the trial seeds run) and the scale the plan's
+    rule picks (best mean; ties: the scale nearest 1), once every trial of that arm has run."""
+    found: dict[tuple, dict[float, list[float]]] = {}
+    for key, row in ((key_of(r), r) for r in trials):
+        if key and key.holdout:
+            ratio = None if key.arm == BASELINE_ARM else key.ratio
+            found.setdefault((key.arm, ratio, key.lr_rule), {}).setdefault(key.lr_scale, []).append(
+                runs_table.final_top1(row)
+            )
+    scales, seeds = plan.tuning.get("lr_scales", []), plan.tuning.get("trial_seeds", 0)
+    out = []
+    for (arm, ratio, rule), by_scale in sorted(found.items(), key=lambda item: tuple(map(str, item[0]))):
+        means = {k: statistics.fmean(v) for k, v in by_scale.items()}
+        shown = ", ".join(f"x{k:g}: {means[k]:.1f} % (n={len(by_scale[k])})" for k in sorted(means))
+        done = sum(len(by_scale.get(k, [])) for k in scales)
+        if done < len(scales) * seeds:
+            pick = f"{done} of {len(scales) * seeds} trials run, no choice yet"
+        else:
+            best = max(means[k] for k in scales)
+            pick = "chosen: x" + f"{min((k for k in scales if means[k] == best), key=lambda k: abs(k - 1)):g}"
+        where = "" if ratio is None else f" at {100 * ratio:g} % ({rule} rule)"
+        out.append(f"{arm}{where}, held-out top-1 per LR scale: {shown}; {pick}")
+    return out
+
+
+def section(rows: list[dict], plot_ref: str | None, plan: Plan | None = None, trials=()) -> str:
     plan = plan or load()
     parts = [runs_table.markdown(rows)]
     if plot_ref:
@@ -173,6 +199,10 @@ def section(rows: list[dict], plot_ref: str | None, plan: Plan | None = None) ->
     control = contrasts(rows, plan)
     if control:
         parts.append("Layer-wise adaptation beyond the LR rule (no verdict):\n\n" + _bullets(control))
+    parts.append(
+        "Tuning on held-out training images (runs-tuning.jsonl; the verdicts above are untuned until a scale"
+        " other than x1 is chosen and run):\n\n" + _bullets(tuning_lines(list(trials), plan))
+    )
     return "\n\n".join(parts)
 
 
@@ -187,10 +217,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plan", type=Path, default=None)
     parser.add_argument("--readme", type=Path, default=root / "README.md")
     parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
+    parser.add_argument("--tuning-runs", type=Path, default=root / "recipes" / "runs-tuning.jsonl")
     args = parser.parse_args(argv)
     try:
         plan = load(args.plan) if args.plan else load()
-        render = lambda rows, ref: section(rows, ref, plan)  # noqa: E731
+        trials = runs_table.read_runs(args.tuning_runs)
+        render = lambda rows, ref: section(rows, ref, plan, trials)  # noqa: E731
         runs_table.update_readme(args.readme, runs_table.read_runs(args.runs), args.plot, render=render)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None

@@ -173,3 +173,21 @@ def test_verdicts_read_the_first_planned_seeds_only(tmp_path):
     assert [d[1] for d in decided] == pytest.approx(seed_stats.holm(raw))
     short = fair_report.decide(fair_report.lines(base + lars[:2], the_plan), the_plan)
     assert short[0][1] is None and short[0][2] == "not decided: 2+3 of the planned 3+3 seeds"
+
+
+def trial(arm, seed, scale, final):
+    held = {"lr_rule": "sqrt", "holdout": {"share": 0.1, "seed": 0}, "lr_scale": scale}
+    return row(arm, seed, final, ratio=0.1) | {"factors": held}
+
+
+def test_tuning_picks_the_best_held_out_scale_once_every_trial_has_run_ties_to_the_nearest_one():
+    the_plan = plan.load()  # 3 scales x 2 seeds
+    finals = {0.5: [50.0, 52.0], 1.0: [55.0, 57.0], 2.0: [56.0, 56.0]}  # x1 and x2 tie at 56.0
+    trials = [trial("sgd_small", s, k, v) for k, vs in finals.items() for s, v in enumerate(vs)]
+    (line,) = fair_report.tuning_lines(trials, the_plan)
+    assert line.startswith("sgd_small, held-out top-1 per LR scale: x0.5: 51.0 % (n=2), x1: 56.0 % (n=2)")
+    assert line.endswith("; chosen: x1")
+    trials[-1] = trial("sgd_small", 1, 2.0, 60.0)
+    assert fair_report.tuning_lines(trials, the_plan)[0].endswith("; chosen: x2")
+    assert fair_report.tuning_lines(trials[:4], the_plan)[0].endswith("; 4 of 6 trials run, no choice yet")
+    assert fair_report.lines(trials, the_plan) == []  # never a verdict's
