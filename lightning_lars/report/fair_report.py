@@ -127,12 +127,18 @@ def line_text(line: Line, adjusted: float | None, words: str) -> str:
 
 
 def outside(claim: Claim, ratio: float) -> str:
-    """Why a line is an extrapolation: the paper's epoch budget, or its batches against this share of ImageNet."""
-    if not claim.same_epochs:
-        return "the paper's epoch budget is not small-batch SGD's"
+    """Why a line is an extrapolation: its batch against the paper's (this share of ImageNet), its epochs."""
     low, high = claim.batches
-    shown = f"{low:,}-{high:,}" if high else f"over {low:,}"
-    return f"{ratio * IMAGENET_TRAIN:,.0f} images of ImageNet per step, the paper's {shown}"
+    share = ratio * IMAGENET_TRAIN
+    reasons = []
+    if not in_scope(claim._replace(same_epochs=True), ratio):
+        shown = f"over {low:,}" if high is None else f"{low:,}" if low == high else f"{low:,}-{high:,}"
+        reasons.append(f"{share:,.0f} images of ImageNet per step, the paper's {shown}")
+    if not claim.same_epochs:
+        reasons.append(
+            "the paper's epoch budget is not small-batch SGD's, and it was not run at its own here"
+        )
+    return "; ".join(reasons)
 
 
 def contrasts(rows: list[dict], plan: Plan) -> list[str]:
