@@ -17,6 +17,12 @@ Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/r
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
         [--width quarter|full] [--lr-rule linear|sqrt|reference] [--device cpu|cuda] [--threads 1] [--workers 1]
+        [--holdout 0.1 --holdout-seed 0 --lr-scale 2]
+
+A tuning trial (``--holdout``) trains on the training images less a seeded held-out share and evaluates that
+share, never val.beton; its row records the share, seed and rule, and the LR scale, and no verdict reads it.
+``benchmarks/fair_setup.sh`` runs the cells of a plan file (benchmarks/plan-fair.toml); its verdicts, at the
+plan's n with Holm's correction, are ``python -m lightning_lars.report.fair_report``'s.
 """
 
 from __future__ import annotations
