@@ -113,7 +113,9 @@ def _words(gap: float, bound: float, rejected: bool) -> str:
 def line_text(line: Line, adjusted: float | None, words: str) -> str:
     claim = line.claim
     head = f"{claim.name} at {100 * line.setup.ratio:g} % of the data ({setup_label(line.setup)}; batch {line.batch})"
-    head += f", bound {line.bound:+g}" + ("" if line.in_scope else f"; {outside(claim, line.setup.ratio)}")
+    head += f", bound {line.bound:+g}" + (
+        "" if line.in_scope else f"; extrapolation: {outside(claim, line.setup.ratio)}"
+    )
     gap = welch_gap(line.arm, line.against)
     if gap is None:
         return f"{head}: {words}"

@@ -191,3 +191,17 @@ def test_tuning_picks_the_best_held_out_scale_once_every_trial_has_run_ties_to_t
     assert fair_report.tuning_lines(trials, the_plan)[0].endswith("; chosen: x2")
     assert fair_report.tuning_lines(trials[:4], the_plan)[0].endswith("; 4 of 6 trials run, no choice yet")
     assert fair_report.lines(trials, the_plan) == []  # never a verdict's
+
+
+def test_a_line_outside_its_papers_scope_says_extrapolation_and_why():
+    the_plan = plan.load()
+    base = [row("sgd_small", s, v) for s, v in enumerate([57.0, 58.0, 59.0])]
+    goyal = [
+        row("goyal_sgd", s, v) | {"factors": {"lr_rule": "linear"}} for s, v in enumerate([56.0, 57.0, 58.0])
+    ]
+    (line,) = fair_report.lines(base + goyal, the_plan)
+    assert not line.in_scope and line.bound == -3.0  # Goyal et al.: up to 8,192 images; 2.5 % is 32,029
+    text = fair_report.line_text(line, None, "x")
+    assert "; extrapolation: 32,029 images of ImageNet per step, the paper's 256-8,192:" in text
+    section = fair_report.section(base + goyal, None, the_plan)
+    assert section.index("Extrapolations") < section.index("SGD, linear LR rule (Goyal et al.) at 2.5 %")
