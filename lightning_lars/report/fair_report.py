@@ -56,10 +56,6 @@ def lines(rows: list[dict], plan: Plan) -> list[Line]:
             against = runs_table._against(found, setup, arm)
             if against is None:
                 continue
-            n_arm = plan.planned_n(arm, setup.ratio)
-            n_base = plan.planned_n(claim.against, setup.ratio)
-            a, have_a = planned_finals(runs, n_arm)
-            b, have_b = planned_finals(against, n_base)
             scoped = in_scope(claim, setup.ratio)
             if claim.bound > 0:  # a claimed gain: one bound
                 bounds = [claim.bound]
@@ -68,10 +64,13 @@ def lines(rows: list[dict], plan: Plan) -> list[Line]:
             else:
                 bounds = [-plan.decision.margin_wide]
             for bound in bounds:
-                line = Line(
-                    claim, setup, runs[0]["batch"], bound, a, b, (n_arm, n_base), (have_a, have_b), scoped
-                )
-                out.append(line)
+                narrow = scoped and bound == -plan.decision.margin_in_scope  # its own, larger n
+                n_arm = plan.planned_n(arm, setup.ratio, one_point=narrow)
+                n_base = plan.planned_n(claim.against, setup.ratio, one_point=narrow)
+                a, have_a = planned_finals(runs, n_arm)
+                b, have_b = planned_finals(against, n_base)
+                planned, have = (n_arm, n_base), (have_a, have_b)
+                out.append(Line(claim, setup, runs[0]["batch"], bound, a, b, planned, have, scoped))
     return out
 
 

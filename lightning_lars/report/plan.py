@@ -52,11 +52,16 @@ class Plan:
     tuning: dict
     source: str = ""
 
-    def planned_n(self, arm: str, ratio: float) -> int:
-        """The seeds a verdict reads of ``arm`` at ``ratio``: per arm and share, else per arm, else the default."""
-        for name in (f"{arm}@{ratio:g}", arm, "default"):
-            if name in self.planned:
-                return int(self.planned[name])
+    def planned_n(self, arm: str, ratio: float, one_point: bool = False) -> int:
+        """The seeds a verdict reads of ``arm`` at ``ratio``: per arm and share, else per arm, else the default;
+        for a 1-point line, [planned.one_point]'s entry first (its own n, for its narrower margin)."""
+        tables = [self.planned.get("one_point", {}), self.planned] if one_point else [self.planned]
+        for table in tables:
+            for name in (f"{arm}@{ratio:g}", arm):
+                if name in table:
+                    return int(table[name])
+        if "default" in self.planned:
+            return int(self.planned["default"])
         raise UserError(f"{self.source}: [planned] names no n for {arm} and has no default: add default = 6")
 
     def setup_options(self) -> str:

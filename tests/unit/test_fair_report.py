@@ -171,6 +171,11 @@ def test_verdicts_read_the_first_planned_seeds_only(tmp_path):
     ]
     raw = [seed_stats.welch_p(d[0].arm, d[0].against, d[0].bound) for d in decided]
     assert [d[1] for d in decided] == pytest.approx(seed_stats.holm(raw))
+    path.write_text(path.read_text() + "[planned.one_point]\nsgd_small = 4\nlars_you = 5\n")
+    wider = plan.load(path)  # the 1-point line reads its own n; the 3-point line beside it keeps 3 + 3
+    one, three = fair_report.lines(base + lars, wider)
+    assert (one.planned, one.against, len(one.arm)) == ((5, 4), [57.0, 58.0, 59.0, 58.5], 5)
+    assert three.planned == (3, 3)
     short = fair_report.decide(fair_report.lines(base + lars[:2], the_plan), the_plan)
     assert short[0][1] is None and short[0][2] == "not decided: 2+3 of the planned 3+3 seeds"
 
