@@ -210,3 +210,21 @@ def test_a_line_outside_its_papers_scope_says_extrapolation_and_why():
     assert "; extrapolation: 32,029 images of ImageNet per step, the paper's 256-8,192:" in text
     section = fair_report.section(base + goyal, None, the_plan)
     assert section.index("Extrapolations") < section.index("SGD, linear LR rule (Goyal et al.) at 2.5 %")
+
+
+def test_the_square_root_sgd_control_gives_each_layer_wise_arm_a_contrast_and_no_verdict():
+    stats = pytest.importorskip("scipy.stats")
+    the_plan = plan.load()
+    base = [row("sgd_small", s, v) for s, v in enumerate([57.0, 58.0, 59.0])]
+    control = [row("sgd_sqrt", s, v) for s, v in enumerate([55.0, 56.5, 55.5])]
+    lars = [row("lars_you", s, v) for s, v in enumerate([58.0, 59.0, 58.6])]
+    rows = base + control + lars
+    (text,) = fair_report.contrasts(rows, the_plan)
+    want = stats.ttest_ind([58.0, 59.0, 58.6], [55.0, 56.5, 55.5], equal_var=False).confidence_interval(0.95)
+    assert text == (
+        "LARS (You et al.) over SGD on the same square-root rule at 2.5 % of the data:"
+        f" +2.9 [{want.low:+.1f}, {want.high:+.1f}] (n=3+3)"
+    )
+    assert all(
+        line.claim.name != "SGD, square-root LR rule (control)" for line in fair_report.lines(rows, the_plan)
+    )
