@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import runs_table
-from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, key_of, setup_label
+from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, setup_label
 from lightning_lars.report.claims import AGAINST, IMAGENET_TRAIN, Claim, claim_of, in_scope
-from lightning_lars.report.plan import Plan, load
+from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores, load
 from lightning_lars.report.seed_stats import holm, welch_gap, welch_p
 
 CONTROL_ARM = "sgd_sqrt"  # SGD on the square-root rule: the layer-wise arms' LR rule without the adaptation
@@ -163,25 +163,17 @@ def contrasts(rows: list[dict], plan: Plan) -> list[str]:
 
 def tuning_lines(trials: list[dict], plan: Plan) -> list[str]:
     """Per arm, share and rule: held-out top-1 per LR scale (mean over the trial seeds run) and the scale the plan's
-    rule picks (best mean; ties: the scale nearest 1), once every trial of that arm has run."""
-    found: dict[tuple, dict[float, list[float]]] = {}
-    for key, row in ((key_of(r), r) for r in trials):
-        if key and key.holdout:
-            ratio = None if key.arm == BASELINE_ARM else key.ratio
-            found.setdefault((key.arm, ratio, key.lr_rule), {}).setdefault(key.lr_scale, []).append(
-                runs_table.final_top1(row)
-            )
-    scales, seeds = plan.tuning.get("lr_scales", []), plan.tuning.get("trial_seeds", 0)
+    rule picks (``plan.chosen_scale``), once every trial of that arm has run."""
     out = []
+    found = held_out_scores(trials)
+    want = len(plan.tuning.get("lr_scales", [])) * plan.tuning.get("trial_seeds", 0)
     for (arm, ratio, rule), by_scale in sorted(found.items(), key=lambda item: tuple(map(str, item[0]))):
-        means = {k: statistics.fmean(v) for k, v in by_scale.items()}
-        shown = ", ".join(f"x{k:g}: {means[k]:.1f} % (n={len(by_scale[k])})" for k in sorted(means))
-        done = sum(len(by_scale.get(k, [])) for k in scales)
-        if done < len(scales) * seeds:
-            pick = f"{done} of {len(scales) * seeds} trials run, no choice yet"
-        else:
-            best = max(means[k] for k in scales)
-            pick = "chosen: x" + f"{min((k for k in scales if means[k] == best), key=lambda k: abs(k - 1)):g}"
+        shown = ", ".join(
+            f"x{k:g}: {statistics.fmean(by_scale[k]):.1f} % (n={len(by_scale[k])})" for k in sorted(by_scale)
+        )
+        scale = chosen_scale(by_scale, plan)
+        done = sum(len(by_scale.get(k, [])) for k in plan.tuning["lr_scales"])
+        pick = f"{done} of {want} trials run, no choice yet" if scale is None else f"chosen: x{scale:g}"
         where = "" if ratio is None else f" at {100 * ratio:g} % ({rule} rule)"
         out.append(f"{arm}{where}, held-out top-1 per LR scale: {shown}; {pick}")
     return out

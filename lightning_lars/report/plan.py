@@ -1,20 +1,25 @@
 """A bench plan (``benchmarks/plan-fair.toml``): the cells ``benchmarks/fair_setup.sh`` runs, in order, the seeds
 each verdict reads (the first n in seed order, fixed before the runs) and the decision rule (level, family-wise
 alpha, correction, margins). Read with the standard library's ``tomllib``; imports nothing of the project's but
-its errors.
+its errors and ``bench_key``.
 
     python -m lightning_lars.report.plan PLAN [--stages first sqrt-sgd ...]   one cell per line, for the shell:
-        ARMS|SEEDS|OPTIONS|verdict or tuning (which runs file its rows go to)
+        ARMS|SEEDS|OPTIONS|KIND: verdict, tuning (its rows go to the tuning file) or tuned:RATIO:RULE (each arm
+        at the LR scale its trials chose: ``--scale-for ARM RATIO RULE --tuning-runs FILE`` prints it)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import statistics
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.report.bench_key import BASELINE_ARM, key_of
 
 DEFAULT_PLAN = Path(__file__).resolve().parents[2] / "benchmarks" / "plan-fair.toml"
 CORRECTIONS = ("holm", "none")
@@ -28,6 +33,7 @@ class Cell:
     ratio: float
     lr_rule: str
     tuning: str = ""  # a tuning trial's extra bench options (held-out share and seed, LR scale); "": none
+    tuned: bool = False  # runs at the LR scale the tuning trials chose for each arm (``chosen_scale``)
 
     def options(self) -> str:
         """bench_largebatch.py's options for this cell, after the plan's set-up."""
@@ -77,7 +83,14 @@ def load(path: Path = DEFAULT_PLAN) -> Plan:
     try:
         decision = Decision(**raw.get("decision", {}))
         cells = tuple(
-            Cell(c["stage"], tuple(c["arms"].split()), int(c["seeds"]), float(c["ratio"]), c["lr_rule"])
+            Cell(
+                c["stage"],
+                tuple(c["arms"].split()),
+                int(c["seeds"]),
+                float(c["ratio"]),
+                c["lr_rule"],
+                tuned=bool(c.get("tuned", False)),
+            )  # fmt: skip
             for c in raw.get("cell", [])
         )
         cells = _with_tuning(cells, raw.get("tuning", {}), raw.get("tune", []))
@@ -112,15 +125,62 @@ def _with_tuning(cells: tuple[Cell, ...], tuning: dict, tunes: list[dict]) -> tu
     return cells[:at] + trials + cells[at:]
 
 
+def held_out_scores(trials: list[dict]) -> dict[tuple, dict[float, list[float]]]:
+    """(arm, share or None for small-batch SGD, LR rule) -> LR scale -> final held-out top-1 of each trial run."""
+    found: dict[tuple, dict[float, list[float]]] = {}
+    for key, row in ((key_of(r), r) for r in trials):
+        if key and key.holdout:
+            last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
+            ratio = None if key.arm == BASELINE_ARM else key.ratio
+            found.setdefault((key.arm, ratio, key.lr_rule), {}).setdefault(key.lr_scale, []).append(
+                math.nan if last is None else float(last)
+            )
+    return found
+
+
+def chosen_scale(by_scale: dict[float, list[float]], plan: Plan) -> float | None:
+    """The plan's rule: the LR scale with the best mean held-out top-1 (ties: the scale nearest 1), once every
+    scale has its trial seeds; None before. A diverged trial (NaN) makes its scale lose."""
+    scales, seeds = plan.tuning["lr_scales"], plan.tuning["trial_seeds"]
+    if any(len(by_scale.get(k, [])) < seeds for k in scales):
+        return None
+    means = {k: statistics.fmean(by_scale[k][:seeds]) for k in scales}
+    means = {k: -math.inf if math.isnan(v) else v for k, v in means.items()}
+    best = max(means.values())
+    return min((k for k in scales if means[k] == best), key=lambda k: abs(k - 1))
+
+
+def scale_for(plan: Plan, trials: list[dict], arm: str, ratio: float, rule: str) -> float:
+    by_scale = held_out_scores(trials).get((arm, None if arm == BASELINE_ARM else ratio, rule), {})
+    scale = chosen_scale(by_scale, plan)
+    if scale is None:
+        done = sum(len(v) for v in by_scale.values())
+        raise UserError(
+            f"{arm} at {ratio:g} ({rule} rule) has {done} of its tuning trials: run STAGES=tuning first"
+        )
+    return scale
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("plan", type=Path, nargs="?", default=DEFAULT_PLAN)
     parser.add_argument("--stages", nargs="*", default=None, help="only these stages' cells")
     parser.add_argument("--setup", action="store_true", help="print the set-up's bench options only")
+    parser.add_argument(
+        "--scale-for", nargs=3, metavar=("ARM", "RATIO", "RULE"), help="print the LR scale the trials chose"
+    )
+    parser.add_argument(
+        "--tuning-runs", type=Path, default=None, help="the tuning trials' rows (--scale-for)"
+    )
     args = parser.parse_args(argv)
     try:
         plan = load(args.plan)
-    except UserError as err:
+        if args.scale_for:
+            arm, ratio, rule = args.scale_for
+            trials = [json.loads(line) for line in args.tuning_runs.read_text().splitlines() if line.strip()]
+            print(f"{scale_for(plan, trials, arm, float(ratio), rule):g}")
+            return
+    except (UserError, OSError, AttributeError) as err:
         raise SystemExit(f"error: {err}") from None
     if args.setup:
         print(plan.setup_options())
@@ -131,9 +191,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: no stage {' '.join(sorted(unknown))} in {args.plan}; pick from {stages}")
     for cell in plan.cells:
         if args.stages is None or cell.stage in args.stages:
-            print(
-                f"{' '.join(cell.arms)}|{cell.seeds}|{cell.options()}|{'tuning' if cell.tuning else 'verdict'}"
+            kind = (
+                "tuning"
+                if cell.tuning
+                else f"tuned:{cell.ratio:g}:{cell.lr_rule}"
+                if cell.tuned
+                else "verdict"
             )
+            print(f"{' '.join(cell.arms)}|{cell.seeds}|{cell.options()}|{kind}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """benchmarks/fair_setup.sh driven by a plan file end to end, on a small generated data set: its cells run in
 the plan's order through the real bench, a tuning trial's row goes to the tuning file (held-out images, LR scale
-recorded), every row says how it ran, and a second call trains nothing."""
+recorded), the tuned cell runs at the scale the trial chose, every row says how it ran, and a second call
+trains nothing."""
 
 import json
 import sys
@@ -40,6 +41,13 @@ trial_seeds = 1
 arms = "sgd_sqrt"
 ratio = 0.25
 lr_rule = "sqrt"
+[[cell]]
+stage = "one-point"
+arms = "sgd_sqrt"
+seeds = 1
+ratio = 0.25
+lr_rule = "sqrt"
+tuned = true
 """
 
 
@@ -53,7 +61,10 @@ def test_the_plan_drives_the_bench_and_tuning_rows_go_apart(tmp_path):
     first = run(["bash", ROOT / "benchmarks" / "fair_setup.sh", data, runs], env=env, timeout=1200)
     assert first.returncode == 0, first.stderr[-2000:]
     rows = [json.loads(line) for line in runs.read_text().splitlines()]
-    assert [(r["arm"], r["batch"], r["seed"]) for r in rows] == [("sgd_small", 64, 0), ("sgd_sqrt", 100, 0)]
+    assert [(r["arm"], r["batch"], r["seed"]) for r in rows] == [
+        ("sgd_small", 64, 0), ("sgd_sqrt", 100, 0), ("sgd_sqrt", 100, 0)
+    ]  # fmt: skip
+    assert rows[2]["factors"]["lr_scale"] == 2.0  # the tuned cell: at the scale its one trial chose
     for row in rows:
         assert row["factors"]["compile"] == "eager" and row["factors"]["workers"] == 1
         assert "holdout" not in row["factors"] and len(row["top1_per_epoch"]) == 1
@@ -64,4 +75,4 @@ def test_the_plan_drives_the_bench_and_tuning_rows_go_apart(tmp_path):
     the_plan = plan.load(tmp_path / "plan.toml")
     assert fair_report.tuning_lines([trial], the_plan)[0].endswith("; chosen: x2")
     again = run(["bash", ROOT / "benchmarks" / "fair_setup.sh", data, runs], env=env, timeout=600)
-    assert again.returncode == 0 and again.stdout.count(": kept from") == 3, again.stdout[-2000:]
+    assert again.returncode == 0 and again.stdout.count(": kept from") == 4, again.stdout[-2000:]

@@ -3,6 +3,7 @@ p-value against scipy, each claim's scope against its paper's numbers, the plan 
 to reproduce, and verdicts read at the planned n only."""
 
 import collections
+import json
 import random
 import subprocess
 import sys
@@ -228,3 +229,27 @@ def test_the_square_root_sgd_control_gives_each_layer_wise_arm_a_contrast_and_no
     assert all(
         line.claim.name != "SGD, square-root LR rule (control)" for line in fair_report.lines(rows, the_plan)
     )
+
+
+def test_a_tuned_cell_asks_for_the_chosen_scale_and_is_refused_before_the_trials_ran(tmp_path):
+    trials = tmp_path / "runs-tuning.jsonl"
+    finals = {0.5: [50.0, 52.0], 1.0: [55.0, 57.0], 2.0: [58.0, 59.0]}
+    rows = [
+        trial("lars_you", s, k, v) | {"ratio": 0.025} for k, vs in finals.items() for s, v in enumerate(vs)
+    ]
+    trials.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
+    command = [sys.executable, "-m", "lightning_lars.report.plan", "--scale-for", "lars_you", "0.025", "sqrt"]
+    early = subprocess.run([*command, "--tuning-runs", str(trials)], capture_output=True, text=True, cwd=ROOT)
+    assert early.returncode != 0 and early.stderr.strip() == (
+        "error: lars_you at 0.025 (sqrt rule) has 5 of its tuning trials: run STAGES=tuning first"
+    )
+    trials.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = subprocess.run([*command, "--tuning-runs", str(trials)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout == "2\n"
+    nan = rows[:-1] + [trial("lars_you", 1, 2.0, 0.0) | {"ratio": 0.025, "top1_per_epoch": [10.0, None]}]
+    assert plan.chosen_scale(plan.held_out_scores(nan)[("lars_you", 0.025, "sqrt")], plan.load()) == 1.0
+    lines = subprocess.run(
+        [sys.executable, "-m", "lightning_lars.report.plan", "--stages", "one-point"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert lines[1] == "lars_you|37|--ratio 0.025 --lr-rule sqrt|tuned:0.025:sqrt"
