@@ -17,12 +17,17 @@ Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/r
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
         [--width quarter|full] [--lr-rule linear|sqrt|reference] [--device cpu|cuda] [--threads 1] [--workers 1]
+        [--holdout 0.1 --holdout-seed 0 --lr-scale 2]
+
+A tuning trial (``--holdout``) trains on the training images less a seeded held-out share and evaluates that
+share, never val.beton; its row records the share, seed and rule, and the LR scale, and no verdict reads it.
+``benchmarks/fair_setup.sh`` runs the cells of a plan file (benchmarks/plan-fair.toml); its verdicts, at the
+plan's n with Holm's correction, are ``python -m lightning_lars.report.fair_report``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -31,119 +36,40 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_lars.config import rules
 from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import catalog
-from lightning_lars.recipe.shrink import LR_RULES, large_batch, lr_overrides, reference_lr, scaled_marks
+from lightning_lars.recipe.bench_runs import (
+    ARMS,
+    EPOCHS,
+    HOLDOUT_RULE,
+    MLPERF_ARM,
+    RESOLUTION,
+    SMALL_BATCH,
+    WIDTHS,
+    lr_at_batch,
+    manifest_images,
+    portable,
+    run_overrides,
+)
+from lightning_lars.recipe.shrink import (
+    LR_RULES,
+    large_batch,
+    reference_lr,
+    scaled_marks,  # noqa: F401  the tests read the bench's marks through here
+)
 from lightning_lars.report import bench_key, runs_table
 from lightning_lars.report.provenance import git_state
-from lightning_lars.schedules.scaling import scale_lr
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Sizes, our choice for "an arm and seed in minutes on 2 shared CPU cores" (README, Runs of ours):
-EPOCHS = 8
-SMALL_BATCH = 64  # Goyal's baseline is 256 on 1.28 M images; 64 keeps ~80 steps/epoch on 5,000 images
-RESOLUTION = 32  # px, train and eval
-# timm's resnet10t with 1/4 of its widths: 0.3 M parameters instead of 5 M, the same blocks, BN and residuals.
-WIDTHS = {"quarter": ["+model.model_kwargs={channels:[16,32,64,128],stem_width:16}"], "full": []}
-MLPERF_ARM = "lars_mlperf"  # the one arm MLCommons' reference points give LRs for (LARS, ResNet-50)
 
-
-@dataclass(frozen=True)
-class Arm:
-    name: str  # the table's and runs.jsonl's label
-    recipe: str
-    large: bool = True  # at the large batch (ratio x N), else at SMALL_BATCH
-
-
-ARMS = (
-    Arm("sgd_small", "goyal_8k", large=False),
-    Arm("goyal_sgd", "goyal_8k"),
-    Arm("lars_you", "resnet50_32k"),
-    Arm("lars_mlperf", "nvidia_mlperf10_3264"),
-    Arm("lamb", "lamb_32k"),
-    Arm("neumann", "neumann_32k"),
-    Arm("nlcg", "nlcg_65k"),
-)
-
-
-def run_overrides(
-    arm: Arm, recipe, batch: int, epochs: int, data: Path, num_classes: int, seed: int, out, px: int,
-    setup: dict | None = None,
-):  # fmt: skip
-    """The full override list of one run: sizes, the data set, the device, and no logger or extra callbacks.
-    ``setup``: width, lr_rule, ratio, device, workers (the bench's options; today's set-up when left out)."""
-    setup = {"width": "quarter", "lr_rule": "linear", "device": "cpu", "workers": 1} | (setup or {})
-    spe = manifest_images(data)["train"] // batch
-    marks = scaled_marks(recipe, epochs, spe)
-    lr = lr_overrides(recipe, batch, setup.get("ratio", 0.1), epochs, setup["lr_rule"]) if arm.large else []
-    if not arm.large or any(o.startswith("scheduler.warmup_epochs=") for o in lr):
-        marks = [m for m in marks if not m.startswith("scheduler.warmup_epochs=")]
-    if not arm.large:  # Goyal sec. 5.1: the small-batch baseline has no warmup
-        marks += ["scheduler.warmup_epochs=0"]
-    accelerator = "gpu" if setup["device"] == "cuda" else "cpu"
-    return [
-        f"recipe={arm.recipe}",
-        f"seed={seed}",
-        f"batch.global_size={batch}",
-        f"batch.max_per_device={batch}",
-        "batch.bn_group=null",  # BN over the whole batch: one device here
-        *marks,
-        *lr,
-        "epoch_length.mode=drop_last",
-        "epoch_length.workers=null",
-        f"epoch_length.num_train_images={manifest_images(data)['train']}",
-        # the top-1 curve: one point per epoch
-        *"evaluation.every_n_epochs=1 evaluation.every_n_steps=null evaluation.offset_epochs=0".split(),
-        "evaluation.offset_steps=0",
-        f"data.train_path={data / 'train.beton'}",
-        f"data.val_path={data / 'val.beton'}",
-        f"data.num_classes={num_classes}",
-        f"data.resolution={px}",
-        f"data.val_resolution={px}",
-        f"data.num_workers={setup['workers']}",  # measured: 1 loader thread beats 2 on 2 shared cores
-        "model.arch=resnet10t",
-        *WIDTHS[setup["width"]],
-        "model.channels_last=false",
-        f"trainer.accelerator={accelerator}",
-        *"strategy=auto trainer.devices=1 trainer.precision=32-true".split(),
-        f"paths.log_dir={out}",
-        f"paths.output_dir={out}/run",
-        "~logger",
-        *(
-            f"~callbacks.{c}"
-            for c in "checkpoint progress trust_ratio hparams throughput time_to_target mlperf_log".split()
-        ),
-        *(f"+trainer.enable_{c}=false" for c in ("progress_bar", "model_summary", "checkpointing")),
-    ]
-
-
-def lr_at_batch(overrides: list[str], recipe, batch: int) -> float:
-    """The peak LR the run trains with: the (possibly overridden) base LR moved to ``batch`` by scale_lr."""
-    given = dict(
-        o.split("=", 1) for o in overrides if o.startswith(("scheduler.base_lr=", "scheduler.base_batch="))
-    )
-    base_lr = float(given.get("scheduler.base_lr", recipe.scheduler.base_lr))
-    return scale_lr(base_lr, int(given.get("scheduler.base_batch", recipe.scheduler.base_batch)), batch)
-
-
-def portable(overrides: list[str], data: Path, out: Path) -> list[str]:
-    """The overrides as a row keeps them: the machine's data and log folders become DATA and LOGS."""
-    return [o.replace(str(out), "LOGS").replace(str(data), "DATA") for o in overrides]
-
-
-def manifest_images(data: Path) -> dict[str, int]:
-    manifest = json.loads((data / "manifest.json").read_text())
-    return {s: v["num_images"] for s, v in manifest["splits"].items()} | {"classes": manifest["num_classes"]}
-
-
-def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[float], float]:
-    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds.
-    ``callbacks``: more Lightning callbacks for the run (a probe)."""
+def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[float], float, str]:
+    """Top-1 (percent) after each epoch, NaN from where the divergence guard stopped it; wall seconds; how the
+    model ran ("eager", or torch.compile's mode). ``callbacks``: more Lightning callbacks for the run (a probe)."""
     import lightning as L
     from lightning_lars.callbacks.monitors.divergence import DivergenceError
 
@@ -168,7 +94,8 @@ def train_once(overrides: list[str], seed: int, callbacks=()) -> tuple[list[floa
     except DivergenceError:
         pass
     epochs = int(cfg.trainer.max_epochs)
-    return curve.top1 + [math.nan] * (epochs - len(curve.top1)), time.perf_counter() - started
+    mode = rules.compile_mode(cfg.model.compile, trainer.strategy.root_device.type) or "eager"
+    return curve.top1 + [math.nan] * (epochs - len(curve.top1)), time.perf_counter() - started, mode
 
 
 def machine() -> str:
@@ -200,6 +127,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--workers", type=int, default=1, help="data loader processes")
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=0.0,
+        help="tuning: hold out this share of train and evaluate it, not val",
+    )
+    parser.add_argument("--holdout-seed", type=int, default=0, help="the held-out images' draw")
+    parser.add_argument("--lr-scale", type=float, default=1.0, help="tuning: the rule's LR times this")
     args = parser.parse_args(argv)
     try:
         unknown = set(args.only or ()) - {a.name for a in ARMS}
@@ -219,6 +154,12 @@ def main(argv: list[str] | None = None) -> None:
         others = [
             a.name for a in ARMS if a.large and a.name != MLPERF_ARM and a.name in (args.only or a.name)
         ]
+        fixed = [a for a in ARMS if a.lr_rule not in (None, args.lr_rule) and a.name in (args.only or ())]
+        if fixed:
+            raise UserError(
+                f"lr_rule={args.lr_rule}: {' '.join(a.name for a in fixed)} trains on the {fixed[0].lr_rule} rule"
+                f" only; run it with --lr-rule {fixed[0].lr_rule}"
+            )
         if args.lr_rule == "reference" and others:
             raise UserError(
                 f"lr_rule=reference: only {MLPERF_ARM} has MLCommons reference points, not {' '.join(others)};"
@@ -238,8 +179,15 @@ def main(argv: list[str] | None = None) -> None:
     # by name, sizes and content: the folder is the machine's, the hash travels with the .beton files
     dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
     setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
+    setup |= {"holdout": args.holdout, "holdout_seed": args.holdout_seed, "lr_scale": args.lr_scale}
     trained = False
-    for arm in [a for a in ARMS if args.only is None or a.name in args.only]:
+    # without --only: every arm that trains on this rule (sgd_sqrt on the square-root rule only)
+    chosen = (
+        [a for a in ARMS if a.name in args.only]
+        if args.only
+        else [a for a in ARMS if a.lr_rule in (None, args.lr_rule)]
+    )
+    for arm in chosen:
         recipe = compose_job([f"recipe={arm.recipe}"])
         if recipe.data.num_classes != sizes["classes"]:
             print(
@@ -251,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in range(args.seeds):
             key = bench_key.RunKey(
                 arm.name, args.data.name, args.ratio, args.epochs, args.resolution, seed,
-                dataset["sha256"], args.width, args.lr_rule,
+                dataset["sha256"], args.width, args.lr_rule, args.holdout, args.lr_scale,
             )  # fmt: skip
             if any(bench_key.same_run(r, key) for r in kept):
                 print(f"[bench] {arm.name} seed {seed}: kept from {args.runs}", flush=True)
@@ -261,8 +209,19 @@ def main(argv: list[str] | None = None) -> None:
                 arm, recipe, b, args.epochs, args.data, sizes["classes"], seed, out, args.resolution,
                 setup | {"workers": args.workers},
             )  # fmt: skip
-            top1, wall = train_once(overrides, seed)
-            factors = {"width": args.width, "device": args.device}
+            top1, wall, compiled = train_once(overrides, seed)
+            # every factor of how it ran; sizes (ratio, epochs, px, batch) are the row's own keys
+            factors = {
+                "width": args.width,
+                "device": args.device,
+                "compile": compiled,
+                "threads": args.threads or "torch default",
+                "workers": args.workers,
+            }
+            if args.holdout:  # evaluated on held-out training images, never on val.beton
+                factors["holdout"] = {"share": args.holdout, "seed": args.holdout_seed, "rule": HOLDOUT_RULE}
+            if args.lr_scale != 1.0:
+                factors["lr_scale"] = args.lr_scale
             if arm.large:  # the baseline's LR does not depend on the rule
                 factors["lr_rule"] = args.lr_rule
                 factors["lr_at_batch"] = round(lr_at_batch(overrides, recipe, b), 6)
@@ -294,8 +253,18 @@ def main(argv: list[str] | None = None) -> None:
             )
     here = bench_key.baseline_part(
         bench_key.RunKey(
-            "", args.data.name, args.ratio, args.epochs, args.resolution, -1, dataset["sha256"], args.width
-        )
+            "",
+            args.data.name,
+            args.ratio,
+            args.epochs,
+            args.resolution,
+            -1,
+            dataset["sha256"],
+            args.width,
+            args.lr_rule,
+            args.holdout,
+            args.lr_scale,
+        )  # fmt: skip
     )
     group = [  # this set-up's arms and small-batch SGD, on this data set at these sizes
         r

@@ -61,7 +61,9 @@ class Data:
 
 @dataclass
 class FFCVDemoData(Data):
-    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("order", "os_cache", "no_aug_from_epoch", "batches_ahead")
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = (
+        *("order", "os_cache", "no_aug_from_epoch", "batches_ahead", "holdout", "holdout_seed"),
+    )
     train_path: str = MISSING  # a .beton file
     val_path: str = MISSING
     num_classes: int = field(default=MISSING, metadata=POSITIVE)
@@ -74,7 +76,7 @@ class FFCVDemoData(Data):
 
 @dataclass
 class FFCVImageNetData(Data):
-    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("no_aug_from_epoch", "batches_ahead")
+    ALSO_TAKES: ClassVar[tuple[str, ...]] = ("no_aug_from_epoch", "batches_ahead", "holdout", "holdout_seed")
     train_path: str = MISSING
     val_path: str = MISSING
     num_classes: int = field(default=MISSING, metadata=POSITIVE)

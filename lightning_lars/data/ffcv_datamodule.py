@@ -26,6 +26,7 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader, epoch_order
+from lightning_lars.data.holdout import holdout_split
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
@@ -52,6 +53,8 @@ class FFCVDataModule(L.LightningDataModule):
         no_aug_from_epoch: from this 0-based epoch, train without random crop and flip (Fujitsu's last epochs).
         batches_ahead: batches FFCV prepares in advance.
         prepare_command: the command named in errors when a file is missing or damaged.
+        holdout: a share of train.beton held out (``holdout.holdout_split`` with ``holdout_seed``): never trained
+            on, and evaluated instead of val.beton, for tuning without the validation images; 0: none.
     """
 
     def __init__(
@@ -70,6 +73,8 @@ class FFCVDataModule(L.LightningDataModule):
         no_aug_from_epoch: int | None = None,
         batches_ahead: int = 3,
         prepare_command: str = "make prepare src=<imagefolder> out=<dir>",
+        holdout: float = 0.0,
+        holdout_seed: int = 0,
     ):
         super().__init__()
         if order not in ORDERS:
@@ -86,6 +91,8 @@ class FFCVDataModule(L.LightningDataModule):
         self.resolution, self.val_resolution = resolution_schedule(resolution), int(val_resolution)
         self.order, self.os_cache, self.batches_ahead = order, bool(os_cache), int(batches_ahead)
         self.no_aug_from_epoch, self.prepare_command = no_aug_from_epoch, prepare_command
+        self.holdout, self.holdout_seed = float(holdout), int(holdout_seed)
+        self._split: tuple[np.ndarray, np.ndarray] | None = None
         self.progress = EpochProgress()
         self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
         self.accumulate_grad_batches = 1  # from the trainer: an epoch keeps whole optimizer steps
@@ -95,14 +102,23 @@ class FFCVDataModule(L.LightningDataModule):
             "val": pipelines.post_transfer_normalize(self.val_ops),
         }
 
+    def split(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(trained, evaluated) indices of train.beton under ``holdout``; None without one."""
+        if self.holdout and self._split is None:
+            total = read_num_samples(self.train_path, self.prepare_command)
+            self._split = holdout_split(total, self.holdout, self.holdout_seed)
+        return self._split
+
     @property
     def num_train_images(self) -> int:
-        """Images in train.beton (header read only; the schedule needs steps per epoch before training)."""
-        return read_num_samples(self.train_path, self.prepare_command)
+        """Images trained on (header read only; the schedule needs steps per epoch before training)."""
+        split = self.split()
+        return len(split[0]) if split else read_num_samples(self.train_path, self.prepare_command)
 
     @property
     def num_val_images(self) -> int:
-        return read_num_samples(self.val_path, self.prepare_command)
+        split = self.split()
+        return len(split[1]) if split else read_num_samples(self.val_path, self.prepare_command)
 
     def steps_per_epoch(self, world_size: int, accumulate_grad_batches: int = 1) -> int:
         """Optimizer steps per epoch: the train loader keeps whole steps and drops the rest."""
@@ -170,6 +186,9 @@ class FFCVDataModule(L.LightningDataModule):
     def _train_order(self, loader: Loader, epoch: int) -> np.ndarray:
         if self.order == "quasi_random":
             return np.asarray(loader.traversal_order.sample_order(epoch), dtype=np.int64)
+        split = self.split()
+        if split:  # the same shuffle over the kept images' positions, then their indices in the file
+            return split[0][epoch_order(len(split[0]), seed=self.seed, epoch=epoch, order=self.order)]
         return epoch_order(loader.reader.num_samples, seed=self.seed, epoch=epoch, order=self.order)
 
     def train_dataloader(self) -> FFCVEpochLoader:
@@ -188,12 +207,18 @@ class FFCVDataModule(L.LightningDataModule):
     def val_dataloader(self) -> FFCVEpochLoader:
         def val_loader(epoch: int) -> Loader:
             if "val" not in self._loaders:
+                path = (
+                    self.train_path if self.holdout else self.val_path
+                )  # held-out train images, unaugmented
                 self._loaders["val"] = self._build_loader(
-                    self.val_path, self.val_ops, self.val_resolution, "sequential"
+                    path, self.val_ops, self.val_resolution, "sequential"
                 )
             return self._loaders["val"]
 
         def order(loader: Loader, epoch: int) -> np.ndarray:
+            split = self.split()
+            if split:
+                return split[1][val_order(len(split[1]))]
             return val_order(loader.reader.num_samples)  # a prefix samples every class (data/val_order.py)
 
         return FFCVEpochLoader(

@@ -31,6 +31,10 @@ class RunKey(NamedTuple):
     data_hash: str = ""
     width: str = DEFAULT_WIDTH  # resnet10t at a quarter of its widths or at full width
     lr_rule: str = DEFAULT_LR_RULE  # how the recipe's LR moves to the large batch
+    holdout: float = (
+        0.0  # share of the training images held out and evaluated (tuning); 0: val.beton evaluated
+    )
+    lr_scale: float = 1.0  # the rule's LR times this (a tuning trial's multiplier)
 
 
 def data_hash(folder: Path) -> str:
@@ -89,6 +93,8 @@ def key_of(row: dict) -> RunKey | None:
         row["dataset"].get("sha256", ""),
         factors.get("width", DEFAULT_WIDTH),
         factors.get("lr_rule", DEFAULT_LR_RULE),
+        factors.get("holdout", {}).get("share", 0.0),
+        factors.get("lr_scale", 1.0),
     )
 
 
@@ -115,4 +121,8 @@ def setup_label(setup: RunKey) -> str:
     """The set-up in words; the factors at their old defaults are not named, so old rows read as before."""
     text = f"{setup.dataset}, ratio {setup.ratio:g}, {setup.epochs} epochs, {setup.resolution} px"
     text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
-    return text + ("" if setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR rule")
+    text += "" if setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR rule"
+    text += "" if setup.lr_scale == 1.0 else f", LR x{setup.lr_scale:g}"
+    return text + (
+        "" if not setup.holdout else f", {100 * setup.holdout:g} % of train held out and evaluated"
+    )

@@ -1,10 +1,28 @@
-"""The "Runs of ours" plot: top-1 per epoch per arm (mean over seeds, band = min..max), one panel per group."""
+"""The "Runs of ours" plot: top-1 per epoch per arm (mean over seeds, band = the 95 % t interval of that mean,
+the same rule for every arm, so an arm with more seeds draws a narrower band, not a wider one as min..max
+would), one panel per group."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from pathlib import Path
+
+from lightning_lars.report.seed_stats import t_quantile
+
+BAND = "band: 95 % interval of the mean over seeds"
+
+
+def mean_band(column: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of one epoch's top-1 over seeds: mean +- t(0.975, n - 1) x s / sqrt(n); NaN where a
+    seed diverged, no band (low = high = mean) for one seed."""
+    if not all(map(math.isfinite, column)):
+        return math.nan, math.nan, math.nan
+    mean = statistics.fmean(column)
+    if len(column) < 2:
+        return mean, mean, mean
+    half = t_quantile(0.975, len(column) - 1) * statistics.stdev(column) / math.sqrt(len(column))
+    return mean, mean - half, mean + half
 
 
 def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path | None:
@@ -32,18 +50,19 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
             curves = [[math.nan if v is None else v for v in r["top1_per_epoch"]] for r in runs]
             x = range(1, len(curves[0]) + 1)
             cols = list(zip(*curves, strict=False))
-            mean = [statistics.fmean(c) if all(map(math.isfinite, c)) else math.nan for c in cols]
+            mean, low, high = zip(*map(mean_band, cols), strict=True)
             color = f"C{names.index(arm) % 10}"
             (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color)
-            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], alpha=0.15, color=color)
+            ax.fill_between(x, low, high, alpha=0.15, color=color)
         large = sorted({runs[0]["batch"] for arm, runs in arms.items()}, reverse=True)
         ax.set_title(f"{title} (B={large[0]})", fontsize=7)
         ax.set(xlabel="epoch", ylabel="val top-1 %")
         ax.grid(alpha=0.3)
     # outside the last panel: the curves fill each panel
     axes.flat[len(groups) - 1].legend(
-        handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1)
-    )
+        handles=list(lines.values()), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), title=BAND,
+        title_fontsize=7,
+    )  # fmt: skip
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80, bbox_inches="tight")

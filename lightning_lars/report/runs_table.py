@@ -1,6 +1,6 @@
 """The README's "Runs of ours": its table, verdict lines and plot, rendered from a runs file: by default
-``recipes/runs-fair.jsonl``, the fair set-up's runs that the README shows (``--runs recipes/runs.jsonl``: the
-first set-up's, and ``make bench-largebatch``'s own file).
+``recipes/runs.jsonl``, the first set-up's and ``make bench-largebatch``'s own file (the fair set-up's,
+``recipes/runs-fair.jsonl``, has a plan and is rendered by ``fair_report``, which uses the table from here).
 
 Two kinds of line live in that file: one per training run of ``benchmarks/bench_largebatch.py`` (``kind``
 ``bench-largebatch``: recipe, overrides, data set, seed, top-1 per epoch, wall time, machine, date, commit),
@@ -136,6 +136,8 @@ def groups(rows: list[dict]) -> dict[RunKey, dict[str, list[dict]]]:
     found: dict[RunKey, dict[str, list[dict]]] = {}
     base: dict[RunKey, list[dict]] = {}
     for key, row in ((key_of(r), r) for r in rows):
+        if key and key.holdout:  # a tuning trial, evaluated on held-out training images: never a verdict's
+            continue
         if key and key.arm == BASELINE_ARM:
             base.setdefault(baseline_part(setup_of(key)), []).append(row)
         elif key:
@@ -251,7 +253,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> Path | None:
-    """Top-1 per epoch per arm (mean over seeds, band = min..max), one panel per set-up."""
+    """Top-1 per epoch per arm (mean over seeds, band = its 95 % interval), one panel per set-up."""
     return plot_groups({setup_label(k): arms for k, arms in groups(rows).items()}, path)
 
 
@@ -292,10 +294,14 @@ def update_readme(
 def main(argv: list[str] | None = None) -> None:
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-fair.jsonl")
+    parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs.jsonl")
     parser.add_argument("--readme", type=Path, default=root / "README.md")
     parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
     args = parser.parse_args(argv)
+    if args.runs.name == "runs-fair.jsonl":  # its verdicts follow a plan: n, correction, scope
+        raise SystemExit(
+            f"error: {args.runs} has a plan: render it with python -m lightning_lars.report.fair_report"
+        )
     try:
         update_readme(args.readme, read_runs(args.runs), args.plot)
     except UserError as err:

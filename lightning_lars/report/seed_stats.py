@@ -111,3 +111,29 @@ def seeds_to_decide(
         if t_quantile(0.5 + level / 2, min(df, 1e6)) * math.sqrt(sum(parts)) < distance:
             return n
     return None
+
+
+def welch_p(arm: list[float], base: list[float], bound: float = 0.0) -> float | None:
+    """Two-sided p-value of Welch's test that the gap ``arm`` - ``base`` equals ``bound``: below 1 - level exactly
+    when the Welch interval at that level leaves ``bound`` outside. None below 2 values on either side."""
+    if min(len(arm), len(base)) < 2:
+        return None
+    parts = [statistics.variance(g) / len(g) for g in (arm, base)]
+    distance = statistics.fmean(arm) - statistics.fmean(base) - bound
+    if sum(parts) == 0:
+        return 0.0 if distance else 1.0
+    df = sum(parts) ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, (arm, base), strict=True))
+    return min(1.0, 2 * t_sf(abs(distance) / math.sqrt(sum(parts)), df))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1),
+    never below the one before it, at most 1. A hypothesis is rejected at family-wise level alpha when its
+    adjusted p is at most alpha."""
+    m = len(p_values)
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

@@ -115,7 +115,12 @@ def test_every_arm_composes_with_the_data_sets_classes_and_sizes(arm, tmp_path, 
     assert cfg.model.num_classes == 7 and cfg.data.train_path == str(data / "train.beton")
     assert cfg.batch.global_size == batch and cfg.trainer.max_epochs == 8
     assert cfg.optimizer._target_ == recipe.optimizer._target_  # the recipe's own optimizer, not a stand-in
-    assert cfg.scheduler.base_lr == recipe.scheduler.base_lr  # and its LR, scaled only by the project's rule
+    if arm.lr_rule == "sqrt":  # the arm's own rule: the recipe's LR times sqrt(batch / its base batch)
+        assert cfg.scheduler.base_batch == batch
+        want = recipe.scheduler.base_lr * math.sqrt(batch / recipe.scheduler.base_batch)
+        assert cfg.scheduler.base_lr == pytest.approx(want, rel=1e-5)
+    else:  # its LR, scaled only by the project's rule
+        assert cfg.scheduler.base_lr == recipe.scheduler.base_lr
     if not arm.large:
         assert cfg.scheduler.warmup_epochs == 0  # Goyal's small-batch baseline has no warmup
     rules.check_keys(cfg)  # every key under the optimizer's schema (a key it would reject fails here)
@@ -255,3 +260,48 @@ def test_one_cell_is_one_command_on_the_named_device_and_width(tmp_path, prepare
         64,
         128,
     ]
+
+
+def test_the_square_root_sgd_arm_refuses_another_rule_and_is_left_out_without_only(
+    tmp_path, capsys, prepared
+):
+    data = prepared(tmp_path)
+    with pytest.raises(SystemExit):
+        bench.main(["--data", str(data), "--lr-rule", "linear", "--only", "sgd_sqrt", "--no-readme"])
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "sgd_sqrt trains on the sqrt rule only; run it with --lr-rule sqrt" in err
+    sqrt_sgd = next(a for a in bench.ARMS if a.name == "sgd_sqrt")
+    goyal = next(a for a in bench.ARMS if a.name == "goyal_sgd")
+    recipe = compose_job([f"recipe={goyal.recipe}"])
+    # the same recipe at the same batch: only the LR differs, by the square root of the batch ratio
+    mine = compose_job(bench.run_overrides(sqrt_sgd, recipe, 500, 8, data, 10, 0, tmp_path, 32))
+    linear = compose_job(bench.run_overrides(goyal, recipe, 500, 8, data, 10, 0, tmp_path, 32))
+    assert bench.lr_at_batch([], recipe, 500) == pytest.approx(scale_lr(0.1, 256, 500))
+    assert mine.scheduler.base_lr * math.sqrt(256 / 500) == pytest.approx(linear.scheduler.base_lr, rel=1e-5)
+    assert mine.optimizer == linear.optimizer and mine.batch == linear.batch
+
+
+def test_a_tuning_trial_holds_out_train_images_scales_the_lr_and_never_joins_a_verdict(tmp_path, prepared):
+    data = prepared(tmp_path)
+    lamb = next(a for a in bench.ARMS if a.name == "lamb")
+    recipe = compose_job([f"recipe={lamb.recipe}"])
+    setup = {"lr_rule": "sqrt", "ratio": 0.1, "holdout": 0.1, "holdout_seed": 0, "lr_scale": 2.0}
+    trial = compose_job(bench.run_overrides(lamb, recipe, 500, 8, data, 10, 0, tmp_path, 32, setup))
+    plain = compose_job(
+        bench.run_overrides(lamb, recipe, 500, 8, data, 10, 0, tmp_path, 32, {"lr_rule": "sqrt"})
+    )
+    assert (trial.data.holdout, trial.data.holdout_seed) == (0.1, 0) and "holdout" not in plain.data
+    assert trial.epoch_length.num_train_images == 4500  # 500 of 5000 held out, never trained on
+    assert trial.scheduler.base_lr == pytest.approx(2 * plain.scheduler.base_lr, rel=1e-5)
+    instantiate(schema.plain(trial.data))  # the data module takes both keys
+    # a trial's row is its own set-up, and the verdicts' grouping leaves it out
+    kept = runs_table.bench_row(
+        arm="lamb", recipe="lamb_32k", overrides=[], dataset={"name": "photos", "train": 5000, "val": 500,
+        "classes": 10}, ratio=0.1, batch=500, epochs=8, resolution=32, seed=0, top1=[50.0], wall_s=1.0,
+        machine="m", commit="c", factors={"lr_rule": "sqrt", "holdout": {"share": 0.1, "seed": 0}, "lr_scale": 2.0},
+    )  # fmt: skip
+    key = bench_key.key_of(kept)
+    assert (key.holdout, key.lr_scale) == (0.1, 2.0) and not bench_key.same_run(
+        kept, key._replace(holdout=0.0)
+    )
+    assert runs_table.groups([kept]) == {}

@@ -14,6 +14,7 @@ from ffcv.writer import DatasetWriter
 from lightning_lars.core.errors import UserError
 from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader, epoch_order, shard
 from lightning_lars.data.ffcv_datamodule import FFCVDataModule
+from lightning_lars.data.holdout import holdout_split
 from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.val_order import val_order
 
@@ -279,3 +280,33 @@ def test_no_aug_from_epoch_switches_to_the_val_crop_without_flip(datamodule):
         )
     finally:
         datamodule.no_aug_from_epoch = None
+
+
+def test_a_held_out_share_of_train_is_evaluated_and_never_trained_on(betons):
+    """Labels are sample indices: the train loader yields only the kept ones, the val loader exactly the held-out
+    ones, read from train.beton (val.beton's 9 images would be labels 0-8 of another file)."""
+    kept, held = holdout_split(NUM_TRAIN, 0.2, seed=5)
+    assert len(held) == 9 and not set(kept) & set(held) and sorted([*kept, *held]) == list(range(NUM_TRAIN))
+    module = FFCVDataModule(
+        *betons, num_classes=NUM_TRAIN, batch_size=8, seed=3, num_workers=1, resolution=32, val_resolution=32,
+        holdout=0.2, holdout_seed=5,
+    )  # fmt: skip
+    module.setup("fit")
+    assert (module.num_train_images, module.num_val_images) == (36, 9)
+    evaluated = sorted(itertools.chain.from_iterable(labels(module.val_dataloader())))
+    assert evaluated == held.tolist()
+    for epoch in (0, 1):
+        trained = list(
+            itertools.chain.from_iterable(labels(rank_loader(module, 0, 1, EpochProgress(epoch=epoch))))
+        )
+        assert len(trained) == 32 and set(trained) <= set(kept.tolist())  # 36 kept: 4 batches of 8
+    # the draw is numpy's, from the seed alone: the same on every machine, another with another seed
+    again = holdout_split(NUM_TRAIN, 0.2, seed=5)[1]
+    want = np.sort(np.random.default_rng(5).permutation(NUM_TRAIN)[:9])
+    assert again.tolist() == want.tolist() != holdout_split(NUM_TRAIN, 0.2, seed=6)[1].tolist()
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0, 0.001])
+def test_a_held_out_share_that_keeps_nothing_is_a_one_line_error(share):
+    with pytest.raises(UserError, match="data.holdout="):
+        holdout_split(NUM_TRAIN, share, seed=0)

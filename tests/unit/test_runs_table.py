@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_table, seed_stats
+from lightning_lars.report import runs_plot, runs_table, seed_stats
 
 DATASET = {"path": "/data/photos", "name": "photos", "train": 5000, "val": 500, "classes": 10}
 # final top-1 per seed; the baseline and LAMB have equal spreads, so Welch's df is exactly 2
@@ -217,3 +217,14 @@ def test_bad_files_are_one_line_errors(tmp_path):
     runs.write_text('{"kind": "x"}\n{not json\n')
     with pytest.raises(UserError, match="line 2"):
         runs_table.read_runs(runs)
+
+
+def test_the_plots_band_is_scipys_95_percent_interval_of_the_mean_for_every_arm():
+    stats = pytest.importorskip("scipy.stats")
+    column = [57.2, 59.4, 58.8, 56.6, 58.0]
+    want = stats.t.interval(0.95, len(column) - 1, loc=np.mean(column), scale=stats.sem(column))
+    mean, low, high = runs_plot.mean_band(column)
+    assert mean == pytest.approx(np.mean(column)) and (low, high) == pytest.approx(want, abs=1e-6)
+    assert runs_plot.mean_band([58.0]) == (58.0, 58.0, 58.0)  # one seed: no band
+    assert all(math.isnan(v) for v in runs_plot.mean_band([58.0, math.nan]))
+    assert "95 % interval of the mean" in runs_plot.BAND
