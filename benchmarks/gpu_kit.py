@@ -40,9 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WITHOUT = {"torch", "ffcv"}
 DROPPED_FIRST = "wandb"  # its runs log nothing there (~logger); only a W&B run of test-gpu needs it
 MANIFEST = "kit.json"
-BUILD_BACKEND = (
-    "setuptools>=70.1"  # pyproject's build-system; 70.1: bdist_wheel built in (no `wheel` package)
-)
+# pyproject's build-system; 70.1: bdist_wheel built in (no `wheel` package)
+BUILD_BACKEND = "setuptools>=70.1"
 
 
 def wheels_of(folder: Path, names: set[str]) -> list[Path]:

@@ -46,9 +46,8 @@ class RecipePlan:
     epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
     total_steps: int  # where this run stops (a short run: trainer.max_steps)
     warmup_steps: int
-    decay_end_step: (
-        int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
-    )
+    # where the schedule reaches its end value (normally total_steps; TF: one past the run)
+    decay_end_step: int
     eval_steps: list[int]
     batch_plan: BatchPlan
     lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
@@ -264,9 +263,8 @@ def make_plan(
 
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
     if "total_steps" in scheduler and scheduler["total_steps"] is None:
-        scheduler["total_steps"] = (
-            total  # a schedule in steps decays over the run unless the recipe says otherwise
-        )
+        # a schedule in steps decays over the run unless the recipe says otherwise
+        scheduler["total_steps"] = total
     # a grown batch shortens epochs: the base schedule spans the planned epochs, read at the same epoch
     epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)

@@ -50,11 +50,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         RunHistory(),
     ]
     callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line
+    # the same W&B run when resuming; ~logger: no logging at all
     logger = (
-        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))
         if cfg.get("logger") and "_target_" in cfg.logger
         else False
-    )  # ~logger: no logging at all
+    )
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
     # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
