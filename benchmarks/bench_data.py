@@ -43,9 +43,8 @@ def make_jpegs(root: Path, count: int, seed: int = 0, first: int = 0) -> list[Pa
         for index in range(first, first + split_count):
             width, height = (int(x) for x in rng.integers(300, 501, size=2))
             base = rng.integers(0, 256, size=3)
-            noise = rng.normal(
-                0, 40, size=(height // 4, width // 4, 3)
-            )  # low-frequency noise: JPEG-realistic
+            # low-frequency noise: JPEG-realistic
+            noise = rng.normal(0, 40, size=(height // 4, width // 4, 3))
             pixels = np.clip(base + np.kron(noise, np.ones((4, 4, 1)))[:height, :width], 0, 255)
             image = Image.fromarray(pixels.astype(np.uint8))
             draw = ImageDraw.Draw(image)

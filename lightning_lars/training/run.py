@@ -111,9 +111,8 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     if trainer.logger is not None:
         trainer.logger.log_hyperparams(
             {
-                "config": OmegaConf.to_container(
-                    cfg, resolve=True, enum_to_str=True
-                ),  # the schema's Enum as text
+                # the schema's Enum as text
+                "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
                 "plan": plan.summary(),
                 "provenance": provenance(),
             }
@@ -173,9 +172,8 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
     # than the source's padded epoch, so they do not bound the run.
     trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
     trainer.fit_loop.max_epochs = -1
-    loader_steps = (
-        plan.num_train_images // plan.batch_plan.global_size
-    )  # our loaders drop the last partial batch
+    # our loaders drop the last partial batch
+    loader_steps = plan.num_train_images // plan.batch_plan.global_size
     if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
         # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
         trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation
