@@ -39,7 +39,7 @@ class FFCVDataModule(L.LightningDataModule):
     Args:
         train_path, val_path: .beton files with fields ``image`` (RGBImageField) and ``label`` (IntField).
         num_classes: classes in the labels.
-        batch_size: images per device per step (train.py passes the per-device batch).
+        batch_size: images per device per step (`lightning_lars.training.run.build` passes the per-device batch).
         seed: order and augmentation seed; epoch ``e`` is shuffled by (seed, e), the same on every rank, and a
             sample's random crop and flip come from (seed, e, sample index) (``seeded_ops``).
         num_workers: FFCV threads per process; None = this process's CPU share (`workers.default_num_workers`).

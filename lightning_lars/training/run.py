@@ -1,5 +1,7 @@
-"""A run assembled from its config: datamodule -> model -> callbacks -> logger -> trainer -> fit, with the batch
-plan and the LR scaling made explicit before anything trains (lightning-hydra-template's ``train()``)."""
+"""A run assembled from its config, in the order `build` follows: strategy -> callbacks -> logger -> trainer (its
+device count fixes the batch plan) -> datamodule (its train-set size fixes the recipe plan, which `apply_plan`
+sets on the trainer) -> optimizer -> model with the plan's LR schedule; the plan lines are printed before `run`
+fits (lightning-hydra-template's ``train()``, reordered: the plan needs the trainer's devices and the data)."""
 
 from __future__ import annotations
 
