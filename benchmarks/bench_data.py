@@ -3,9 +3,10 @@ FFCV pipeline on the same JPEGs, one run.
 
 Generates ImageNet-sized JPEGs (300-500 px a side, noise plus random shapes, quality 90) in a temp dir,
 converts them with ``lightning_lars.data.prepare.convert`` (timed: conversion img/s), then times one train
-epoch of each loader (random resized crop + flip + normalise, batch 64) at the recipes' train resolutions,
-after a warm-up pass (FFCV's JIT compile and the DataLoader's worker start are not counted). The ceiling is
-the single-core JPEG decode rate of the source files (cv2, libjpeg-turbo) times the worker count.
+epoch of each loader (the DataModules' default pipeline: random resized crop + flip + normalise, batch 64) at
+the recipes' train resolutions, after a warm-up pass (FFCV's JIT compile and the DataLoader's worker start are
+not counted). The ceiling is the single-core JPEG decode rate of the source files (cv2, libjpeg-turbo)
+times the worker count.
 The decode=device row counts the batch's decode, crop and normalisation on the device (CUDA if present, else this
 CPU: there it is slower than PIL in the workers, as it decodes in the main process; the row is for a GPU job).
 
@@ -27,25 +28,10 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from lightning_lars.data.pipelines import DEFAULT_PIPELINE
+
 NUM_CLASSES = 10
 BATCH = 64
-PIPELINE = {
-    "train": [
-        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
-        "flip",
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-    "val": [
-        {"center_crop": {"ratio": 0.875}},
-        {"normalize": "imagenet"},
-        "to_tensor",
-        "to_device",
-        "channels_last",
-    ],
-}
 
 
 def make_jpegs(root: Path, count: int, seed: int = 0, first: int = 0) -> list[Path]:
@@ -57,9 +43,8 @@ def make_jpegs(root: Path, count: int, seed: int = 0, first: int = 0) -> list[Pa
         for index in range(first, first + split_count):
             width, height = (int(x) for x in rng.integers(300, 501, size=2))
             base = rng.integers(0, 256, size=3)
-            noise = rng.normal(
-                0, 40, size=(height // 4, width // 4, 3)
-            )  # low-frequency noise: JPEG-realistic
+            # low-frequency noise: JPEG-realistic
+            noise = rng.normal(0, 40, size=(height // 4, width // 4, 3))
             pixels = np.clip(base + np.kron(noise, np.ones((4, 4, 1)))[:height, :width], 0, 255)
             image = Image.fromarray(pixels.astype(np.uint8))
             draw = ImageDraw.Draw(image)
@@ -174,7 +159,7 @@ def main(argv=None) -> None:
                     batch_size=BATCH,
                     num_workers=args.workers,
                     resolution=resolution,
-                    pipeline=PIPELINE,
+                    pipeline=DEFAULT_PIPELINE,
                     pin_memory=False,
                     decode=decode,
                 )
@@ -187,7 +172,7 @@ def main(argv=None) -> None:
                 batch_size=BATCH,
                 num_workers=args.workers,
                 resolution=resolution,
-                pipeline=PIPELINE,
+                pipeline=DEFAULT_PIPELINE,
             )
             ffcv.setup("fit")
             loaders = {

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from wheelhouse import find_interpreter, this_machine  # benchmarks/wheelhouse.py, beside this script
 
-FFCV = (
-    "ffcv==1.0.2"  # the last release; its Requires-Dist names opencv-python, the node has the headless build
-)
+# the last release; its Requires-Dist names opencv-python, the node has the headless build
+FFCV = "ffcv==1.0.2"
 # FFCV's own requirements the node may lack, installed beside it; numba and OpenCV are the node's (pip's --no-deps
 # keeps pip from asking for opencv-python, which the headless build satisfies at import)
 FFCV_NEEDS = ("terminaltables", "pytorch_pfn_extras", "fastargs", "assertpy", "tqdm", "psutil")

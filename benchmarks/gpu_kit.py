@@ -8,7 +8,9 @@ benchmarks/ffcv_wheel.py), in one folder that fits beside the working tree in th
 Unlike ``make wheelhouse without=torch`` it also leaves out what those packages bring (numpy and pillow come
 with torchvision): a node with them has them. If the folder still exceeds the limit, wandb (the largest wheel,
 about 20 MiB) is left out and recorded in ``kit.json``; benchmarks/gpu_check.py runs with ``~logger`` either way.
-A packaging tool that runs from a clone, so it lives beside the job it feeds, outside the shipped package.
+A packaging tool that runs from a clone, so it lives beside the job it feeds, outside the shipped package: in
+benchmarks/ with wheelhouse.py, ffcv_wheel.py and the gpu_check scripts, as the project's top level is fixed
+(no tools/ folder).
 """
 
 from __future__ import annotations
@@ -40,9 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WITHOUT = {"torch", "ffcv"}
 DROPPED_FIRST = "wandb"  # its runs log nothing there (~logger); only a W&B run of test-gpu needs it
 MANIFEST = "kit.json"
-BUILD_BACKEND = (
-    "setuptools>=70.1"  # pyproject's build-system; 70.1: bdist_wheel built in (no `wheel` package)
-)
+# pyproject's build-system; 70.1: bdist_wheel built in (no `wheel` package)
+BUILD_BACKEND = "setuptools>=70.1"
 
 
 def wheels_of(folder: Path, names: set[str]) -> list[Path]:

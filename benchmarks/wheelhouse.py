@@ -319,9 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             (this_machine()[0], None),
             this_machine(),
         ):
-            without.add(
-                "ffcv"
-            )  # FFCV compiles and links this machine's libturbojpeg/OpenCV: no wheel for others
+            # FFCV compiles and links this machine's libturbojpeg/OpenCV: no wheel for others
+            without.add("ffcv")
             print(
                 f"note: FFCV left out. {CannotBuild('ffcv', 'C extension')}. Without it the project runs with"
                 " data=imagefolder or data=synthetic, and FFCV recipes say how to install it.",

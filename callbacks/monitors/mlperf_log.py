@@ -67,9 +67,8 @@ class MLPerfLog(L.Callback):
         if self.round is None or not trainer.is_global_zero:
             return
         try:
-            from mlperf_logging.mllog.mllog import (
-                MLLogger,
-            )  # optional extra: a run without it says so in one line
+            # optional extra: a run without it says so in one line
+            from mlperf_logging.mllog.mllog import MLLogger
         except ImportError:
             rank_zero_info(
                 f"[lightning-lars] no MLPerf log written (mlperf.round={self.round}): {mlperf.MISSING}"

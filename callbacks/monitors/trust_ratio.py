@@ -32,12 +32,13 @@ class TrustRatioMonitor(L.Callback):
     only then is copied to the host, so an ``every_n_steps`` off the logging interval costs no device wait.
 
     Args:
-        every_n_steps: sampling interval in optimizer steps (None: the trainer's ``log_every_n_steps``).
+        every_n_steps: sampling interval in optimizer steps (default 50, the config's; None: the trainer's
+            ``log_every_n_steps``).
         per_layer: also log one series per tensor (161 tensors x 3 series for ResNet-50).
         max_history: most quantile records kept for the report (older ones are thinned by half).
     """
 
-    def __init__(self, every_n_steps: int | None = None, per_layer: bool = True, max_history: int = 2000):
+    def __init__(self, every_n_steps: int | None = 50, per_layer: bool = True, max_history: int = 2000):
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"every_n_steps={every_n_steps} must be >= 1")
         self.every_n_steps = every_n_steps

@@ -47,9 +47,8 @@ def compose_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
             cfg = _compose(user)
             break
         except ConfigCompositionException as err:
-            missing = isinstance(
-                err.__cause__, (ConfigAttributeError, ConfigKeyError)
-            )  # not set by the config yet
+            # not set by the config yet
+            missing = isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError))
             key = err.__cause__.full_key if missing else None
             plussed = [f"+{o}" if key and o.startswith(f"{key}=") else o for o in user]
             if plussed != user and _takes_without_plus(err, key):

@@ -112,9 +112,8 @@ class MLPerfConfig:
     when ``round`` is set; the ``submission_*`` keys it opens with. The hyperparameters it logs are read from the
     run, not from here."""
 
-    round: MLPerfRound | None = (
-        None  # e.g. 1.0.0: the training round whose rules the log follows; null: no log
-    )
+    # e.g. 1.0.0: the training round whose rules the log follows; null: no log
+    round: MLPerfRound | None = None
     benchmark: str = "resnet"
     division: MLPerfDivision = MLPerfDivision.closed
     status: MLPerfStatus = MLPerfStatus.research
@@ -160,9 +159,8 @@ class ModelConfig:
     arch: str = MISSING  # a timm model name
     num_classes: int = "${data.num_classes}"  # type: ignore[assignment]  # resolved when the model is built
     exclusion_rule: str = "ndim<=1"  # tensors without weight decay and trust ratio (lightning_lars/optim)
-    zero_init_last: bool | None = (
-        None  # the last BN gamma of each residual block at 0; None: no residual blocks
-    )
+    # the last BN gamma of each residual block at 0; None: no residual blocks
+    zero_init_last: bool | None = None
     fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
     label_smoothing: float = 0.0
     channels_last: bool = False

@@ -21,12 +21,10 @@ import numpy as np
 
 from lightning_lars.data.imagefolder import children_ignore_sigint, die_with_parent, load_rgb, progress_bar
 
-DEFAULT_PAGE_SIZE = (
-    1 << 23
-)  # bytes; FFCV's default (4 x 2 MiB), for datasets of more than LARGE_DATASET bytes
-MIN_PAGE_SIZE = (
-    1 << 21
-)  # FFCV's smallest page: small datasets get it (each writer process pads its last page)
+# bytes; FFCV's default (4 x 2 MiB), for datasets of more than LARGE_DATASET bytes
+DEFAULT_PAGE_SIZE = 1 << 23
+# FFCV's smallest page: small datasets get it (each writer process pads its last page)
+MIN_PAGE_SIZE = 1 << 21
 LARGE_DATASET = 1 << 30  # bytes of raw pixels (upper bound) from which FFCV's default page is used
 
 

@@ -277,9 +277,8 @@ def prepare_demo(
             file=sys.stderr,
         )
     if force or _read_json(jpeg_root / PARAMS_FILE) != params:
-        shutil.rmtree(
-            jpeg_root, ignore_errors=True
-        )  # stale classes or extra files would leak into the betons
+        # stale classes or extra files would leak into the betons
+        shutil.rmtree(jpeg_root, ignore_errors=True)
         make_demo_images(jpeg_root, num_classes, train_per_class, val_per_class, size, seed, num_workers)
         _write_json_atomic(jpeg_root / PARAMS_FILE, params)
     # Raw pixels: the images are tiny (3 KiB each), raw is deterministic and the fastest to load on CPU.

@@ -40,14 +40,14 @@ class FFCVDataModule(L.LightningDataModule):
     Args:
         train_path, val_path: .beton files with fields ``image`` (RGBImageField) and ``label`` (IntField).
         num_classes: classes in the labels.
-        batch_size: images per device per step (train.py passes the per-device batch).
+        batch_size: images per device per step (`lightning_lars.training.run.build` passes the per-device batch).
         seed: order and augmentation seed; epoch ``e`` is shuffled by (seed, e), the same on every rank, and a
             sample's random crop and flip come from (seed, e, sample index) (``seeded_ops``).
         num_workers: FFCV threads per process; None = this process's CPU share (`workers.default_num_workers`).
         resolution: train px, or a progressive-resize mapping (start, end, start_ramp_epoch, end_ramp_epoch).
         val_resolution: eval px (may exceed the train resolution: FixRes' train-test gap).
         order: "random", "quasi_random" (page-local shuffling for data larger than RAM; one process only:
-            FFCV cannot shard it, ffcv issue 130) or "sequential".
+            FFCV cannot shard it, libffcv/ffcv#130) or "sequential".
         os_cache: let the page cache hold the file (True, shared by all ranks) or FFCV's process cache (False).
         pipeline: ``{"train": [...ops], "val": [...ops]}``; see ``lightning_lars.data.pipelines``.
         no_aug_from_epoch: from this 0-based epoch, train without random crop and flip (Fujitsu's last epochs).
@@ -134,7 +134,7 @@ class FFCVDataModule(L.LightningDataModule):
             self.device = root_device if root_device.type == "cuda" else torch.device("cpu")
         if self.order == "quasi_random" and self.world_size > 1:
             raise UserError(
-                "data.order=quasi_random works in one process only (FFCV cannot shard it, ffcv issue 130);"
+                "data.order=quasi_random works in one process only (FFCV cannot shard it, libffcv/ffcv#130);"
                 f" this run has {self.world_size}: use data.order=random"
             )
         read_num_samples(self.train_path if stage in (None, "fit") else self.val_path, self.prepare_command)

@@ -244,9 +244,8 @@ def convert(
             verify_beton(tmp, [label for _, label in listing.samples])
             checksums[f"{listing.name}.beton"] = file_checksums(tmp)
             images_done += len(listing.samples)
-        (out / MANIFEST_NAME).unlink(
-            missing_ok=True
-        )  # from here until the manifest exists, out is incomplete
+        # from here until the manifest exists, out is incomplete
+        (out / MANIFEST_NAME).unlink(missing_ok=True)
         for name, tmp in temporaries.items():
             os.replace(tmp, out / f"{name}.beton")
     except (DiskFull, OSError) as error:

@@ -39,9 +39,8 @@ def global_dots(
     Returns:
         A 1-D tensor of ``len(pairs)`` inner products.
     """
-    per_tensor = torch.stack(
-        [signed_sums(torch._foreach_mul(xs, ys)) for xs, ys in pairs]
-    )  # [pairs, tensors]
+    # shape [pairs, tensors]
+    per_tensor = torch.stack([signed_sums(torch._foreach_mul(xs, ys)) for xs, ys in pairs])
     plan: dict[tuple, list[int]] = {}
     local = []
     for i, p in enumerate(params):

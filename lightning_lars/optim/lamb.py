@@ -40,7 +40,8 @@ class LAMB(LayerwiseOptimizer):
         lr: learning rate (default 1e-3); the schedule callback overwrites ``group["lr"]`` before each step.
         betas: (b1, b2) (default (0.9, 0.999)).
         eps: added to sqrt(v_hat) (default 1e-6).
-        weight_decay: wd, decoupled (added to the update, not the gradient) (default 0.0).
+        weight_decay: wd, decoupled (added to the update, not the gradient) (default 0.01, the LAMB paper's
+            and conf/optimizer/lamb.yaml).
         max_grad_norm: global gradient-norm clip (default 1.0); None or 0 disables it. It clips the gradient
             this optimizer sees, i.e. after DDP's all-reduce: the mean over the global batch. The authors'
             ResNet-50 code (fastalgo/imagenet_resnet50_lamb optimization.py line 49) clips each TPU core's local
@@ -70,7 +71,7 @@ class LAMB(LayerwiseOptimizer):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
-        weight_decay: float = 0.0,
+        weight_decay: float = 0.01,
         max_grad_norm: float | None = 1.0,
         bias_correction: bool = True,
         shard_group: dist.ProcessGroup | None = None,

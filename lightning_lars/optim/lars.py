@@ -53,11 +53,11 @@ class LARS(LayerwiseOptimizer):
         params: parameters or param groups (see above).
         lr: learning rate (default 0.1); the schedule callback overwrites ``group["lr"]`` before each step.
         momentum: mu (default 0.9).
-        weight_decay: wd for adapted tensors (default 0.0).
+        weight_decay: wd for adapted tensors (default 1e-4, Goyal et al. 2017 and conf/optimizer/lars.yaml).
         trust_coefficient: eta (default 0.001).
         eps: added to the trust-ratio denominator (default 0.0; MLPerf rules fix 0).
         nesterov: Nesterov momentum (default False).
-        form: "nvidia" (default), "mlperf", "you2017" or "fujitsu", see above.
+        form: "mlperf" (default, as conf/optimizer/lars.yaml), "nvidia", "you2017" or "fujitsu", see above.
         clip: LARC clipping (default False).
         shard_group: FSDP1 ``use_orig_params=True`` only: the process group the flat shards are spread over;
             norms of plain tensors are then summed over it. Not needed for DTensors or DDP.
@@ -76,11 +76,11 @@ class LARS(LayerwiseOptimizer):
         params,
         lr: float = 0.1,
         momentum: float = 0.9,
-        weight_decay: float = 0.0,
+        weight_decay: float = 1e-4,
         trust_coefficient: float = 0.001,
         eps: float = 0.0,
         nesterov: bool = False,
-        form: str = "nvidia",
+        form: str = "mlperf",
         clip: bool = False,
         shard_group: dist.ProcessGroup | None = None,
         implementation: str = "eager",
@@ -112,9 +112,8 @@ class LARS(LayerwiseOptimizer):
         }
         self.shard_group = shard_group
         self.track_stats = False
-        self.grad_norm_source = (
-            None  # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
-        )
+        # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
+        self.grad_norm_source = None
         self.last_stats: dict | None = None
         self._update_fn = Compiled(lars_update, implementation)
         self._scalars = Scalars()

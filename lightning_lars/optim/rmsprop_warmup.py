@@ -33,7 +33,7 @@ class RMSpropWarmup(Optimizer):
         momentum: mu (default 0.9).
         alpha: RMSprop decay of the second moment (default 0.99).
         eps: RMSprop denominator guard (default 1e-8).
-        weight_decay: wd (default 0).
+        weight_decay: wd (default 1e-4, as conf/optimizer/rmsprop_warmup.yaml).
     """
 
     def __init__(
@@ -44,7 +44,7 @@ class RMSpropWarmup(Optimizer):
         momentum: float = 0.9,
         alpha: float = 0.99,
         eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        weight_decay: float = 1e-4,
     ):
         for name, value in (("lr", lr), ("rmsprop_lr", rmsprop_lr), ("weight_decay", weight_decay)):
             if value < 0:

@@ -262,9 +262,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(subprocess.call(["sbatch", str(path)]))
     print(f"[launch] {launcher}: {shlex.join(command)}", flush=True)
     if not dry_run:
-        os.execvp(
-            command[0], command
-        )  # the launcher's process becomes srun/torchrun/python: signals reach it
+        # the launcher's process becomes srun/torchrun/python: signals reach it
+        os.execvp(command[0], command)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ SHARD_INDEX_FILE = ".metadata"  # torch.distributed.checkpoint's index of the sh
 # the file chooses: dataclasses (NEWOBJ + BUILD sets their fields), enum members and dtypes (looked up by
 # value or name), ``torch.Size`` (a tuple), a path (a path object, no I/O) and torch's layout lookup by name.
 _DCP = "torch.distributed.checkpoint"
-_DTYPES = (  # the tensors' element types, named as torch pickles them (torch.float32 is a value, not a call)
+# the tensors' element types, named as torch pickles them (torch.float32 is a value, not a call)
+_DTYPES = (
     *("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "bool"),
     *("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
     *("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),

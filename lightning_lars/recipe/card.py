@@ -4,7 +4,8 @@
 
 Steps per epoch and how the source counted them, warmup/decay/total steps, LR, weight decay and momentum
 at named steps (the values the run's callbacks apply), eval steps, the batch plan on G devices x N nodes,
-the deviations and the published claim. The plan lines are the ones train.py prints for the same config.
+the deviations and the published claim. The plan lines are the ones a run prints
+(`lightning_lars.training.run.build`) for the same config.
 
 A LARS recipe's card ends with MLCommons' reference convergence point at its global batch (interpolated
 between two entries as the RCP checker does) beside the recipe's own hyperparameters and epochs; a

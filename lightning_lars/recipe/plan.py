@@ -1,12 +1,12 @@
 """What a recipe will do, step by step, computed without data or a GPU: the one place that counts steps.
 
-A recipe states how its source counted an epoch (``epoch_length``), when the source evaluated
-(``evaluation``) and what we could not reproduce (``deviations``). From those, the global batch and the
-train-set size, `make_plan` derives steps per epoch, total, warmup and eval steps and the LR schedule;
-train.py runs exactly that plan and the recipe card (``python -m lightning_lars.recipe_card NAME``) and the
-golden tests print and check it. Step convention: ``step`` is the number of optimizer updates done before
-this one (Lightning's ``trainer.global_step`` when the update is applied); eval steps are counts of
-completed updates after which an evaluation runs, and the last one is always the final step.
+A recipe states how its source counted an epoch (``epoch_length``), when the source evaluated (``evaluation``) and
+what we could not reproduce (``deviations``). From those, the global batch and the train-set size, `make_plan`
+derives steps per epoch, total, warmup and eval steps and the LR schedule; `lightning_lars.training.run.build` runs
+exactly that plan, and the recipe card (``python -m lightning_lars.recipe_card NAME``) and the golden tests print
+and check it. Step convention: ``step`` is the number of optimizer updates done before this one (Lightning's
+``trainer.global_step`` when the update is applied); eval steps are counts of completed updates after which an
+evaluation runs, and the last one is always the final step.
 
 A short run (``trainer.max_steps=N`` ending the run at least one whole epoch before the schedule's length in
 steps, ``scheduler.total_steps``, where the recipe gives one, else before ``trainer.max_epochs``: a smoke test of
@@ -46,9 +46,8 @@ class RecipePlan:
     epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
     total_steps: int  # where this run stops (a short run: trainer.max_steps)
     warmup_steps: int
-    decay_end_step: (
-        int  # where the schedule reaches its end value (normally total_steps; TF: one past the run)
-    )
+    # where the schedule reaches its end value (normally total_steps; TF: one past the run)
+    decay_end_step: int
     eval_steps: list[int]
     batch_plan: BatchPlan
     lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
@@ -136,7 +135,8 @@ class RecipePlan:
         return ""
 
     def describe(self) -> list[str]:
-        """The plan lines train.py prints and the recipe card repeats (a test keeps them equal)."""
+        """The plan lines `lightning_lars.training.run.build` prints and the recipe card repeats (a test keeps them
+        equal)."""
         evals = self.eval_steps
         shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
         plural = "" if len(evals) == 1 else "s"
@@ -264,9 +264,8 @@ def make_plan(
 
     scheduler = OmegaConf.to_container(cfg.scheduler, resolve=True)
     if "total_steps" in scheduler and scheduler["total_steps"] is None:
-        scheduler["total_steps"] = (
-            total  # a schedule in steps decays over the run unless the recipe says otherwise
-        )
+        # a schedule in steps decays over the run unless the recipe says otherwise
+        scheduler["total_steps"] = total
     # a grown batch shortens epochs: the base schedule spans the planned epochs, read at the same epoch
     epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)

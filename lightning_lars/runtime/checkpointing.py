@@ -152,12 +152,13 @@ class Checkpoint(LightningCheckpoint):
             self._save_last(trainer)
 
     def _skip(self, trainer: L.Trainer) -> bool:
+        # this step is saved already
         return (
             bool(trainer.fast_dev_run)
             or trainer.state.fn != TrainerFn.FITTING
             or trainer.sanity_checking
             or self._last_step_saved == trainer.global_step
-        )  # this step is saved already
+        )
 
     def _save_top_k(self, trainer: L.Trainer) -> None:
         if self.save_top_k == 0:

@@ -45,9 +45,8 @@ class Preempted(Exception):
         self.exit_status = exit_status
 
 
-SUBMITIT_SIGNAL_ENV = (
-    "SUBMITIT_PREEMPT_SIGNAL"  # submitit/core/job_environment.py: USR2 unless this names another
-)
+# submitit/core/job_environment.py: USR2 unless this names another
+SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"
 
 
 def preemption_signals(names: list[str] | None = None) -> list[int]:

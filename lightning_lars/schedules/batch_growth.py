@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 from lightning_lars.schedules.phases import LRSchedule
 
-GROWTH_SCALES_LR = (
-    True  # default of ``scale_lr``: the LR grows with the batch (linear scaling) while it is grown
-)
+# default of ``scale_lr``: the LR grows with the batch (linear scaling) while it is grown
+GROWTH_SCALES_LR = True
 
 
 @dataclass(frozen=True)

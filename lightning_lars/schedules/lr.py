@@ -54,7 +54,7 @@ class WarmupPoly(LRSchedule):
         clock: EpochClock,
         peak_lr: float,
         *,
-        warmup_epochs: float = 0.0,
+        warmup_epochs: float = 5.0,  # Goyal et al. 2017's gradual warmup, the config's
         start_lr: float = 0.0,
         end_lr: float = 0.0,
         power: float = 2.0,
@@ -80,7 +80,7 @@ class WarmupPoly(LRSchedule):
         warmup_steps: int,
         total_steps: int,
         start_lr: float = 0.0,
-        end_lr: float = 0.0,
+        end_lr: float = 1e-4,  # MLPerf's fixed end LR, the config's
         power: float = 2.0,
     ) -> WarmupPoly:
         """Lengths in optimizer steps, for sources that publish steps (``warmup_poly_steps.yaml``): the MLPerf
@@ -102,7 +102,7 @@ class WarmupPoly(LRSchedule):
         clock: EpochClock,
         peak_lr: float,
         *,
-        warmup_epochs: float = 0.0,
+        warmup_epochs: float = 5.0,  # Goyal et al. 2017's gradual warmup, the config's
         start_lr: float = 0.0,
         end_lr: float = 0.0,
         warmup_steps: int | None = None,
@@ -153,7 +153,7 @@ class CaffePoly(LRSchedule):
         clock: EpochClock,
         peak_lr: float,
         *,
-        warmup_epochs: float = 0.0,
+        warmup_epochs: float = 5.0,  # Goyal et al. 2017's gradual warmup, the config's
         start_lr: float = 0.0,
         power: float = 2.0,
     ) -> CaffePoly:
@@ -200,7 +200,7 @@ class WarmupStep(LRSchedule):
         clock: EpochClock,
         peak_lr: float,
         *,
-        warmup_epochs: float = 0.0,
+        warmup_epochs: float = 5.0,  # Goyal et al. 2017's gradual warmup, the config's
         start_lr: float = 0.0,
         milestones: Sequence[float] = (30, 60, 80),
         gamma: float = 0.1,

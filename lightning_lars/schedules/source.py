@@ -169,7 +169,7 @@ class TFLarsPoly(LRSchedule):
         global_batch: int,
         end_lr: float = 0.0001,
         power: float = 2.0,
-        source_num_train_images: int | None = None,
+        source_num_train_images: int | None = 1281167,  # ILSVRC-2012 train, what the TF sources trained on
         source_global_batch: int | None = None,
     ) -> TFLarsPoly:
         """``tf_lars_poly.yaml``: the source's own counts (N, B, train_steps), not the clock's."""

@@ -40,7 +40,7 @@ class ImageClassifier(L.LightningModule):
             to the training loss: TF's ``weight_decay * add_n(tf.nn.l2_loss(v))`` over the non-BN variables
             (tensorflow/tpu and Google MLPerf v0.6 ``resnet_main.py``), on top of the optimizer's own decay.
         channels_last: NHWC memory format (faster convolutions with tensor cores / AMP).
-        compile: ``False`` (eager), ``"auto"`` (the default mode on CUDA, eager elsewhere) or a
+        compile: ``False`` (eager), ``"auto"`` (default: torch.compile's default mode on CUDA, eager elsewhere) or a
             ``torch.compile`` mode (`lightning_lars.config.schema.COMPILE_MODES`).
             ``self.model`` is compiled in place (``nn.Module.compile``), lazily at its first forward: the
             state_dict keeps its keys (no ``_orig_mod.``), so compiled and eager runs load each other's
@@ -59,7 +59,7 @@ class ImageClassifier(L.LightningModule):
         fc_init_std: float | None = None,
         label_smoothing: float = 0.0,
         channels_last: bool = False,
-        compile: str | bool = False,
+        compile: str | bool = "auto",
         l2_in_loss: float = 0.0,
         model_kwargs: dict[str, Any] | None = None,
     ):

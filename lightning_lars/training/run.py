@@ -1,5 +1,7 @@
-"""A run assembled from its config: datamodule -> model -> callbacks -> logger -> trainer -> fit, with the batch
-plan and the LR scaling made explicit before anything trains (lightning-hydra-template's ``train()``)."""
+"""A run assembled from its config, in the order `build` follows: strategy -> callbacks -> logger -> trainer (its
+device count fixes the batch plan) -> datamodule (its train-set size fixes the recipe plan, which `apply_plan`
+sets on the trainer) -> optimizer -> model with the plan's LR schedule; the plan lines are printed before `run`
+fits (lightning-hydra-template's ``train()``, reordered: the plan needs the trainer's devices and the data)."""
 
 from __future__ import annotations
 
@@ -50,11 +52,12 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
         RunHistory(),
     ]
     callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line
+    # the same W&B run when resuming; ~logger: no logging at all
     logger = (
-        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))  # same W&B run when resuming
+        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))
         if cfg.get("logger") and "_target_" in cfg.logger
         else False
-    )  # ~logger: no logging at all
+    )
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
     # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
@@ -110,9 +113,8 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     if trainer.logger is not None:
         trainer.logger.log_hyperparams(
             {
-                "config": OmegaConf.to_container(
-                    cfg, resolve=True, enum_to_str=True
-                ),  # the schema's Enum as text
+                # the schema's Enum as text
+                "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
                 "plan": plan.summary(),
                 "provenance": provenance(),
             }
@@ -172,9 +174,8 @@ def apply_plan(trainer, plan: RecipePlan) -> None:
     # than the source's padded epoch, so they do not bound the run.
     trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
     trainer.fit_loop.max_epochs = -1
-    loader_steps = (
-        plan.num_train_images // plan.batch_plan.global_size
-    )  # our loaders drop the last partial batch
+    # our loaders drop the last partial batch
+    loader_steps = plan.num_train_images // plan.batch_plan.global_size
     if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
         # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
         trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation

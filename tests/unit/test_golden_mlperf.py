@@ -36,12 +36,10 @@ class Golden:
     eval_steps: list[int] | None  # every step after which the source evaluated
     crossed_at: int | None  # the eval step at which the published run first reached its target
     rows: dict[int, dict] = field(default_factory=dict)  # step -> {lr, weight_decay, momentum, global_batch}
-    warmup_steps: int | None = (
-        None  # the step at which the source's warmup ends (its post-warmup clock's zero)
-    )
-    decay_end_step: int | None = (
-        None  # warmup + the source's decay steps: where its LR would reach its end value
-    )
+    # the step at which the source's warmup ends (its post-warmup clock's zero)
+    warmup_steps: int | None = None
+    # warmup + the source's decay steps: where its LR would reach its end value
+    decay_end_step: int | None = None
 
 
 def _rows(steps, lrs, *, weight_decay, momentum, global_batch):

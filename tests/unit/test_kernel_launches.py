@@ -45,7 +45,7 @@ def _resnet50_like(num_tensors: int) -> torch.nn.ParameterList:
 
 OPTIMIZERS = {
     "LARS mlperf": lambda groups: LARS(groups, lr=1.0, form="mlperf"),
-    "LARS nvidia nesterov clip": lambda groups: LARS(groups, lr=1.0, nesterov=True, clip=True),
+    "LARS nvidia nesterov clip": lambda groups: LARS(groups, lr=1.0, form="nvidia", nesterov=True, clip=True),
     "LAMB": lambda groups: LAMB(groups, lr=1e-3),
 }
 

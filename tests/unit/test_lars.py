@@ -109,7 +109,10 @@ def test_float32_params_follow_the_float64_reference():
     start = [p.detach().double() for p in model.parameters()]
     grads = _grads(model, len(LRS))
     ours = steps_with(
-        model, LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3), grads, LRS
+        model,
+        LARS(model.parameters(), momentum=0.9, trust_coefficient=0.02, weight_decay=1e-3, form="nvidia"),
+        grads,
+        LRS,
     )
     adapted = [p.ndim > 1 for p in start]
     expected = reference(
@@ -235,7 +238,10 @@ def test_timm_parity_where_semantics_match():
         ours_model, timm_model = small_mlp(), small_mlp()
         grads = _grads(ours_model, len(LRS))
         options = {"momentum": 0.9, "nesterov": nesterov, "eps": 1e-8}
-        ours = LARS(param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, **options)
+        # timm's Lars keeps the LR outside the momentum buffer: our "nvidia" form
+        ours = LARS(
+            param_groups(ours_model, 1e-3), trust_coefficient=0.02, clip=clip, form="nvidia", **options
+        )
         theirs = timm_optim.Lars(param_groups(timm_model, 1e-3), trust_coeff=0.02, trust_clip=clip, **options)
         for a, b in zip(steps_with(ours_model, ours, grads, LRS), steps_with(timm_model, theirs, grads, LRS)):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
