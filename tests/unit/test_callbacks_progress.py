@@ -92,12 +92,15 @@ def test_terminal_bar_counts_the_planned_epochs_when_lightning_has_no_epoch_limi
     assert "Epoch 1/2" in shown and "/-1" not in shown, shown[-500:]
 
 
-def test_terminal_bar_writes_the_plain_lines_to_train_log(tmp_path, capsys, monkeypatch):
+def test_terminal_bar_writes_the_plain_lines_to_train_log(tmp_path, capsys, monkeypatch, request):
     """On a terminal the console shows the bar; train.log (the file handler `run_log.log_to_run_file` gives the
     run-file logger) gets the plain lines at the log steps and each evaluation, and no carriage return."""
     handler = logging.FileHandler(tmp_path / "train.log")
     monkeypatch.setattr(run_log.RUN_FILE_LOGGER, "handlers", [handler])
-    monkeypatch.setattr(run_log.RUN_FILE_LOGGER, "level", logging.INFO)
+    # setLevel, as log_to_run_file does, not the attribute: the logger caches isEnabledFor's answers, and an
+    # earlier run in this process (no level set: INFO off) left "INFO: no" there, so nothing reached the file
+    request.addfinalizer(lambda level=run_log.RUN_FILE_LOGGER.level: run_log.RUN_FILE_LOGGER.setLevel(level))
+    run_log.RUN_FILE_LOGGER.setLevel(logging.INFO)
     fit = trainer(
         [progress_bar(force="bar"), ScheduleCallback()],
         tmp_path,
