@@ -4,8 +4,8 @@ Why two of NLCG's seeds at 2.5 % of the data fell to 22 % top-1 in their last ep
 (`bench_largebatch.run_overrides`, as the bench does, without writing a row) and prints one JSON line per
 optimizer step and one per evaluation::
 
-    .venv/bin/python benchmarks/probe_nlcg.py --data /work/data/tin10 --seed 0 > steps.jsonl
-    .venv/bin/python benchmarks/probe_nlcg.py --data /work/data/tin10 --seed 0 --control > control.jsonl
+    .venv/bin/python benchmarks/probe_nlcg.py --data /path/to/tin10 --seed 0 > steps.jsonl
+    .venv/bin/python benchmarks/probe_nlcg.py --data /path/to/tin10 --seed 0 --control > control.jsonl
 
 Per step: the LR, ``ys`` = <y, s> and ``shs`` = <s, H s> of the BFGS update, H's smallest and largest entries
 and how many are below 1e-3, the largest entries of the direction d and of the weights, and the training loss.
