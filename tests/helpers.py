@@ -19,10 +19,11 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -191,6 +192,17 @@ def group_config(group: str, option: str) -> DictConfig:
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name=f"{group}/{option}")[group]
+
+
+def unset_keys(node: Any) -> set[str]:
+    """The dotted keys of a config left ``???``, read unresolved (``${hydra:...}`` needs a running app)."""
+
+    def walk(value: Any, where: str) -> set[str]:
+        if isinstance(value, dict):
+            return set().union(*(walk(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()))
+        return {where} if value == "???" else set()
+
+    return walk(OmegaConf.to_container(node, resolve=False), "")
 
 
 def small_conv_net(

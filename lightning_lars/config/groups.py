@@ -7,7 +7,9 @@ wrong type (``scheduler.base_lr=abc``) or an unknown choice (``optimizer.form=la
 the file's order (``--cfg job`` prints them in that order and nothing more); ``ALSO_TAKES`` names the other
 arguments of its ``_target_`` that a recipe or the command line may add: a node with such keys is left open
 (not struct), and `lightning_lars.config.rules` refuses any other key. tests/unit/test_schema.py holds
-fields + ALSO_TAKES equal to the ``_target_``'s signature.
+fields + ALSO_TAKES equal to the ``_target_``'s signature. No field has a default (``MISSING``): the YAML file
+is the one home of each value (a recipe and a user's searchpath compose YAML), and a ``_target_``'s own default
+is either absent or the same (tests/unit/test_one_default_home.py).
 
 Numbers are ``float | int``: OmegaConf keeps ``base_lr: 10`` as written (a ``float`` field would print 10.0). A list
 of numbers is ``list[Any]``: OmegaConf 2.3 hands a ``list[float | int]``'s items back as nodes, not numbers.
@@ -73,71 +75,71 @@ class Optimizer:
     """Keys every optimizer file sets; the LR comes from the schedule, the parameters from the model."""
 
     _target_: str = MISSING
-    _partial_: bool = True  # a function of the parameters, called when the model is built
+    _partial_: bool = MISSING  # a function of the parameters, called when the model is built
 
 
 @dataclass
 class SGDOptimizer(Optimizer):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("dampening", "maximize", "foreach", "differentiable", "fused")
-    momentum: Number = field(default=0.9, metadata=MOMENTUM)
-    nesterov: bool = False
-    weight_decay: Number = 1e-4  # on tensors the model's exclusion rule keeps
+    momentum: Number = field(default=MISSING, metadata=MOMENTUM)
+    nesterov: bool = MISSING
+    weight_decay: Number = MISSING  # on tensors the model's exclusion rule keeps
 
 
 @dataclass
 class LarsOptimizer(Optimizer):
-    momentum: Number = field(default=0.9, metadata=MOMENTUM)
-    weight_decay: Number = 1e-4  # on tensors the exclusion rule keeps; 0 on the excluded ones
-    trust_coefficient: Number = 0.001  # eta
-    eps: Number = 0.0
-    nesterov: bool = False
-    form: LarsForm = LarsForm.mlperf
-    clip: bool = False  # LARC: per-layer LR = min(lr, eta * ||w|| / (||g|| + wd * ||w|| + eps))
-    implementation: Implementation = Implementation.eager
+    momentum: Number = field(default=MISSING, metadata=MOMENTUM)
+    weight_decay: Number = MISSING  # on tensors the exclusion rule keeps; 0 on the excluded ones
+    trust_coefficient: Number = MISSING  # eta
+    eps: Number = MISSING
+    nesterov: bool = MISSING
+    form: LarsForm = MISSING
+    clip: bool = MISSING  # LARC: per-layer LR = min(lr, eta * ||w|| / (||g|| + wd * ||w|| + eps))
+    implementation: Implementation = MISSING
 
 
 @dataclass
 class LambOptimizer(Optimizer):
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("bias_correction",)
-    betas: list[Any] = field(default_factory=lambda: [0.9, 0.999])
-    eps: Number = 1e-6
-    weight_decay: Number = 0.01  # decoupled
-    max_grad_norm: Number = 1.0  # global gradient-norm clip before the moments
-    implementation: Implementation = Implementation.eager
+    betas: list[Any] = MISSING
+    eps: Number = MISSING
+    weight_decay: Number = MISSING  # decoupled
+    max_grad_norm: Number = MISSING  # global gradient-norm clip before the moments
+    implementation: Implementation = MISSING
 
 
 @dataclass
 class NeumannOptimizer(Optimizer):
-    alpha: Number = 1e-7  # cubic regularizer
-    beta: Number = 1e-5  # repulsive regularizer, times the number of variables
-    gamma: Number = 0.99  # moving average
-    mu_min: Number = 0.5
-    mu_max: Number = 0.9
-    momentum_time_unit: int = 1  # optimizer steps per unit of the momentum schedule's t
-    sgd_steps: int = 0  # SGD warm-up steps
-    reset_steps: int = 0  # first period between resets, in steps
-    reset_growth: int = 2  # factor each period grows by after a reset
-    weight_decay: Number = 0.0
+    alpha: Number = MISSING  # cubic regularizer
+    beta: Number = MISSING  # repulsive regularizer, times the number of variables
+    gamma: Number = MISSING  # moving average
+    mu_min: Number = MISSING
+    mu_max: Number = MISSING
+    momentum_time_unit: int = MISSING  # optimizer steps per unit of the momentum schedule's t
+    sgd_steps: int = MISSING  # SGD warm-up steps
+    reset_steps: int = MISSING  # first period between resets, in steps
+    reset_growth: int = MISSING  # factor each period grows by after a reset
+    weight_decay: Number = MISSING
 
 
 @dataclass
 class NlcgOptimizer(Optimizer):
-    update_rule: UpdateRule = UpdateRule.FR
-    precondition: Preconditioner = Preconditioner.bfgs
-    line_search: LineSearch = LineSearch.step
-    line_search_period: int = 5  # steps between loss checks
-    line_search_threshold: Number = 1.0  # scales the 1 %..15 % loss bands
-    trust_coefficient: Number = 0.0  # 0: LARS off
-    weight_decay: Number = 0.0
+    update_rule: UpdateRule = MISSING
+    precondition: Preconditioner = MISSING
+    line_search: LineSearch = MISSING
+    line_search_period: int = MISSING  # steps between loss checks
+    line_search_threshold: Number = MISSING  # scales the 1 %..15 % loss bands
+    trust_coefficient: Number = MISSING  # 0: LARS off
+    weight_decay: Number = MISSING
 
 
 @dataclass
 class RmspropWarmupOptimizer(Optimizer):
-    rmsprop_lr: Number = field(default=3e-4, metadata=LEARNING_RATE)
-    momentum: Number = field(default=0.9, metadata=MOMENTUM)
-    alpha: Number = 0.99  # RMSprop's moving-average decay
-    eps: Number = 1e-8
-    weight_decay: Number = 1e-4
+    rmsprop_lr: Number = field(default=MISSING, metadata=LEARNING_RATE)
+    momentum: Number = field(default=MISSING, metadata=MOMENTUM)
+    alpha: Number = MISSING  # RMSprop's moving-average decay
+    eps: Number = MISSING
+    weight_decay: Number = MISSING
 
 
 @dataclass
@@ -146,16 +148,16 @@ class Scheduler:
     ``base_batch`` images per step, scaled linearly to the global batch."""
 
     _target_: str = MISSING
-    _partial_: bool = True
+    _partial_: bool = MISSING
     base_lr: Number = field(default=MISSING, metadata=LEARNING_RATE)
-    base_batch: int = 256
+    base_batch: int = MISSING
 
 
 @dataclass
 class FujitsuScheduler(Scheduler):
     warmup_epochs: Number = MISSING
     decay_steps: int = MISSING  # steps of decay after warmup; then flat at base_lr x end_lr_ratio
-    source_steps_per_epoch: int | None = None  # the source's epoch in steps: decay_steps keep their epochs
+    source_steps_per_epoch: int | None = MISSING  # the source's epoch in steps: decay_steps keep their epochs
     end_lr_ratio: Number = MISSING
     power: Number = MISSING
 
@@ -163,17 +165,19 @@ class FujitsuScheduler(Scheduler):
 @dataclass
 class MxnetPolyScheduler(Scheduler):
     warmup_epochs: Number = MISSING
-    total_epochs: Number | None = None  # the source's NUMEPOCHS, kept by debug=toy; None: trainer.max_epochs
-    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
-    power: Number = 2.0
+    total_epochs: Number | None = (
+        MISSING  # the source's NUMEPOCHS, kept by debug=toy; None: trainer.max_epochs
+    )
+    end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    power: Number = MISSING
 
 
 @dataclass
 class PiecewiseScheduler(Scheduler):
     boundaries: list[Any] = MISSING  # epochs
     multipliers: list[Any] = MISSING  # one more than boundaries
-    warmup_epochs: Number = 0
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
+    warmup_epochs: Number = MISSING
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
 
 
 @dataclass
@@ -182,51 +186,51 @@ class TfLarsPolyScheduler(Scheduler):
     total_steps: int = MISSING  # the source's train_steps: the schedule's length
     num_train_images: int = MISSING
     global_batch: int = MISSING
-    source_num_train_images: int | None = None  # N and B at which the source counted total_steps: a run of
-    source_global_batch: int | None = None  # other N / B (debug=toy) spans the same TF epochs
-    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
-    power: Number = 2.0
+    source_num_train_images: int | None = MISSING  # N and B at which the source counted total_steps: a run of
+    source_global_batch: int | None = MISSING  # other N / B (debug=toy) spans the same TF epochs
+    end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    power: Number = MISSING
 
 
 @dataclass
 class WarmupCaffePolyScheduler(Scheduler):
-    warmup_epochs: Number = 5
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    power: Number = 2.0
+    warmup_epochs: Number = MISSING
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    power: Number = MISSING
 
 
 @dataclass
 class WarmupLinearScheduler(Scheduler):
-    warmup_epochs: Number = 5
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    end_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    warmup_steps: int | None = None  # lengths in steps where the source publishes steps
-    total_steps: int | None = None
+    warmup_epochs: Number = MISSING
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    warmup_steps: int | None = MISSING  # lengths in steps where the source publishes steps
+    total_steps: int | None = MISSING
 
 
 @dataclass
 class WarmupPolyScheduler(Scheduler):
-    warmup_epochs: Number = 5
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    end_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    power: Number = 2.0
+    warmup_epochs: Number = MISSING
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    power: Number = MISSING
 
 
 @dataclass
 class WarmupPolyStepsScheduler(Scheduler):
     warmup_steps: int = MISSING
     total_steps: int = MISSING
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    end_lr: Number = field(default=1e-4, metadata=LEARNING_RATE_OR_0)
-    power: Number = 2.0
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    power: Number = MISSING
 
 
 @dataclass
 class WarmupStepScheduler(Scheduler):
-    warmup_epochs: Number = 5
-    start_lr: Number = field(default=0.0, metadata=LEARNING_RATE_OR_0)
-    milestones: list[Any] = field(default_factory=lambda: [30, 60, 80])  # epochs
-    gamma: Number = 0.1  # LR factor at each milestone
+    warmup_epochs: Number = MISSING
+    start_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
+    milestones: list[Any] = MISSING  # epochs
+    gamma: Number = MISSING  # LR factor at each milestone
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -275,6 +279,11 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "time_to_target": run_groups.TimeToTargetCallback,
         "neumann_evaluation": run_groups.TargetOnlyCallback,
         "mlperf_log": run_groups.MLPerfLogCallback,
+        # the technique callbacks a recipe adds
+        "batch_size_control": run_groups.BatchSizeControlCallback,
+        "rmsprop_warmup": run_groups.RMSpropWarmupCallback,
+        "weight_decay_schedule": run_groups.WeightDecayScheduleCallback,
+        "bn_without_moving_average": run_groups.TargetOnlyCallback,
     },
     "logger": {"wandb": run_groups.WandbLogger},
 }

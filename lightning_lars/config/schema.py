@@ -3,8 +3,8 @@
 conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file (train.yaml, the groups, the
 recipe, the command line) merges into these types: OmegaConf rejects a wrong type (``batch.global_size=abc``), an
 unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.resume=true``) while Hydra composes,
-and `lightning_lars.config.compose` turns its message into one line. The defaults here equal train.yaml's, which
-sets them again with the comments a user reads; field order is the order ``--cfg job`` prints.
+and `lightning_lars.config.compose` turns its message into one line. No field has a default (``MISSING``):
+train.yaml holds each value once, with the comment a user reads; field order is the order ``--cfg job`` prints.
 
 A field's bounds are declared with it (``metadata``) and checked, with what a type cannot state (one of two keys,
 a key read only in one mode), in `lightning_lars.config.rules`. The groups are typed by the schema of the file
@@ -50,36 +50,32 @@ class EpochMode(Enum):
 
 @dataclass
 class BatchConfig:
-    # images per optimizer step, summed over devices and accumulation steps
     global_size: int = field(default=MISSING, metadata=POSITIVE)
-    max_per_device: int = field(default=256, metadata=POSITIVE)  # images per forward pass on one device
-    # samples per BN statistic; None: the per-device batch
-    bn_group: int | None = field(default=None, metadata=POSITIVE)
+    max_per_device: int = field(default=MISSING, metadata=POSITIVE)  # images per forward pass on one device
+    bn_group: int | None = field(default=MISSING, metadata=POSITIVE)
 
 
 @dataclass
 class RunConfig:
-    ckpt_path: str | None = None
-    validate_at_end: bool = False
+    ckpt_path: str | None = MISSING
+    validate_at_end: bool = MISSING
 
 
 @dataclass
 class EpochLengthConfig:
-    mode: EpochMode = EpochMode.drop_last
-    # mode padded only: the source's data-parallel workers
-    workers: int | None = field(default=None, metadata=POSITIVE)
-    # mode fixed only: the source's optimizer steps per epoch
-    steps: int | None = field(default=None, metadata=POSITIVE)
-    num_train_images: int = field(default=1281167, metadata=POSITIVE)  # ILSVRC-2012 train
+    mode: EpochMode = MISSING
+    workers: int | None = field(default=MISSING, metadata=POSITIVE)
+    steps: int | None = field(default=MISSING, metadata=POSITIVE)
+    num_train_images: int = field(default=MISSING, metadata=POSITIVE)
 
 
 @dataclass
 class EvaluationConfig:
     # exactly one of every_n_epochs / every_n_steps
-    every_n_epochs: int | None = field(default=1, metadata=POSITIVE)
-    every_n_steps: int | None = field(default=None, metadata=POSITIVE)
-    offset_epochs: int = field(default=0, metadata={"at_least": 0})
-    offset_steps: int = field(default=0, metadata={"at_least": 0})
+    every_n_epochs: int | None = field(default=MISSING, metadata=POSITIVE)
+    every_n_steps: int | None = field(default=MISSING, metadata=POSITIVE)
+    offset_epochs: int = field(default=MISSING, metadata={"at_least": 0})
+    offset_steps: int = field(default=MISSING, metadata={"at_least": 0})
 
 
 @dataclass
@@ -112,29 +108,28 @@ class MLPerfConfig:
     when ``round`` is set; the ``submission_*`` keys it opens with. The hyperparameters it logs are read from the
     run, not from here."""
 
-    # e.g. 1.0.0: the training round whose rules the log follows; null: no log
-    round: MLPerfRound | None = None
-    benchmark: str = "resnet"
-    division: MLPerfDivision = MLPerfDivision.closed
-    status: MLPerfStatus = MLPerfStatus.research
-    org: str = "lightning-lars"
-    platform: str | None = None  # null: the run's devices, e.g. "1xCPU"
-    poc_name: str = "lightning-lars"  # v0.6's submission_poc_name
-    entry: str = "lightning-lars"  # v0.6's submission_entry
+    round: MLPerfRound | None = MISSING
+    benchmark: str = MISSING
+    division: MLPerfDivision = MISSING
+    status: MLPerfStatus = MISSING
+    org: str = MISSING
+    platform: str | None = MISSING  # null: the run's devices, e.g. "1xCPU"
+    poc_name: str = MISSING  # v0.6's submission_poc_name
+    entry: str = MISSING  # v0.6's submission_entry
 
 
 @dataclass
 class TrainConfig:
-    recipe_name: str = "${hydra:runtime.choices.recipe}"
+    recipe_name: str = MISSING
     # numpy's and Lightning's seed_everything take 0 .. 2**32 - 1
-    seed: int = field(default=0, metadata={"at_least": 0, "at_most": 2**32 - 1})
+    seed: int = field(default=MISSING, metadata={"at_least": 0, "at_most": 2**32 - 1})
     batch: BatchConfig = field(default_factory=BatchConfig)
     run: RunConfig = field(default_factory=RunConfig)
     epoch_length: EpochLengthConfig = field(default_factory=EpochLengthConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    deviations: list[Deviation] = field(default_factory=list)
+    deviations: list[Deviation] = MISSING
     mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)
-    published: dict[str, Any] = field(default_factory=dict)
+    published: dict[str, Any] = MISSING
     # the groups: typed by the schema their conf/<group>/*.yaml file names first (the trainer's: open)
     data: Any = None
     model: Any = None
@@ -155,18 +150,18 @@ class ModelConfig:
 
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("l2_in_loss", "model_kwargs")
 
-    _target_: str = "lightning_lars.training.module.ImageClassifier"
+    _target_: str = MISSING
     arch: str = MISSING  # a timm model name
-    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]  # resolved when the model is built
-    exclusion_rule: str = "ndim<=1"  # tensors without weight decay and trust ratio (lightning_lars/optim)
+    num_classes: int = MISSING  # ${data.num_classes}: resolved when the model is built
+    exclusion_rule: str = MISSING  # tensors without weight decay and trust ratio (lightning_lars/optim)
     # the last BN gamma of each residual block at 0; None: no residual blocks
-    zero_init_last: bool | None = None
-    fc_init_std: float | None = None  # std of the classifier's normal init; None: timm's default
-    label_smoothing: float = 0.0
-    channels_last: bool = False
+    zero_init_last: bool | None = MISSING
+    fc_init_std: float | None = MISSING  # std of the classifier's normal init; None: timm's default
+    label_smoothing: float = MISSING
+    channels_last: bool = MISSING
     # false, auto or one of COMPILE_MODES. Typed Any, checked by `lightning_lars.config.rules`: OmegaConf 2.3 has no
     # bool-or-enum type, and an Enum field would refuse the plain `false` YAML and the command line give.
-    compile: Any = False
+    compile: Any = MISSING
 
 
 @dataclass
@@ -175,7 +170,7 @@ class ResNetModelConfig(ModelConfig):
 
     ALSO_TAKES: ClassVar[tuple[str, ...]] = ("model_kwargs",)
 
-    l2_in_loss: float = 0.0  # weight of sum(l2_loss) over non-BN tensors added to the loss
+    l2_in_loss: float = MISSING  # weight of sum(l2_loss) over non-BN tensors added to the loss
 
 
 store = ConfigStore.instance()

@@ -22,7 +22,6 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 
-from lightning_lars.config.schema import EpochLengthConfig
 from lightning_lars.core.errors import UserError
 
 RULESET = "4.0.0"
@@ -32,7 +31,9 @@ EARLIER_FILE = "training_1.0.0/rcps_resnet.json"  # the first ruleset with RCPs:
 RCP_PASS = "pruned_rcps"  # what package_checker.py passes to check_directory
 RECIPE_PREFIX = "resnet_ref_"  # the RCP file's own entry names, used as recipe names
 TARGET_TOP1 = 75.9  # MLPerf's ResNet-50 quality target, in % top-1
-NUM_TRAIN_IMAGES = EpochLengthConfig().num_train_images  # ILSVRC-2012 train: MLPerf's train_samples
+NUM_TRAIN_IMAGES = (
+    1_281_167  # ILSVRC-2012 train: MLPerf's train_samples (a fact of the data, no config default)
+)
 INSTALL = "pip install mlperf-logging"
 
 

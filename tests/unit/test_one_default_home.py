@@ -1,20 +1,24 @@
 """One home for each default: a value a config group option sets is either required by the callable Hydra
 instantiates (no default in its signature) or that callable's default is the same value, so a user who builds
-LARS, LAMB or a schedule in Python gets what the config would give them. The oracles are the option's YAML file
-as OmegaConf reads it and ``inspect.signature`` of its ``_target_``, the real callable."""
+LARS, LAMB or a schedule in Python gets what the config would give them; and the typed schemas hold no value at
+all, so the YAML file is the one home of each. The oracles are the option's YAML file as OmegaConf reads it,
+Hydra's composition of it, OmegaConf's reading of each schema and ``inspect.signature`` of its ``_target_``."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import re
+import typing
 from typing import Any
 
 import pytest
+import yaml
+from helpers import group_config, unset_keys
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from lightning_lars.config import groups
+from lightning_lars.config import groups, schema
 from lightning_lars.config.paths import CONF_DIR
 
 # read by `lightning_lars.schedules.build.build_lr_schedule` (scaled to the peak LR), not handed to the target
@@ -26,7 +30,7 @@ def group_options() -> list[tuple[str, str, dict[str, Any]]]:
     """(group, option id, node) for every conf/<group>/*.yaml option and callback entry, and every node with a
     ``_target_`` inside one (a strategy's comm hook and state), as written (interpolations unresolved)."""
     found = []
-    for group in sorted({*groups.SCHEMAS, "model"} - {"callback"}):
+    for group in sorted({*groups.SCHEMAS, "model", "trainer"} - {"callback"}):
         for path in sorted((CONF_DIR / group).glob("*.yaml")):
             found.append((group, f"{group}/{path.stem}", load(path)))
     callbacks = load(CONF_DIR / "callbacks" / "default.yaml")
@@ -101,8 +105,8 @@ def disagreements(group: str, node: dict[str, Any], shared: dict | None = None) 
 
 OPTIONS = group_options()
 SHARED = values_by_target(OPTIONS)
-# Disagreements not resolved yet, each a behaviour change for a Python caller or a run (left for the schema side
-# of the one-home work): Checkpoint's None triggers mean Lightning's own choice, which tests and the preemption
+# Disagreements not resolved yet, each a behaviour change for a Python caller or a run (a run's resolved config
+# must stay byte-identical, so the YAML side cannot move): Checkpoint's None triggers mean Lightning's own choice, which tests and the preemption
 # runs rely on; GroupedAllReduceState's caps are also its topology subclasses' (the config gives those 1, 4, 16,
 # 25); the data modules' None pipeline reads DEFAULT_PIPELINE, whose crop ratio is 4/3 where the YAML has 1.333.
 NOT_YET_ONE_HOME = {
@@ -127,10 +131,12 @@ NOT_YET_ONE_HOME = {
 
 
 def test_every_group_option_is_walked():
-    """The walk finds the options a reader sees: each optimizer and scheduler file, and the nested states."""
+    """The walk finds the options a reader sees: each group file that names a ``_target_`` (strategy/auto names
+    Lightning's choice), and the nested states."""
     walked = {option for _, option, _ in OPTIONS}
-    for group in ("optimizer", "scheduler", "data", "model"):
-        assert {f"{group}/{p.stem}" for p in (CONF_DIR / group).glob("*.yaml")} <= walked, group
+    for group in ("optimizer", "scheduler", "data", "model", "strategy", "logger", "trainer"):
+        files = [path for path in (CONF_DIR / group).glob("*.yaml") if "_target_" in load(path)]
+        assert files and {f"{group}/{path.stem}" for path in files} <= walked, group
     assert "strategy/ddp_bucketed.ddp_comm_state" in walked and "callbacks/checkpoint" in walked
 
 
@@ -152,3 +158,62 @@ def test_a_disagreement_is_reported():
         "form: config 'nvidia', LARS default 'mlperf'",
         "trust_ratio: lightning_lars.optim.lars.LARS takes no such argument",
     ]
+
+
+# Every schema the config's files name: the root's, the models', each group option's and callback entry's
+SCHEMAS = sorted(
+    {schema.TrainConfig, schema.ModelConfig, schema.ResNetModelConfig}
+    | {kind for options in groups.SCHEMAS.values() for kind in options.values()},
+    key=lambda kind: kind.__name__,
+)
+# The root's fields that conf/train.yaml's defaults list fills with a group (``optional local``: local)
+GROUP_SLOTS = {
+    next(iter(entry)).split()[-1]
+    for entry in yaml.safe_load((CONF_DIR / "train.yaml").read_text())["defaults"]
+    if isinstance(entry, dict)
+}
+
+
+def leaf_keys(kind: type, where: str = "") -> set[str]:
+    """The dotted keys of a schema's values (a nested schema's fields, not the section holding them)."""
+    hints = typing.get_type_hints(kind)
+    found = set()
+    for field in dataclasses.fields(kind):
+        key = f"{where}.{field.name}" if where else field.name
+        nested = hints[field.name]
+        found |= leaf_keys(nested, key) if dataclasses.is_dataclass(nested) else {key}
+    return found
+
+
+@pytest.mark.parametrize("kind", SCHEMAS, ids=lambda kind: kind.__name__)
+def test_a_schema_gives_types_and_no_value(kind):
+    """OmegaConf reads every field of a schema as ``???``: the value comes from the YAML file, its one home
+    (the root's group slots excepted, which the defaults list fills)."""
+    assert unset_keys(OmegaConf.structured(kind)) == leaf_keys(kind) - GROUP_SLOTS
+    assert GROUP_SLOTS & leaf_keys(schema.TrainConfig) == {
+        "data",
+        "model",
+        "optimizer",
+        "scheduler",
+        "trainer",
+        "strategy",
+        "callbacks",
+        "logger",
+        "paths",
+    }
+
+
+FILES_WITH_A_SCHEMA = sorted(
+    {(group, name) for group, options in groups.SCHEMAS.items() if group != "callback" for name in options}
+    | {("model", path.stem) for path in (CONF_DIR / "model").glob("*.yaml")}
+    | {("callbacks", "default")}
+)
+
+
+def test_each_option_file_gives_every_key_its_schema_leaves_unset():
+    """Hydra composes the file over its schema: what stays ``???`` is what the file itself writes as ``???``
+    (``base_lr``, ``data.root``: the recipe's or the user's to give), nested nodes (a strategy's comm state)
+    included."""
+    for group, name in FILES_WITH_A_SCHEMA:
+        written = unset_keys(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
+        assert unset_keys(group_config(group, name)) == written, f"{group}/{name}"

@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 import yaml
+from helpers import unset_keys
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
@@ -36,16 +37,19 @@ def omegaconf_reason(dotted_key: str, value) -> str:
     return str(raised.value).splitlines()[0]
 
 
-def test_train_yaml_sets_the_schema_keys_in_the_schema_order_with_the_schema_defaults():
+def test_train_yaml_sets_every_schema_key_in_the_schema_order_and_is_their_one_home():
     train = yaml.safe_load((CONF_DIR / "train.yaml").read_text())
     own = {key: value for key, value in train.items() if key != "defaults"}
     fields = [f.name for f in dataclasses.fields(schema.TrainConfig)]
     assert list(own) == fields[: len(own)]  # --cfg job prints the schema's order
-    defaults = OmegaConf.to_container(
-        OmegaConf.structured(schema.TrainConfig), resolve=False, enum_to_str=True
-    )
-    for key, value in own.items():
-        assert defaults[key] == value or value == "???" or defaults[key] == "???", key
+    # the schema gives each key its type and no value: every leaf left ??? until train.yaml sets it
+    node = OmegaConf.structured(schema.TrainConfig)
+    sections = {key: value for key, value in own.items() if isinstance(value, dict) and value}
+    assert unset_keys(node) == {key for key in own if key not in sections} | {
+        f"{key}.{name}" for key, value in sections.items() for name in value
+    }
+    merged = OmegaConf.merge(node, OmegaConf.masked_copy(OmegaConf.create(train), list(own)))
+    assert unset_keys(merged) == {"batch.global_size"}  # the recipe's to give
     assert train["defaults"][0] == schema.SCHEMA_NAME  # composed first: every YAML file merges into its types
 
 
@@ -223,7 +227,8 @@ def test_the_model_schema_is_the_image_classifiers_signature(model_schema):
     """Fields plus ALSO_TAKES: every argument of the class the configs build, except the two the run passes."""
     from hydra.utils import get_object
 
-    target = get_object(model_schema._target_)
+    model = {schema.ModelConfig: "alexnet_bn", schema.ResNetModelConfig: "resnet"}[model_schema]
+    target = get_object(yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())["_target_"])
     arguments = set(inspect.signature(target).parameters) - {"optimizer", "lr_schedule"}
     fields = {f.name for f in dataclasses.fields(model_schema)} - {"_target_"}
     assert fields | set(model_schema.ALSO_TAKES) == arguments and not fields & set(model_schema.ALSO_TAKES)
