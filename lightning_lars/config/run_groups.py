@@ -70,6 +70,7 @@ class FFCVDemoData(Data):
     num_workers: int | None = None  # null: this process's CPU share
     resolution: int = 224  # train images' side, px
     val_resolution: int = 224
+    decode: Decode = Decode.cpu  # device: FFCV hands over stored bytes; batches decode and crop on the device
     pipeline: Pipeline = field(default_factory=Pipeline)
     prepare_command: str | None = None  # the command that writes the .beton files
 
@@ -85,6 +86,7 @@ class FFCVImageNetData(Data):
     val_resolution: int = 224
     order: Order = Order.random
     os_cache: bool = True  # one page-cache copy shared by every rank of the node
+    decode: Decode = Decode.cpu  # device: FFCV hands over stored bytes; batches decode and crop on the device
     pipeline: Pipeline = field(default_factory=Pipeline)
     prepare_command: str | None = None  # the command that writes the .beton files
 

@@ -121,16 +121,18 @@ class DeviceImageOps:
     Args:
         ops: the split's validated pipeline ops (crop, flip, normalize, layout).
         resolution: output side, px.
+        boxes_drawn: every batch carries its crop boxes, centre crops' too (the .beton path draws FFCV's centre
+            box); False: a centre crop is torchvision's resize-then-crop, as the JPEG-tree CPU path.
     """
 
-    def __init__(self, ops: Sequence[pipelines.Op], resolution: int):
+    def __init__(self, ops: Sequence[pipelines.Op], resolution: int, boxes_drawn: bool = False):
         names = [op.name for op in ops]
         self.resolution = int(resolution)
         crop = next(op for op in ops if op.name in pipelines.DECODERS)
-        self.random_crop = crop.name == "random_resized_crop"
+        self.crop_by_box = crop.name == "random_resized_crop" or boxes_drawn
         # as torchvision_transform: resize the short side to resolution / ratio, then centre-crop
         # (a random crop's ``ratio`` is its aspect-ratio range instead)
-        crop_ratio = 1.0 if self.random_crop else float(crop.args.get("ratio", 0.875))
+        crop_ratio = 1.0 if self.crop_by_box else float(crop.args.get("ratio", 0.875))
         self.short_side = round(self.resolution / crop_ratio)
         mean, std = pipelines._normalize_stats("", ops[names.index("normalize")].args)
         self.normalize = pipelines.TorchNormalize(mean, std)
@@ -152,7 +154,7 @@ class DeviceImageOps:
     def crop(self, image: torch.Tensor, box: Sequence[int]) -> torch.Tensor:
         """One decoded image -> uint8 (3, resolution, resolution), antialiased bilinear as PIL's resize."""
         side = [self.resolution, self.resolution]
-        if self.random_crop:
+        if self.crop_by_box:
             top, left, height, width = box
             return F.resized_crop(image, top, left, height, width, side, antialias=True)
         return F.center_crop(F.resize(image, [self.short_side], antialias=True), side)
