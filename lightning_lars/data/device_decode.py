@@ -25,6 +25,7 @@ decoded by PIL in the worker and travels as pixels.
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,18 @@ from lightning_lars.data import pipelines
 
 DECODE_CHOICES = ("cpu", "device")
 JPEG_MODES = {"RGB", "L"}  # what nvJPEG and libjpeg decode to RGB; CMYK/YCCK go through PIL
+# torchvision 0.29 deprecates all of torchvision.io's decoders (decode_jpeg and decode_image alike) for TorchCodec
+# (>= 0.16), which neither this venv nor the GPU node's image holds: until one does, the warning is ours to carry
+TORCHVISION_IO_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """JPEG files' bytes (1-D uint8, on the host) -> uint8 CHW RGB images on ``device`` (nvJPEG on CUDA, one
+    batched call), without torchvision's per-call deprecation warning (module comment above; called from the
+    main thread, where ``catch_warnings`` is safe)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCHVISION_IO_DEPRECATION, category=DeprecationWarning)
+        return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
 
 
 @dataclass
@@ -146,7 +159,7 @@ class DeviceImageOps:
         images = list(data)
         if not jpeg_at:  # decode_jpeg refuses an empty list
             return [image.to(device, non_blocking=True) for image in images]
-        decoded = decode_jpeg([data[i] for i in jpeg_at], mode=ImageReadMode.RGB, device=decode_on)
+        decoded = decode_jpegs([data[i] for i in jpeg_at], decode_on)
         for i, image in zip(jpeg_at, decoded, strict=True):
             images[i] = image
         return [image.to(device, non_blocking=True) for image in images]

@@ -6,6 +6,7 @@ device path decodes with libjpeg-turbo (torchvision.io.decode_jpeg); only the nv
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
-from lightning_lars.data.device_decode import EncodedImages, collate_encoded
+from lightning_lars.data.device_decode import EncodedImages, collate_encoded, decode_jpegs
 from lightning_lars.data.resumable_loader import SeededSamples
 from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
@@ -215,3 +216,17 @@ def test_the_command_line_selects_the_device_path_and_refuses_other_values_in_on
         check_command_line(["recipe=demo", *folder, "data.decode=gpu"])
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith("data.decode=gpu: ") and "one of cpu, device" in str(raised.value)
+
+
+def test_decoding_a_batch_warns_nothing_though_torchvision_deprecates_its_decoders(tmp_path):
+    """torchvision 0.29 warns on every decode_jpeg call (TorchCodec supersedes it); a training log would carry
+    one per batch. The installed torchvision must still warn (else the filter is dead code), ours must not."""
+    raw = (write_jpeg_tree(tmp_path, odd_files=False) / "train" / "a" / "0.JPEG").read_bytes()
+    jpeg = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    with pytest.warns(DeprecationWarning, match="TorchVision are deprecated"):
+        decode_jpeg([jpeg], mode=ImageReadMode.RGB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (ours,) = decode_jpegs([jpeg], CPU)
+    pil = torch.from_numpy(np.array(Image.open(io.BytesIO(raw)).convert("RGB"))).permute(2, 0, 1)
+    assert torch.equal(ours, pil)
