@@ -148,9 +148,11 @@ def test_the_decoders_agree_bit_for_bit_here(tmp_path):
 
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_pixels_agree_with_the_pil_path_within_one_level(tmp_path, split):
-    """Antialiased bilinear on uint8 tensors (torchvision) against PIL's bilinear resize: the same triangle
-    filter, rounded at another point, so at most 1 of 255 apart (measured here: max 1; 1.5 % of the train
-    crops' values and 0.6 % of the val crops' differ, by 1). Compared in pixel units (times std)."""
+    """The batch's antialiased bilinear resize in float32 (`batched_resize`, as torchvision resizes uint8 on a
+    GPU) against PIL's fixed-point bilinear: the same triangle filter, rounded at another point, so at most 1
+    of 255 apart (measured here: max 1; 14 % of the train and val crops' values differ, by 1; torchvision's
+    uint8 CPU kernel, PIL's arithmetic, differed in 1.5 %). A box or flip off by a pixel moves smooth
+    gradients by more than 1. Compared in pixel units (times std)."""
     root = write_jpeg_tree(tmp_path)
     cpu, device = module(root, "cpu"), module(root, "device")
     if split == "train":
@@ -167,7 +169,7 @@ def test_pixels_agree_with_the_pil_path_within_one_level(tmp_path, split):
         assert float(levels.max()) <= 1 + 1e-3
         differing += int((levels > 0.5).sum())
         total += levels.numel()
-    assert differing < 0.05 * total  # almost every pixel is identical: the same crop and flip, not a near one
+    assert differing < 0.2 * total  # most pixels are identical: the same crop and flip, not a near one
 
 
 def test_batches_come_out_float_normalised_in_channels_last(tmp_path):
