@@ -21,6 +21,7 @@ import lightning as L
 import numpy as np
 import torch
 from ffcv.loader import Loader, OrderOption
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
@@ -105,7 +106,7 @@ class FFCVDataModule(L.LightningDataModule):
         self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
         self.accumulate_grad_batches = 1  # from the trainer: an epoch keeps whole optimizer steps
         self._loaders: dict[str, Loader] = {}
-        self.decode = decode
+        self.decode, self._said_where_it_decodes = decode, False
         self._post_transfer = {
             "train": pipelines.post_transfer_normalize(self.train_ops),
             "val": pipelines.post_transfer_normalize(self.val_ops),
@@ -257,6 +258,11 @@ class FFCVDataModule(L.LightningDataModule):
         """decode=device: the rows of stored bytes are decoded, cropped and normalised on ``device``."""
         if self.decode != "device":
             return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        if device.type != "cuda" and not self._said_where_it_decodes:
+            rank_zero_info(
+                f"[lightning-lars] data.decode=device on a {device.type} device: batches decode on the CPU"
+            )
+            self._said_where_it_decodes = True
         return self.decode_batch(batch, device, self._split_now())
 
     def decode_batch(self, batch: Any, device: torch.device, split: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -76,6 +76,11 @@ def device_module(beton):
     return make_module(beton, "device")
 
 
+@pytest.fixture(scope="module")
+def cpu_module(beton):
+    return make_module(beton, "cpu")
+
+
 def epoch_batches(module, split, epoch=0):
     """(images, labels) per batch of ``split``, decoded where needed and copied (FFCV reuses its buffers)."""
     if split == "train":
@@ -97,10 +102,10 @@ def record_box(source, start_row, end_row, start_col, end_col, destination):
     destination[0, 0, 2], destination[1, 0, 0] = end_row - start_row, end_col - start_col
 
 
-def cpu_paths_draws(beton, monkeypatch, split, epoch):
-    """Sample index -> (top, left, height, width, flipped) as the CPU path draws them, read from its output."""
-    monkeypatch.setattr(seeded_ops, "resize_crop", record_box)  # the seeded random crop's resize
-    monkeypatch.setattr(ffcv_rgb_image, "resize_crop", record_box)  # FFCV's centre crop's resize
+@pytest.fixture(scope="module")
+def recording_module(beton):
+    """FFCV's CPU path with a box-recording resize compiled into both splits' decoders (compiled here, under the
+    patch; the jitted code keeps it after the patch is undone)."""
     pipeline = {
         "train": ["random_resized_crop", "flip", "to_tensor", "to_torch_image", {"normalize": "imagenet"}],
         "val": [{"center_crop": {"ratio": 0.875}}, "to_tensor", "to_torch_image", {"normalize": "imagenet"}],
@@ -110,6 +115,16 @@ def cpu_paths_draws(beton, monkeypatch, split, epoch):
     )
     module.setup("fit")
     module._post_transfer = {"train": None, "val": None}  # keep the recorded integers
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seeded_ops, "resize_crop", record_box)  # the seeded random crop's resize
+        patch.setattr(ffcv_rgb_image, "resize_crop", record_box)  # FFCV's centre crop's resize
+        module._train_loader_for_epoch(0)
+        module.val_dataloader().loader_for_epoch(0)
+    return module
+
+
+def cpu_paths_draws(module, split, epoch):
+    """Sample index -> (top, left, height, width, flipped) as the CPU path draws them, read from its output."""
     draws = {}
     for images, labels in epoch_batches(module, split, epoch):
         for image, label in zip(images, labels.tolist(), strict=True):
@@ -117,7 +132,6 @@ def cpu_paths_draws(beton, monkeypatch, split, epoch):
             column = -1 if flipped else 0
             top, left, height = image[:, 0, column].tolist()
             draws[label] = (top, left, height, int(image[0, 1, column]), flipped)
-    monkeypatch.undo()
     return draws
 
 
@@ -136,8 +150,8 @@ def device_paths_draws(module, split, epoch):
 
 
 @pytest.mark.parametrize(("split", "epoch"), [("train", 0), ("train", 1), ("val", 0)])
-def test_the_rows_carry_the_cpu_paths_own_boxes_and_flips(beton, device_module, monkeypatch, split, epoch):
-    expected = cpu_paths_draws(beton, monkeypatch, split, epoch)
+def test_the_rows_carry_the_cpu_paths_own_boxes_and_flips(recording_module, device_module, split, epoch):
+    expected = cpu_paths_draws(recording_module, split, epoch)
     got = device_paths_draws(device_module, split, epoch)
     assert got == expected
     if split == "train":  # not vacuous: boxes differ between samples, and both flip outcomes occur
@@ -167,13 +181,12 @@ def test_the_rows_hold_the_files_stored_bytes(beton, device_module):
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
-def test_pixels_agree_with_ffcvs_cpu_path_within_the_resize_gap(beton, device_module, split):
+def test_pixels_agree_with_ffcvs_cpu_path_within_the_resize_gap(cpu_module, device_module, split):
     """FFCV resizes with OpenCV's INTER_AREA, this path with torchvision's antialiased bilinear: measured here,
     at most 4 of 255 apart and 0.4-0.7 on average (pixel units). A box or flip off by a pixel moves whole
     gradients and breaks the mean bound."""
-    cpu = make_module(beton, "cpu")
     for (cpu_images, cpu_labels), (images, labels) in zip(
-        epoch_batches(cpu, split), epoch_batches(device_module, split), strict=True
+        epoch_batches(cpu_module, split), epoch_batches(device_module, split), strict=True
     ):
         assert torch.equal(labels, cpu_labels) and images.shape == cpu_images.shape
         levels = ((images - cpu_images) * STD).abs()  # pixel units (0-255)
