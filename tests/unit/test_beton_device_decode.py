@@ -50,8 +50,11 @@ class PhotoLikeImages:
 
 @pytest.fixture(scope="module")
 def beton(tmp_path_factory):
+    return write_beton(tmp_path_factory.mktemp("beton_device") / "images.beton")
+
+
+def write_beton(path):
     """Half JPEG, half raw (FFCV's 'proportion' mode, as ``make prepare`` writes ImageNet)."""
-    path = tmp_path_factory.mktemp("beton_device") / "images.beton"
     np.random.seed(0)  # the writer draws each image's jpg/raw choice from numpy's global generator
     image = RGBImageField(write_mode="proportion", compress_probability=0.5, max_resolution=MAX_RESOLUTION)
     DatasetWriter(str(path), {"image": image, "label": IntField()}, num_workers=1).from_indexed_dataset(
@@ -81,15 +84,16 @@ def cpu_module(beton):
     return make_module(beton, "cpu")
 
 
-def epoch_batches(module, split, epoch=0):
-    """(images, labels) per batch of ``split``, decoded where needed and copied (FFCV reuses its buffers)."""
+def epoch_batches(module, split, epoch=0, device=CPU):
+    """(images, labels) per batch of ``split``, decoded where needed (on ``device``) and copied (FFCV reuses its
+    buffers)."""
     if split == "train":
         module.load_state_dict({"epoch": epoch, "samples_consumed": 0})
     loader = module.train_dataloader() if split == "train" else module.val_dataloader()
     batches = []
     for batch in loader:
         if module.decode == "device":
-            batch = module.decode_batch(batch, CPU, split)
+            batch = module.decode_batch(batch, device, split)
         batches.append((batch[0].clone(), batch[1].clone()))
     return batches
 
