@@ -67,13 +67,13 @@ def resize_batch(
     on_device = torch.stack([heights, widths, full[:, 0], full[:, 1], shift[:, 0], shift[:, 1]]).to(device)
     rows = aa_weights(on_device[0], on_device[2], on_device[4], side, batch.shape[-2])
     cols = aa_weights(on_device[1], on_device[3], on_device[5], side, batch.shape[-1])
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = (
-        False  # TF32's 10-bit mantissa would move pixels by ~0.3 of a level
-    )
+    # TF32's 10-bit mantissa would move pixels by ~0.3 of a level. The per-backend setting, not the legacy
+    # allow_tf32: touching that after set_float32_matmul_precision makes torch's getter raise (mixed APIs)
+    matmul = torch.backends.cuda.matmul
+    precision, matmul.fp32_precision = matmul.fp32_precision, "ieee"
     try:
         across = torch.matmul(batch.float(), cols.transpose(1, 2).unsqueeze(1))  # (N, C, H, side)
         resized = torch.matmul(rows.unsqueeze(1), across)  # (N, C, side, side)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+        matmul.fp32_precision = precision
     return resized.round_().clamp_(0.0, UINT8_MAX)

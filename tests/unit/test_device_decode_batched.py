@@ -43,6 +43,27 @@ def test_a_batch_resize_equals_torchs_per_image_kernel_to_float_rounding(monkeyp
     assert torch.equal(rounded, rounded.round()) and 0 <= float(rounded.min()) and float(rounded.max()) <= 255
 
 
+def test_the_batch_resize_leaves_the_runs_matmul_precision_as_it_found_it(monkeypatch):
+    """Recipes set ``torch.set_float32_matmul_precision("high")`` (TF32); the resize turns TF32 off for its own
+    matmuls only, through the per-backend setting: with the legacy ``allow_tf32`` torch's getter raises while
+    the two APIs disagree."""
+    before, seen, real_matmul = torch.get_float32_matmul_precision(), [], torch.matmul
+
+    def recording_matmul(*args):
+        seen.append((torch.backends.cuda.matmul.fp32_precision, torch.get_float32_matmul_precision()))
+        return real_matmul(*args)
+
+    monkeypatch.setattr(torch, "matmul", recording_matmul)
+    try:
+        torch.set_float32_matmul_precision("high")
+        resize_batch(images()[:2], SIDE)
+        assert seen == [("ieee", "high")] * 2  # IEEE float32 in the resize; the run's setting readable
+        assert torch.get_float32_matmul_precision() == "high"
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_a_centre_crop_after_a_short_side_resize_equals_torchvisions():
     ops = pipelines.parse_pipeline("val", pipelines.DEFAULT_PIPELINE["val"])
     device_ops = DeviceImageOps(
