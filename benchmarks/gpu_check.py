@@ -11,8 +11,9 @@ LARS in its nvidia form, cuDNN's autotuner on, as the recipe runs; images/s afte
     (a) the recipe compiled through the entry point, 100 timed steps; beside it benchmarks/bench_gpu.py's bare
         loop compiled at identical settings (batch, precision, LARS form, label smoothing, autotuner, steps).
     (b) generated 300-500 px JPEGs through the entry point, compiled: torchvision's CPU loader, FFCV (the
-        kit's wheel; the JPEGs converted on the node), decoding on the GPU (``data.decode=device``), each beside
-        (a). A loader the config does not offer, or a package the node lacks, is reported "not available".
+        kit's wheel; the JPEGs converted on the node), decoding on the GPU (``data.decode=device``) from the JPEG
+        tree and from the same .beton files, each beside (a). A loader the config does not offer, or a package
+        the node lacks, is reported "not available".
     (c) a step profile of the compiled recipe (benchmarks/profile_steps.py: forward, backward, optimizer,
         data, idle).  (d) bf16-mixed compiled, beside (a).  (e) 816 images per GPU compiled, beside (a).
     (f) the optimizer steps (bench_gpu.py --only optimizer).  (g) ``pytest -m gpu tests/gpu``.

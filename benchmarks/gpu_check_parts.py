@@ -201,7 +201,7 @@ def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float
     # the number to read: the recipe over the bare loop, on the recipe's row
     job.record(RECIPE_COMPILED, parts.beside(job.results["parts"][RECIPE_COMPILED], "bare loop compiled"))
 
-    # (b) real JPEGs through the entry point, three loaders, each beside (a)
+    # (b) real JPEGs through the entry point, four loaders, each beside (a)
     jpegs, betons = work / "images" / "jpeg", work / "images" / "ffcv"
     folder_data = ["data=imagefolder", f"data.root={jpegs}", "data.num_classes=10"]
     ffcv_data = [
@@ -210,17 +210,17 @@ def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float
         f"data.val_path={betons}/val.beton",
     ]
     ffcv_data.append("data.num_classes=10")
+    no_ffcv = (
+        None
+        if importlib.util.find_spec("ffcv")
+        else (kit_info.get("ffcv_missing") or "FFCV is not installed here (the kit brings it: make gpu-kit)")
+    )
     loaders = {
         "jpeg torchvision": (folder_data, None),
-        "jpeg ffcv": (
-            ffcv_data,
-            None
-            if importlib.util.find_spec("ffcv")
-            else (
-                kit_info.get("ffcv_missing") or "FFCV is not installed here (the kit brings it: make gpu-kit)"
-            ),
-        ),
+        "jpeg ffcv": (ffcv_data, no_ffcv),
         "jpeg gpu decode": ([*folder_data, "data.decode=device"], None),
+        # the same .beton files, their stored JPEG bytes decoded by nvJPEG (data/beton_device_decode.py)
+        "jpeg ffcv gpu decode": ([*ffcv_data, "data.decode=device"], no_ffcv),
     }
     overrides = {
         name: train_overrides("default", JPEG_STEPS, work / name.replace(" ", "-"), data)
@@ -241,7 +241,7 @@ def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float
         job.record("jpegs", {**parts.run("jpegs", makes), "images": JPEG_IMAGES})
     # what the part left, even cut at its limit: FFCV's files come after the JPEGs
     made = {name: (jpegs / "train").is_dir() for name in loaders} | {
-        "jpeg ffcv": (betons / "train.beton").is_file()
+        name: (betons / "train.beton").is_file() for name in ("jpeg ffcv", "jpeg ffcv gpu decode")
     }
     for name in loaders:
         missing = why_not[name] or (

@@ -71,6 +71,7 @@ class FFCVDemoData(Data):
     num_workers: int | None = MISSING  # null: this process's CPU share
     resolution: int = MISSING  # train images' side, px
     val_resolution: int = MISSING
+    decode: Decode = MISSING  # device: FFCV hands over stored bytes; batches decode and crop on the device
     pipeline: Pipeline = field(default_factory=Pipeline)
     prepare_command: str | None = MISSING  # the command that writes the .beton files
 
@@ -86,6 +87,7 @@ class FFCVImageNetData(Data):
     val_resolution: int = MISSING
     order: Order = MISSING
     os_cache: bool = MISSING  # one page-cache copy shared by every rank of the node
+    decode: Decode = MISSING  # device: FFCV hands over stored bytes; batches decode and crop on the device
     pipeline: Pipeline = field(default_factory=Pipeline)
     prepare_command: str | None = MISSING  # the command that writes the .beton files
 

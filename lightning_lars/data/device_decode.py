@@ -14,7 +14,8 @@ Same samples as the CPU path, by construction:
   ``resumable_loader.SeededSamples`` seeds by (seed, epoch, sample index). ``get_params`` needs only the image's
   size, which PIL reads from the JPEG header without decoding;
 - the geometry is the CPU path's: crop then resize for the random crop; resize the short side to
-  ``round(resolution / ratio)`` then centre-crop for ``center_crop``; antialiased bilinear (PIL's filter);
+  ``round(resolution / ratio)`` then centre-crop for ``center_crop``; antialiased bilinear (PIL's filter), the
+  whole batch in two matmuls (`batched_resize`: one kernel an image instead of five);
 - the pixels differ only by the decoder (nvJPEG vs libjpeg-turbo) and by the resize's rounding (at most 1 of
   255 on the CPU, measured in tests/unit/test_device_decode.py).
 
@@ -25,6 +26,7 @@ decoded by PIL in the worker and travels as pixels.
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,12 +36,24 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms
 from torchvision.io import ImageReadMode, decode_jpeg
-from torchvision.transforms.v2 import functional as F
 
 from lightning_lars.data import pipelines
+from lightning_lars.data.batched_resize import resize_batch
 
 DECODE_CHOICES = ("cpu", "device")
 JPEG_MODES = {"RGB", "L"}  # what nvJPEG and libjpeg decode to RGB; CMYK/YCCK go through PIL
+# torchvision 0.29 deprecates all of torchvision.io's decoders (decode_jpeg and decode_image alike) for TorchCodec
+# (>= 0.16), which neither this venv nor the GPU node's image holds: until one does, the warning is ours to carry
+TORCHVISION_IO_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """JPEG files' bytes (1-D uint8, on the host) -> uint8 CHW RGB images on ``device`` (nvJPEG on CUDA, one
+    batched call), without torchvision's per-call deprecation warning (module comment above; called from the
+    main thread, where ``catch_warnings`` is safe)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCHVISION_IO_DEPRECATION, category=DeprecationWarning)
+        return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
 
 
 @dataclass
@@ -121,16 +135,18 @@ class DeviceImageOps:
     Args:
         ops: the split's validated pipeline ops (crop, flip, normalize, layout).
         resolution: output side, px.
+        boxes_drawn: every batch carries its crop boxes, centre crops' too (the .beton path draws FFCV's centre
+            box); False: a centre crop is torchvision's resize-then-crop, as the JPEG-tree CPU path.
     """
 
-    def __init__(self, ops: Sequence[pipelines.Op], resolution: int):
+    def __init__(self, ops: Sequence[pipelines.Op], resolution: int, boxes_drawn: bool = False):
         names = [op.name for op in ops]
         self.resolution = int(resolution)
         crop = next(op for op in ops if op.name in pipelines.DECODERS)
-        self.random_crop = crop.name == "random_resized_crop"
+        self.crop_by_box = crop.name == "random_resized_crop" or boxes_drawn
         # as torchvision_transform: resize the short side to resolution / ratio, then centre-crop
         # (a random crop's ``ratio`` is its aspect-ratio range instead)
-        crop_ratio = 1.0 if self.random_crop else float(crop.args.get("ratio", 0.875))
+        crop_ratio = 1.0 if self.crop_by_box else float(crop.args.get("ratio", 0.875))
         self.short_side = round(self.resolution / crop_ratio)
         mean, std = pipelines._normalize_stats("", ops[names.index("normalize")].args)
         self.normalize = pipelines.TorchNormalize(mean, std)
@@ -144,25 +160,37 @@ class DeviceImageOps:
         images = list(data)
         if not jpeg_at:  # decode_jpeg refuses an empty list
             return [image.to(device, non_blocking=True) for image in images]
-        decoded = decode_jpeg([data[i] for i in jpeg_at], mode=ImageReadMode.RGB, device=decode_on)
+        decoded = decode_jpegs([data[i] for i in jpeg_at], decode_on)
         for i, image in zip(jpeg_at, decoded, strict=True):
             images[i] = image
         return [image.to(device, non_blocking=True) for image in images]
 
-    def crop(self, image: torch.Tensor, box: Sequence[int]) -> torch.Tensor:
-        """One decoded image -> uint8 (3, resolution, resolution), antialiased bilinear as PIL's resize."""
-        side = [self.resolution, self.resolution]
-        if self.random_crop:
-            top, left, height, width = box
-            return F.resized_crop(image, top, left, height, width, side, antialias=True)
-        return F.center_crop(F.resize(image, [self.short_side], antialias=True), side)
+    def resized(self, images: Sequence[torch.Tensor], boxes: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Decoded images -> float32 (N, 3, resolution, resolution) of uint8 values, antialiased bilinear as PIL's
+        resize, for the whole batch at once (`batched_resize`): the box's crop resized, or for a centre crop
+        the short side resized to ``short_side`` and the centre kept (torchvision's sizes and offsets)."""
+        side = self.resolution
+        if self.crop_by_box:
+            crops = [
+                image[:, top : top + h, left : left + w] for image, (top, left, h, w) in zip(images, boxes)
+            ]
+            return resize_batch(crops, side)
+        full, offsets = [], []
+        for image in images:
+            height, width = image.shape[-2:]
+            short, long = sorted((height, width))
+            # torchvision's resize([size]): the long side scales by the same factor, truncated
+            new_long = int(self.short_side * long / short)
+            new = (self.short_side, new_long) if height <= width else (new_long, self.short_side)
+            full.append(new)
+            offsets.append(tuple(int(round((length - side) / 2.0)) for length in new))  # as F.center_crop
+        return resize_batch(list(images), side, full, offsets)
 
     def __call__(self, encoded: EncodedImages, device: torch.device) -> torch.Tensor:
         images = self.decode(encoded.data, device)
-        boxes = encoded.boxes.tolist()  # a host tensor: no device read-back
-        batch = torch.stack([self.crop(image, box) for image, box in zip(images, boxes, strict=True)])
+        batch = self.resized(images, encoded.boxes.tolist())  # a host tensor: no device read-back
         flips = encoded.flips.to(device, non_blocking=True).view(-1, 1, 1, 1)
         batch = torch.where(flips, batch.flip(-1), batch)  # a mask index would read the mask back to the host
         if self.channels_last:
-            batch = batch.contiguous(memory_format=torch.channels_last)  # uint8: 4x fewer bytes than after
+            batch = batch.contiguous(memory_format=torch.channels_last)
         return self.normalize(batch)

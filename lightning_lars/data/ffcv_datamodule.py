@@ -21,10 +21,13 @@ import lightning as L
 import numpy as np
 import torch
 from ffcv.loader import Loader, OrderOption
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines, seeded_ops
+from lightning_lars.data.beton_device_decode import encoded_image_ops, max_stored_bytes, rows_to_encoded
 from lightning_lars.data.beton_header import read_num_samples
+from lightning_lars.data.device_decode import DECODE_CHOICES, DeviceImageOps
 from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader, epoch_order
 from lightning_lars.data.holdout import holdout_split
 from lightning_lars.data.resolution import ResolutionSchedule, resolution_schedule
@@ -55,6 +58,9 @@ class FFCVDataModule(L.LightningDataModule):
         prepare_command: the command named in errors when a file is missing or damaged.
         holdout: a share of train.beton held out (``holdout.holdout_split`` with ``holdout_seed``): never trained
             on, and evaluated instead of val.beton, for tuning without the validation images; 0: none.
+        decode: ``cpu``: FFCV's threads decode, crop and flip; ``device``: they hand over each image's stored
+            bytes with the same crop box and flip, and each batch is decoded and cropped on the training device
+            (`lightning_lars.data.beton_device_decode`; on a CPU device, on the CPU with the same code).
     """
 
     def __init__(
@@ -75,8 +81,11 @@ class FFCVDataModule(L.LightningDataModule):
         prepare_command: str = "make prepare src=<imagefolder> out=<dir>",
         holdout: float = 0.0,
         holdout_seed: int = 0,
+        decode: str = "cpu",
     ):
         super().__init__()
+        if decode not in DECODE_CHOICES:
+            raise UserError(f"data.decode must be one of {', '.join(DECODE_CHOICES)}, got {decode!r}")
         if order not in ORDERS:
             raise UserError(f"data.order must be one of {ORDERS}, got {order!r}")
         if batch_size <= 0:
@@ -97,9 +106,14 @@ class FFCVDataModule(L.LightningDataModule):
         self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
         self.accumulate_grad_batches = 1  # from the trainer: an epoch keeps whole optimizer steps
         self._loaders: dict[str, Loader] = {}
+        self.decode, self._said_where_it_decodes = decode, False
         self._post_transfer = {
             "train": pipelines.post_transfer_normalize(self.train_ops),
             "val": pipelines.post_transfer_normalize(self.val_ops),
+        }
+        self._device_ops = {  # decode=device: the batch's own boxes size nothing, so resolution is per split
+            "train": DeviceImageOps(self.train_ops, self.resolution.at_epoch(0), boxes_drawn=True),
+            "val": DeviceImageOps(self.val_ops, self.val_resolution, boxes_drawn=True),
         }
 
     def split(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -146,7 +160,10 @@ class FFCVDataModule(L.LightningDataModule):
 
     def _build_loader(self, path: str, ops: tuple, resolution: int, order: str) -> Loader:
         read_num_samples(path, self.prepare_command)
-        image_ops = pipelines.build_image_ops(ops, resolution, self.device, seed=self.seed)
+        if self.decode == "device":
+            image_ops = encoded_image_ops(ops, max_stored_bytes(path), self.seed)
+        else:
+            image_ops = pipelines.build_image_ops(ops, resolution, self.device, seed=self.seed)
         try:
             return Loader(
                 path,
@@ -178,7 +195,9 @@ class FFCVDataModule(L.LightningDataModule):
         image_spec = loader.pipeline_specs["image"]
         seeded_ops.set_epoch([image_spec.decoder, *image_spec.transforms], epoch)  # no FFCV thread runs yet
         decoder = image_spec.decoder
-        if decoder.output_size != (resolution, resolution):
+        if self.decode == "device":
+            self._device_ops["train"].resolution = resolution  # the rows carry no size: the device resizes
+        elif decoder.output_size != (resolution, resolution):
             decoder.output_size = (resolution, resolution)  # buffers follow: FFCV sizes them per epoch
             loader.generate_code()
         return loader
@@ -232,10 +251,30 @@ class FFCVDataModule(L.LightningDataModule):
             resumable=False,
         )
 
+    def _split_now(self) -> str:
+        return "train" if self.trainer is None or self.trainer.training else "val"
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """decode=device: the rows of stored bytes are decoded, cropped and normalised on ``device``."""
+        if self.decode != "device":
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        if device.type != "cuda" and not self._said_where_it_decodes:
+            rank_zero_info(
+                f"[lightning-lars] data.decode=device on a {device.type} device: batches decode on the CPU"
+            )
+            self._said_where_it_decodes = True
+        return self.decode_batch(batch, device, self._split_now())
+
+    def decode_batch(self, batch: Any, device: torch.device, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """decode=device: one FFCV batch ``(rows, labels)`` of ``split`` -> (normalised images, labels) on
+        ``device``. Call it before the next batch: the rows are FFCV's reused buffer."""
+        rows, labels = batch
+        images = self._device_ops[split](rows_to_encoded(rows, split), device)
+        return images, labels.to(device, non_blocking=True)
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """GPU variant: normalise uint8 images on their device, on the main stream (see pipelines)."""
-        split = "train" if self.trainer is None or self.trainer.training else "val"
-        normalize = self._post_transfer[split]
+        normalize = None if self.decode == "device" else self._post_transfer[self._split_now()]
         if normalize is None:
             return batch
         images, labels = batch

@@ -19,6 +19,10 @@ tensors it owns; optimizer state (momentum, Adam moments, fp32 masters) then liv
   unsharded optimizer's: a checkpoint loads with or without sharding. :meth:`load_state_dict` keeps only
   the owned tensors' state. Group-level state (LAMB's step count) comes from the owner of the group's
   first tensor.
+* AMP's loss scale: the wrapper takes it as the inner optimizer does (``_step_supports_amp_scaling``, copied at
+  construction): ``GradScaler.step`` sets ``grad_scale``/``found_inf`` on the wrapper, which hands them to the
+  inner step, so no rank reads ``found_inf`` back. LAMB's global clip then takes ``||G||`` of the unscaled
+  gradients (``||G_scaled|| / grad_scale``, exact for the scaler's power-of-two scales).
 
 Cost: the weights' all-gather adds ``n`` bytes of traffic per step on top of DDP's all-reduce (Kumar et al.
 split the all-reduce into reduce-scatter + all-gather instead, which a reduce-scatter hook would need).
@@ -38,6 +42,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.optim.loss_scale import scaler_inputs
 from lightning_lars.optim.norms import math_dtype
 
 # torch 2.14 renames the flat-tensor all-gather; older releases have only all_gather_into_tensor.
@@ -93,6 +98,9 @@ class ShardedUpdate(Optimizer):
         )
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
+        # an instance attribute, not __getattr__'s forward: the scaler's tensors land on the wrapper, which must
+        # pass them on (step); the module may switch it off here for gradient clipping (training/module.py)
+        self._step_supports_amp_scaling = bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
     def __getattr__(self, name):
         """Attributes of the inner optimizer (``track_stats``, ``grad_norm_source``, ``max_grad_norm``)."""
@@ -125,8 +133,14 @@ class ShardedUpdate(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        grad_scale, found_inf = scaler_inputs(self) if self._step_supports_amp_scaling else (None, None)
+        handed = (
+            {"grad_scale": grad_scale, "found_inf": found_inf}
+            if grad_scale is not None or found_inf is not None
+            else {}
+        )
         clip_max = getattr(self.inner, "max_grad_norm", None)
-        stand_ins = self._clipped_grads(clip_max) if clip_max else {}
+        stand_ins = self._clipped_grads(clip_max, grad_scale) if clip_max else {}
         saved_grads = {p: p.grad for p in stand_ins}
         full_lists = [(group["params"], group.get("param_names")) for group in self.inner.param_groups]
         try:
@@ -140,8 +154,12 @@ class ShardedUpdate(Optimizer):
                 p.grad = grad
             if clip_max:
                 self.inner.max_grad_norm = None
+            for name, value in handed.items():
+                setattr(self.inner, name, value)
             self.inner.step()
         finally:
+            for name in handed:
+                self.inner.__dict__.pop(name, None)
             for group, (params, names) in zip(self.inner.param_groups, full_lists):
                 group["params"] = params
                 if names is not None:
@@ -153,15 +171,20 @@ class ShardedUpdate(Optimizer):
         self._all_gather_weights()
         return loss
 
-    def _clipped_grads(self, max_grad_norm: float) -> dict:
+    def _clipped_grads(self, max_grad_norm: float, grad_scale: Tensor | None = None) -> dict:
         """LAMB's global clip: owned gradients times ``min(1, max / ||G||)``, ``||G||`` over all gradients in
-        the order the unsharded optimizer takes them (so the factor is bitwise the same)."""
+        the order the unsharded optimizer takes them (so the factor is bitwise the same). Under AMP's scale the
+        gradients are scaled and ``||G||`` is their norm divided by ``grad_scale``; the stand-ins stay scaled
+        (the inner step unscales them)."""
         with_grad = [p for group in self.inner.param_groups for p in group["params"] if p.grad is not None]
         if not with_grad:
             return {}
         grads = [p.grad for p in with_grad]
         norms = torch.stack(torch._foreach_norm(grads, 2, dtype=math_dtype(with_grad + grads)))
-        factor = (max_grad_norm / torch.linalg.vector_norm(norms)).clamp(max=1.0)
+        total = torch.linalg.vector_norm(norms)
+        if grad_scale is not None:
+            total = total / grad_scale.to(total.device, non_blocking=True)
+        factor = (max_grad_norm / total).clamp(max=1.0)
         owned = [p for params in self._owned_lists for p in params if p.grad is not None]
         return dict(zip(owned, torch._foreach_mul([p.grad for p in owned], factor))) if owned else {}
 

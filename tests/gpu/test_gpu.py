@@ -242,6 +242,26 @@ def test_device_decode_on_cuda_matches_the_pil_path(tmp_path):
 
 
 @pytest.mark.gpu
+def test_beton_device_decode_on_cuda_matches_ffcvs_cpu_path(tmp_path):
+    """data.decode=device on a .beton (nvJPEG on its stored JPEGs, raw ones copied) against FFCV's CPU path with
+    the same boxes and flips: the resize gap measured on the CPU (mean < 1 of 255,
+    tests/unit/test_beton_device_decode.py) plus torchvision's nvJPEG bound (mean < 2, test_decode_jpegs_cuda)."""
+    unit = _unit_module("test_beton_device_decode")
+    beton = unit.write_beton(tmp_path / "images.beton")
+    cpu, device = unit.make_module(beton, "cpu"), unit.make_module(beton, "device")
+    std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255]).view(1, 3, 1, 1)
+    for split in ("train", "val"):
+        on_gpu = unit.epoch_batches(device, split, device=torch.device("cuda"))
+        for (cpu_images, cpu_labels), (images, labels) in zip(
+            unit.epoch_batches(cpu, split), on_gpu, strict=True
+        ):
+            assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(labels.cpu(), cpu_labels)
+            levels = ((images.cpu() - cpu_images) * std).abs()  # pixel units (0-255)
+            assert float(levels.mean()) < 1 + 2, float(levels.mean())
+
+
+@pytest.mark.gpu
 def test_no_host_read_between_log_steps_in_the_timed_recipe_at_16_mixed(tmp_path):
     """The timed recipe (nvidia_mlperf10_3264: 16-mixed, so a GradScaler; LARS; its MLPerf log on) through the
     entry point with CUDA's own sync detector on (set_sync_debug_mode "warn"): no read and no synchronising CUDA

@@ -6,6 +6,7 @@ device path decodes with libjpeg-turbo (torchvision.io.decode_jpeg); only the nv
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
-from lightning_lars.data.device_decode import EncodedImages, collate_encoded
+from lightning_lars.data.device_decode import EncodedImages, collate_encoded, decode_jpegs
 from lightning_lars.data.resumable_loader import SeededSamples
 from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
@@ -147,9 +148,11 @@ def test_the_decoders_agree_bit_for_bit_here(tmp_path):
 
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_pixels_agree_with_the_pil_path_within_one_level(tmp_path, split):
-    """Antialiased bilinear on uint8 tensors (torchvision) against PIL's bilinear resize: the same triangle
-    filter, rounded at another point, so at most 1 of 255 apart (measured here: max 1; 1.5 % of the train
-    crops' values and 0.6 % of the val crops' differ, by 1). Compared in pixel units (times std)."""
+    """The batch's antialiased bilinear resize in float32 (`batched_resize`, as torchvision resizes uint8 on a
+    GPU) against PIL's fixed-point bilinear: the same triangle filter, rounded at another point, so at most 1
+    of 255 apart (measured here: max 1; 14 % of the train and val crops' values differ, by 1; torchvision's
+    uint8 CPU kernel, PIL's arithmetic, differed in 1.5 %). A box or flip off by a pixel moves smooth
+    gradients by more than 1. Compared in pixel units (times std)."""
     root = write_jpeg_tree(tmp_path)
     cpu, device = module(root, "cpu"), module(root, "device")
     if split == "train":
@@ -166,7 +169,7 @@ def test_pixels_agree_with_the_pil_path_within_one_level(tmp_path, split):
         assert float(levels.max()) <= 1 + 1e-3
         differing += int((levels > 0.5).sum())
         total += levels.numel()
-    assert differing < 0.05 * total  # almost every pixel is identical: the same crop and flip, not a near one
+    assert differing < 0.2 * total  # most pixels are identical: the same crop and flip, not a near one
 
 
 def test_batches_come_out_float_normalised_in_channels_last(tmp_path):
@@ -215,3 +218,17 @@ def test_the_command_line_selects_the_device_path_and_refuses_other_values_in_on
         check_command_line(["recipe=demo", *folder, "data.decode=gpu"])
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith("data.decode=gpu: ") and "one of cpu, device" in str(raised.value)
+
+
+def test_decoding_a_batch_warns_nothing_though_torchvision_deprecates_its_decoders(tmp_path):
+    """torchvision 0.29 warns on every decode_jpeg call (TorchCodec supersedes it); a training log would carry
+    one per batch. The installed torchvision must still warn (else the filter is dead code), ours must not."""
+    raw = (write_jpeg_tree(tmp_path, odd_files=False) / "train" / "a" / "0.JPEG").read_bytes()
+    jpeg = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    with pytest.warns(DeprecationWarning, match="TorchVision are deprecated"):
+        decode_jpeg([jpeg], mode=ImageReadMode.RGB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (ours,) = decode_jpegs([jpeg], CPU)
+    pil = torch.from_numpy(np.array(Image.open(io.BytesIO(raw)).convert("RGB"))).permute(2, 0, 1)
+    assert torch.equal(ours, pil)

@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
 from lightning_lars.optim.param_groups import param_groups
+from lightning_lars.parallel.sharded_update import ShardedUpdate
 from lightning_lars.training.module import ImageClassifier
 
 INF_STEPS = (1, 4)  # an inf gradient at these steps: the scaler skips them and halves its scale
@@ -296,3 +297,56 @@ def test_the_compiled_step_takes_the_scale_and_skips_as_the_eager_one(make):
         for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7)
     assert compiled.implementation == "compiled"  # it did not fall back to eager
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A real gloo group of one process: what ShardedUpdate needs to be built (it owns every tensor then)."""
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        yield ShardedUpdate
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_sharded_update_takes_the_scale_as_the_optimizer_it_wraps_and_follows_torchs_fused_sgd(
+    one_process_group,
+):
+    """The scaler sets grad_scale/found_inf on the wrapper; dropped there, LARS would step on scaled gradients
+    and through inf ones. The oracle is torch's fused SGD under the same GradScaler, skips included."""
+    sharded = one_process_group
+    options = {"lr": 0.1, "momentum": 0.9}
+    theirs, _ = _train_under_scaler(
+        lambda m: torch.optim.SGD(m.parameters(), weight_decay=1e-2, fused=True, **options)
+    )
+    ours, wrapper = _train_under_scaler(lambda m: sharded(LARS(_plain(m, 1e-2), form="nvidia", **options)))
+    assert wrapper._step_supports_amp_scaling and _optimizer_handles_unscaling(wrapper)
+    _assert_same_history(ours, theirs, rtol=1e-6)
+    assert not hasattr(wrapper.inner, "grad_scale")  # handed over for the step only
+
+
+def test_sharded_lamb_clips_by_the_unscaled_gradient_norm_as_unsharded_lamb_does(one_process_group):
+    """LAMB's global clip (active: max_grad_norm far below ||G||) is taken by the wrapper; under the scaler it
+    must divide ||G|| by the scale, or every clipped step shrinks by the scale (2^12 here)."""
+    sharded = one_process_group
+    make = lambda m: LAMB(param_groups(m, 1e-2), lr=1e-2, max_grad_norm=1e-3)  # noqa: E731
+    theirs, _ = _train_under_scaler(make)
+    ours, _ = _train_under_scaler(lambda m: sharded(make(m)))
+    _assert_same_history(ours, theirs, rtol=0)
+
+
+def test_grad_scaler_step_reads_nothing_back_through_sharded_update(one_process_group):
+    model = _model()
+    optimizer = one_process_group(OPTIMIZERS["lars mlperf"](model))
+    scaler = torch.amp.GradScaler("cpu")
+    for step in range(2):
+        scaler.scale(model(torch.randn(4, 6)).square().mean()).backward()
+        if step == 1:
+            next(model.parameters()).grad[0, 0] = float("inf")
+        with _HostReads() as probe:
+            scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        assert probe.count == 0, step
