@@ -14,13 +14,11 @@ import operator
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.nodes import BooleanNode, ValueNode
+from omegaconf.nodes import ValueNode
 
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
-from lightning_lars.config.trainer_arguments import accepts, describe, unknown_argument
-from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 
 # Trainer arguments where Lightning's -1 means "no limit" (the epochs, the steps) or "all of this node's" (the
@@ -106,24 +104,12 @@ def check_bounds(key: str, value: Any, what: str = "", note: str = "", **bounds:
     raise UserError(f"{key}={_text(value)}: {what} must be {wanted}{f' ({note})' if note else ''}; set {key}")
 
 
-def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
-    """OmegaConf turns ``1`` into true for a bool field; a user who wrote a number meant something else."""
-    for key, value in overrides:
-        parent, _, name = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        typed_bool = (
-            isinstance(node, DictConfig) and name in node and isinstance(node._get_node(name), BooleanNode)
-        )
-        if typed_bool and not isinstance(value, bool) and value is not None and "${" not in str(value):
-            raise UserError(f"{key}={_text(value)}: expected true or false")
-
-
 def _is_left_to_the_run(value: Any) -> bool:
     return value is None or (isinstance(value, str) and ("${" in value or value == "???"))
 
 
 def check_trainer(values: dict) -> None:
-    """Lightning's Trainer takes these keys with these kinds; ``evaluation`` replaces its own evaluation knobs."""
+    """``evaluation`` replaces Lightning's own evaluation knobs; the counts the plan reads are integers."""
     trainer = values.get("trainer") or {}
     for key, fix in REPLACED_BY_EVALUATION.items():
         if trainer.get(key) is not None:
@@ -131,26 +117,25 @@ def check_trainer(values: dict) -> None:
                 f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
                 f" trainer.{key}"
             )
-    if trainer.get("_target_") != TRAINER_TARGET:
-        return
-    for key, value in trainer.items():
-        if key.startswith("_") and key.endswith("_"):  # _target_, _partial_, ...: Hydra's, not the Trainer's
+    for key, wanted in AT_LEAST_1_OR_ALL.items():
+        value = trainer.get(key)
+        if value is None or _is_left_to_the_run(value) or (key == "devices" and _devices(value)):
             continue
-        if key not in TRAINER_ARGUMENTS:
-            raise UserError(unknown_argument(key))
-        accepted = TRAINER_ARGUMENTS[key]
-        if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
-            raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")
-        if key in AT_LEAST_1_OR_ALL and _number(value) and value < 1 and value != -1:
-            raise UserError(f"trainer.{key}={_text(value)}: expected {AT_LEAST_1_OR_ALL[key]}")
+        if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1):
+            raise UserError(f"trainer.{key}={_text(value)}: expected {wanted}")
+
+
+def _devices(value: Any) -> bool:
+    """Devices as Lightning also takes them: auto, a list of ids, or their text ("0,1")."""
+    return (
+        value == "auto"
+        or isinstance(value, list)
+        or (isinstance(value, str) and value.replace(",", "").isdigit())
+    )
 
 
 def _text(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def compile_mode(value: Any, device_type: str | None = None) -> str | None:

@@ -3,14 +3,13 @@
 conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file (train.yaml, the groups, the
 recipe, the command line) merges into these types: OmegaConf rejects a wrong type (``batch.global_size=abc``), an
 unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.resume=true``) while Hydra composes,
-and `lightning_lars.config.compose` turns its message into one line. The defaults here equal train.yaml's, which
+and Hydra prints its message. The defaults here equal train.yaml's, which
 sets them again with the comments a user reads; field order is the order ``--cfg job`` prints.
 
 A field's bounds are declared with it (``metadata``) and checked, with what a type cannot state (one of two keys,
 a key read only in one mode), in `lightning_lars.config.rules`. The groups are typed by the schema of the file
 chosen (``model`` here; the optimizer, scheduler, data, strategy, callbacks and logger in
-`lightning_lars.config.groups`); the trainer's keys are checked against Lightning's arguments
-(`lightning_lars.config.trainer_signature`).
+`lightning_lars.config.groups`); the trainer's keys are Lightning's ``Trainer(...)`` to judge.
 """
 
 from __future__ import annotations
