@@ -26,7 +26,7 @@ if __name__ == "__main__" or Path(sys.argv[0]).name == "lightning-lars":
 
 import hydra
 from hydra.errors import InstantiationException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from lightning_lars.config import rules
 from lightning_lars.config.compose import explain_instantiation_error
@@ -91,24 +91,29 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def check_job(cfg: DictConfig) -> None:
-    """What only we know about a composed job: rules across fields, values left ``???``, the data files and
-    whether they hold one global batch. Each mistake is one `UserError` line."""
+    """What only we know about a composed job: rules across fields and values left ``???`` (`config.rules`), the
+    data files and whether they hold one global batch. Each mistake is one `UserError` line."""
     rules.check(cfg)
     checks.check_dataset(cfg)  # data.root=??? included: its message names the command that writes the data
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise UserError(
-            f"{missing[0]} is not set: give it a value ({missing[0]}=VALUE on the command line or in the recipe)"
-        )
     global_size = int(cfg.batch.global_size)
     images = count_train_images(cfg, up_to=global_size)
     if images is not None and images < global_size:  # the plan's own refusal says which batch fits
         make_plan(cfg, cfg.recipe_name, images, devices=None, nodes=1, counted=True)
 
 
-def check_command_line(overrides: list[str]) -> None:
+# Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
+SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i")
+
+
+def check_command_line(overrides: list[str], argv: list[str] = ()) -> None:
     """What the command line's text alone decides, before Hydra makes a run folder: the recipe's name (with the
-    one it most likely means) and a folder given for the run that cannot be made or holds a finished run."""
+    one it most likely means), a key the run sets itself, and a folder given for the run that cannot be made or
+    holds a finished run."""
+    if {"-m", "--multirun"} & set(argv) and {a.partition("=")[0] for a in argv} & set(SWEEP_CANNOT_PRINT):
+        raise UserError(
+            "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
+            " that job's config (--cfg job)"
+        )
     check_recipe_names(overrides)
     check_overrides_not_set_by_the_run(overrides)  # optimizer.lr=0.1: the key that sets it, not Hydra's `+`
     given = dict(o.lstrip("+").partition("=")[::2] for o in overrides)
@@ -132,7 +137,7 @@ def main() -> None:
     typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
     overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted
     try:
-        check_command_line(overrides)
+        check_command_line(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
     # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused

@@ -9,36 +9,16 @@ For the other characters Hydra's own parse error says where it stopped.
 
 from __future__ import annotations
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
-
-_PARSER = OverridesParser.create()
 COMPOUND = ("[", "{")  # a list or a dict: Hydra's syntax around the values
 
 
-def _parses_to(override: str, value: str) -> bool:
-    try:
-        return _PARSER.parse_override(override).value() == value
-    except HydraException:
-        return False
-
-
-def _parses(override: str) -> bool:
-    try:
-        _PARSER.parse_override(override)
-        return True
-    except HydraException:
-        return False
-
-
 def quote_plain_text(override: str) -> str:
-    """``key=value`` with a non-ASCII ``value`` that Hydra cannot parse unquoted, as ``key='value'`` (which Hydra
+    """``key=value`` with a non-ASCII ``value``, which Hydra cannot parse unquoted, as ``key='value'`` (which Hydra
     reads as exactly ``value``); every other override unchanged."""
     key, equals, value = override.partition("=")
-    if not equals or value.isascii() or value.startswith(COMPOUND) or "," in value or _parses(override):
+    if not equals or value.isascii() or value.startswith(COMPOUND) or "," in value or value[:1] in "'\"":
         return override  # a list, dict or sweep is Hydra's syntax: its elements are quoted one by one
-    for quote in ("'", '"'):
-        quoted = f"{key}={quote}{value}{quote}"
-        if quote not in value and _parses_to(quoted, value):
-            return quoted
-    return override
+    quote = next((q for q in ("'", '"') if q not in value), None)
+    if quote is None or value.endswith("\\"):  # no quote Hydra would read back as this exact text
+        return override
+    return f"{key}={quote}{value}{quote}"

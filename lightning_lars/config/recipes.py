@@ -49,7 +49,8 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
             value = OverridesParser.create().parse_override(override).value()
         except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
             raise UserError(
-                f"cannot parse {override}: Hydra's override grammar is hydra.searchpath=[file:///abs/conf]"
+                f"cannot parse {override} (Hydra's override grammar): quote each folder that holds a space or"
+                ' a non-ASCII letter, e.g. hydra.searchpath=["file:///abs/my conf"]'
             ) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")

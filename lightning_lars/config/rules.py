@@ -1,8 +1,7 @@
 """What the typed schemas (`lightning_lars.config.schema`, `lightning_lars.config.groups`) cannot say, checked on
-the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, a bool given as a number,
-the bounds a schema field declares in its ``metadata`` (counts, learning rates, momentum), keys read only in one
-mode, one of two keys, the trainer keys that ``evaluation`` replaces, and the Trainer's values
-(`trainer_arguments`). Each failure is a one-line `UserError` naming the key and the fix.
+the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, the bounds a schema field
+declares in its ``metadata``, keys read only in one mode, one of two keys, the trainer keys that ``evaluation``
+replaces and the step counts the plan reads. Each failure is a one-line `UserError` naming the key and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
@@ -21,13 +20,8 @@ from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
 from lightning_lars.core.errors import UserError
 
-# Trainer arguments where Lightning's -1 means "no limit" (the epochs, the steps) or "all of this node's" (the
-# devices): any other value below 1 trains nothing, or is refused by Lightning once the run has started.
-AT_LEAST_1_OR_ALL = {
-    "max_epochs": "an integer >= 1 (or -1: no limit)",
-    "max_steps": "an integer >= 1 (or -1: no limit)",
-    "devices": "a number of devices >= 1, -1 (all of this node's), auto, or a list of device ids such as [0,1]",
-}
+# The Trainer's counts the plan reads, where Lightning's -1 means "no limit": any other value below 1 trains nothing
+PLANNED_COUNTS = ("max_epochs", "max_steps")
 # A schema field's bounds (`lightning_lars.config.run_groups`), each as the test a value passes
 BOUNDS = {"at_least": operator.ge, "above": operator.gt, "at_most": operator.le, "below": operator.lt}
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
@@ -46,6 +40,12 @@ def check(cfg: DictConfig) -> None:
         if (values.get(group) or {}).get(name) is not None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
+    # a data group's ??? (data.root) is reported where the data is looked for, with the command that makes it
+    missing = [key for key in sorted(OmegaConf.missing_keys(cfg)) if not key.startswith("data.")]
+    if missing:
+        raise UserError(
+            f"{missing[0]} is not set: give it a value ({missing[0]}=VALUE on the command line or in the recipe)"
+        )
     check_trainer(values)
     compile_mode((values.get("model") or {}).get("compile"))
     check_epoch_length(values["epoch_length"])
@@ -55,7 +55,7 @@ def check(cfg: DictConfig) -> None:
 
 def check_keys(node: Any, where: str = "") -> None:
     """Under a schema: no key it lacks (Hydra's ``+`` adds one past struct mode, ``+run.resume=true``; a file may
-    add one to an open node) and, in the root's sections, no value left ``???``."""
+    add one to an open node)."""
     if isinstance(node, ListConfig):
         for index in range(len(node)):
             check_keys(node._get_node(index), f"{where}[{index}]")
@@ -70,13 +70,6 @@ def check_keys(node: Any, where: str = "") -> None:
         full_key = f"{where}.{key}" if where else str(key)
         if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
             raise UserError(schema.unknown_key(full_key, kind))
-        # a group's ??? (data.root) is the recipe's or the user's to fill: reported where it is read, so that
-        # `--cfg job` still prints what is left to fill
-        if OmegaConf.is_missing(node, key) and getattr(kind, "__module__", None) == schema.__name__:
-            raise UserError(
-                f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
-                " the recipe)"
-            )
         child = node._get_node(key)
         if fields and fields.get(key) and not isinstance(child, (DictConfig, ListConfig)):
             value = child._value()
@@ -117,21 +110,11 @@ def check_trainer(values: dict) -> None:
                 f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
                 f" trainer.{key}"
             )
-    for key, wanted in AT_LEAST_1_OR_ALL.items():
+    for key in PLANNED_COUNTS:
         value = trainer.get(key)
-        if value is None or _is_left_to_the_run(value) or (key == "devices" and _devices(value)):
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1):
-            raise UserError(f"trainer.{key}={_text(value)}: expected {wanted}")
-
-
-def _devices(value: Any) -> bool:
-    """Devices as Lightning also takes them: auto, a list of ids, or their text ("0,1")."""
-    return (
-        value == "auto"
-        or isinstance(value, list)
-        or (isinstance(value, str) and value.replace(",", "").isdigit())
-    )
+        wrong = not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1)
+        if wrong and not _is_left_to_the_run(value):
+            raise UserError(f"trainer.{key}={_text(value)}: expected an integer >= 1 (or -1: no limit)")
 
 
 def _text(value: Any) -> str:

@@ -1,11 +1,10 @@
-"""A run assembled from its config, planned once, in the order `_run` and `build` follow: the callbacks of the
-config -> the devices Lightning will use (`planned_world`) -> the batch plan -> the datamodule (its train-set size)
--> the recipe plan (`make_plan`, once) -> the logger -> the trainer, built with the plan's accumulation, steps,
-epoch length and evaluation steps -> the optimizer -> the model with the plan's LR schedule (grown, where the batch
-grows); the plan lines are printed before `run` fits (lightning-hydra-template's ``train()``, reordered: the plan
-needs the devices and the data, and the trainer needs the plan).
+"""A run assembled from its config, planned once, in the order `build` follows: the callbacks of the config ->
+the devices Lightning will use (`planned_world`) -> the batch plan -> the datamodule (its train-set size) -> the
+recipe plan (`make_plan`, once; `build_planned` takes it) -> the logger -> the trainer, built with the plan's
+accumulation, steps, epoch length and evaluation steps -> the optimizer -> the model with the plan's LR schedule
+(grown, where the batch grows); the plan lines are printed before `run` fits (lightning-hydra-template's
+``train()``, reordered: the plan needs the devices and the data, and the trainer needs the plan).
 """
-
 from __future__ import annotations
 
 import signal
@@ -92,9 +91,22 @@ def plan_run(cfg: DictConfig, callbacks: list):
     return datamodule, plan
 
 
-def build(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path: str | None = None):
+def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
+    """Every part, in the module docstring's order, from one plan; returns (trainer, module, datamodule, batch
+    plan). ``ckpt_path``: the run being resumed; ``started``: ``time.perf_counter()`` when the command started."""
+    started = time.perf_counter() if started is None else started
+    target_checks.check(cfg)  # model name, accelerator, optimizer: before a W&B run is opened
+    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
+    callbacks = run_callbacks(cfg, started)
+    datamodule, plan = plan_run(cfg, callbacks)
+    trainer, module = build_planned(cfg, plan, callbacks, ckpt_path)
+    report_plan(cfg, plan, trainer, started)
+    return trainer, module, datamodule, plan.batch_plan
+
+
+def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path: str | None = None):
     """The logger, the trainer with ``plan``'s settings, the optimizer and the model with ``plan``'s LR schedule;
-    returns (trainer, module). ``ckpt_path``: the run being resumed."""
+    returns (trainer, module)."""
     strategy = instantiate(schema.plain(cfg.strategy)) if "_target_" in cfg.strategy else cfg.strategy.name
     # the same W&B run when resuming; ~logger: no logging at all. W&B opens at the first log, after the trainer
     logger = (
@@ -186,13 +198,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
         run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
-    started = fit_started if started is None else started
-    target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
-    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
-    callbacks = run_callbacks(cfg, started)
-    datamodule, plan = plan_run(cfg, callbacks)
-    trainer, module = build(cfg, plan, callbacks, ckpt_path)
-    report_plan(cfg, plan, trainer, started)
+    trainer, module, datamodule, _batch = build(cfg, ckpt_path, started)
     try:
         # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)

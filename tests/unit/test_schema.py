@@ -142,7 +142,6 @@ def test_a_missing_value_is_one_line_naming_the_key(overrides, key):
         (["scheduler.base_lr=0"], "scheduler.base_lr=0: a learning rate must be > 0; set scheduler.base_lr"),
         (["scheduler.start_lr=-1"], "scheduler.start_lr=-1: a learning rate must be >= 0"),
         (["optimizer.momentum=1.0"], "optimizer.momentum=1.0: momentum must be in [0, 1)"),
-        (["trainer.devices=0"], "trainer.devices=0: expected a number of devices >= 1, -1"),
         (["epoch_length.num_train_images=0"], "epoch_length.num_train_images=0: expected an integer >= 1"),
         (["epoch_length.mode=padded"], "epoch_length.workers is not set: mode padded needs it"),
         (["epoch_length.mode=fixed"], "epoch_length.steps is not set: mode fixed needs it"),
