@@ -40,12 +40,6 @@ def check(cfg: DictConfig) -> None:
         if (values.get(group) or {}).get(name) is not None:
             raise UserError(set_by_the_run(key))
     check_keys(cfg)
-    # a data group's ??? (data.root) is reported where the data is looked for, with the command that makes it
-    missing = [key for key in sorted(OmegaConf.missing_keys(cfg)) if not key.startswith("data.")]
-    if missing:
-        raise UserError(
-            f"{missing[0]} is not set: give it a value ({missing[0]}=VALUE on the command line or in the recipe)"
-        )
     check_trainer(values)
     compile_mode((values.get("model") or {}).get("compile"))
     check_epoch_length(values["epoch_length"])
@@ -55,7 +49,8 @@ def check(cfg: DictConfig) -> None:
 
 def check_keys(node: Any, where: str = "") -> None:
     """Under a schema: no key it lacks (Hydra's ``+`` adds one past struct mode, ``+run.resume=true``; a file may
-    add one to an open node)."""
+    add one to an open node) and, in the root's sections, no value left ``???`` (read unresolved: OmegaConf's
+    ``missing_keys`` resolves every value, and a resolver of the model layer is not loaded yet)."""
     if isinstance(node, ListConfig):
         for index in range(len(node)):
             check_keys(node._get_node(index), f"{where}[{index}]")
@@ -70,6 +65,11 @@ def check_keys(node: Any, where: str = "") -> None:
         full_key = f"{where}.{key}" if where else str(key)
         if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
             raise UserError(schema.unknown_key(full_key, kind))
+        # a group's ??? (data.root) is the recipe's or the user's to fill: reported where it is read
+        if OmegaConf.is_missing(node, key) and getattr(kind, "__module__", None) == schema.__name__:
+            raise UserError(
+                f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in the recipe)"
+            )
         child = node._get_node(key)
         if fields and fields.get(key) and not isinstance(child, (DictConfig, ListConfig)):
             value = child._value()
