@@ -37,7 +37,7 @@ from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
-from lightning_lars.recipe.plan import make_plan
+from lightning_lars.recipe.plan import check_recipe, make_plan
 from lightning_lars.runtime import run_folder, run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
@@ -92,8 +92,12 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def check_job(cfg: DictConfig) -> None:
     """What only we know about a composed job: rules across fields and values left ``???`` (`config.rules`), the
-    data files and whether they hold one global batch. Each mistake is one `UserError` line."""
+    recipe planned without data or devices, the data files and whether they hold one global batch. Each mistake
+    is one `UserError` line. The plan the run follows is made once, by `lightning_lars.training.run.build`, on
+    the devices Lightning uses and the data's own count: both need torch."""
     rules.check(cfg)
+    # a recipe that cannot run (an evaluation past its end, a batch no device split trains): said before data
+    check_recipe(cfg, cfg.recipe_name)
     checks.check_dataset(cfg)  # data.root=??? included: its message names the command that writes the data
     global_size = int(cfg.batch.global_size)
     images = count_train_images(cfg, up_to=global_size)

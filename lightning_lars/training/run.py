@@ -5,6 +5,7 @@ accumulation, steps, epoch length and evaluation steps -> the optimizer -> the m
 (grown, where the batch grows); the plan lines are printed before `run` fits (lightning-hydra-template's
 ``train()``, reordered: the plan needs the devices and the data, and the trainer needs the plan).
 """
+
 from __future__ import annotations
 
 import signal
@@ -50,7 +51,7 @@ def planned_world(trainer: DictConfig) -> tuple[int, int]:
             if devices == "auto"
             else len(kind.get_parallel_devices(kind.parse_devices(devices)))
         )
-    except MisconfigurationException as err:
+    except (MisconfigurationException, TypeError, ValueError) as err:  # Lightning's own refusal
         raise UserError(f"trainer.devices={devices}: {str(err).splitlines()[0]}") from None
     return count, int(trainer.get("num_nodes", 1))
 
