@@ -1,7 +1,7 @@
 """The checks run before any ``_target_`` is built agree with the libraries that would otherwise fail later:
 a model name with timm (``timm.is_model``, ``timm.create_model``), an accelerator with Lightning's
-``AcceleratorRegistry`` and ``Trainer``, an optimizer's hyperparameters with the optimizer built for real from the shipped
-``conf/optimizer`` configs."""
+``AcceleratorRegistry`` and ``Trainer``, an optimizer's hyperparameters with the optimizer built for real from the
+shipped ``conf/optimizer`` configs."""
 
 from __future__ import annotations
 
