@@ -97,7 +97,6 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
     plan). ``ckpt_path``: the run being resumed; ``started``: ``time.perf_counter()`` when the command started."""
     started = time.perf_counter() if started is None else started
     target_checks.check(cfg)  # model name, accelerator, optimizer: before a W&B run is opened
-    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     callbacks = run_callbacks(cfg, started)
     datamodule, plan = plan_run(cfg, callbacks)
     trainer, module = build_planned(cfg, plan, callbacks, ckpt_path)
@@ -161,7 +160,9 @@ def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path:
 
 
 def report_plan(cfg: DictConfig, plan: RecipePlan, trainer, started: float) -> None:
-    """The plan lines, the start-up time, and the config, plan and provenance as the logger's hyperparameters."""
+    """The recipe's claim, the plan lines, the start-up time, and the config, plan and provenance as the logger's
+    hyperparameters: once every part is built (a refused part's one line comes alone)."""
+    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
         rank_zero_info(

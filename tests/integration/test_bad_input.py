@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
     [
         (["recipe=goyal8k"], ["unknown recipe 'goyal8k'", "goyal_8k", "make recipes"]),
         (  # Lightning's own Trainer(...) refuses it, before W&B opens; every config mistake: test_schema.py
-            ["+trainer.max_epoch=3"],
+            ["data=synthetic", "+trainer.max_epoch=3"],  # data on no disk: the Trainer is built
             ["unknown config key 'trainer.max_epoch'", "Trainer takes no such argument"],
         ),
         (
@@ -68,7 +68,10 @@ pytestmark = pytest.mark.slow
         (["scheduler.base_lr=0"], ["scheduler.base_lr=0", "must be > 0"]),
         (["optimizer.momentum=1.0"], ["optimizer.momentum=1.0", "[0, 1)"]),
         (["optimizer.momentum=-0.5"], ["optimizer.momentum=-0.5", "[0, 1)"]),
-        (["trainer.devices=0"], ["trainer.devices=0", "should be an int > 0"]),  # Lightning's words
+        (
+            ["data=synthetic", "trainer.devices=0"],
+            ["trainer.devices=0", "should be an int > 0"],
+        ),  # Lightning's
     ],
 )
 def test_mistakes_before_training_are_one_line(args, phrases, tmp_path):
