@@ -108,12 +108,6 @@ def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path:
     """The logger, the trainer with ``plan``'s settings, the optimizer and the model with ``plan``'s LR schedule;
     returns (trainer, module)."""
     strategy = instantiate(schema.plain(cfg.strategy)) if "_target_" in cfg.strategy else cfg.strategy.name
-    # the same W&B run when resuming; ~logger: no logging at all. W&B opens at the first log, after the trainer
-    logger = (
-        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))
-        if cfg.get("logger") and "_target_" in cfg.logger
-        else False
-    )
     plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
     # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
     # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
@@ -136,7 +130,7 @@ def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path:
         cfg.trainer,
         strategy=strategy,
         callbacks=[*callbacks, *planned_callbacks],
-        logger=logger,
+        logger=False,  # set below, once Lightning took the rest
         plugins=plugins,
         accumulate_grad_batches=batch.accumulation,
         max_steps=plan.total_steps,
@@ -151,6 +145,10 @@ def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path:
             f"the plan is for {batch.world_size} device(s), Lightning's trainer uses {trainer.num_devices} x"
             f" {trainer.num_nodes} node(s): set trainer.devices={trainer.num_devices}"
         )
+    # W&B starts only once Lightning's Trainer(...) took its arguments: its refusal is one line, and no W&B folder
+    # is made. The same W&B run when resuming; ~logger: no logging at all.
+    if cfg.get("logger") and "_target_" in cfg.logger:
+        trainer.loggers = [instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))]
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
     # plain + "all": the hyperparameters every checkpoint saves (model_kwargs) are dicts and text, not
