@@ -49,10 +49,10 @@ def recipe_parts(recipe: str, overrides: list[str]):
     from lightning_lars.config import schema
     from lightning_lars.recipe.plan import check_command_line, make_plan
 
-    cfg, _ = check_command_line([f"recipe={recipe}", *overrides])
+    cfg = check_command_line([f"recipe={recipe}", *overrides])
     optimizer = instantiate(schema.plain(cfg.optimizer))
     plan = make_plan(cfg, recipe, cfg.epoch_length.num_train_images, 1, 1)
-    return cfg, optimizer, plan.base_lr_schedule
+    return cfg, optimizer, plan.lr_schedule
 
 
 def step_times(stamps: list[float], started: float, warm_up: int) -> tuple[float, list[float]]:

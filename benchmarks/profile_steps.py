@@ -48,19 +48,16 @@ def profiler_overrides(skip: int, steps: int, folder: str) -> list[str]:
 
 
 def compose_profiled(overrides: list[str], skip: int, steps: int, folder: str):
-    """The run's config as the entry point composes ``overrides`` (a ``trainer.KEY`` the recipe does not set, such
-    as ``trainer.max_steps``, takes no ``+``; the same checks), with the profiler and, unless given, enough steps
-    and ``folder`` as the run's output folder."""
+    """The run's config as the entry point composes ``overrides`` (the same checks), with the profiler and, unless
+    given, enough steps and ``folder`` as the run's output folder."""
     from lightning_lars.config.compose import compose_command_line
-    from lightning_lars.config.jobs import compose_job
 
     overrides = [*overrides, *profiler_overrides(skip, steps, folder)]
     if not any(o.startswith("trainer.max_steps=") for o in overrides):
         overrides.append(f"trainer.max_steps={skip + steps + 1}")
     if not any(o.startswith("paths.output_dir=") for o in overrides):
         overrides.append(f"paths.output_dir={folder}")
-    _, as_hydra_takes_them = compose_command_line(overrides)
-    return compose_job(as_hydra_takes_them)
+    return compose_command_line(overrides)
 
 
 def part_of(action: str, our_callbacks: set[str]) -> str | None:

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.seeds < 1:
             raise UserError(f"seeds={args.seeds}: run at least 1 seed (2 or more for the test)")
-        cfg = compose_command_line([f"recipe={args.recipe}", *args.overrides])[0]
+        cfg = compose_command_line([f"recipe={args.recipe}", *args.overrides])
         target, source = target_of(cfg)
         statistic = published.statistic_of(cfg.get("published"))
         count = published.source_epoch_count(cfg.get("published"))

@@ -1,7 +1,9 @@
 """The one entry point: ``python -m lightning_lars.train recipe=NAME key=value ...``.
 
-The command line is checked first (config, recipe, data files: one line per mistake, in about a second), then
-Hydra composes the job and `lightning_lars.training.run` assembles and fits it.
+Hydra composes the job once (its own errors, in its words: a value of the wrong type, an unknown choice or key,
+override syntax); at the top of the task function, before torch loads, the checks only we can make run on that
+config (rules across fields, the data files on disk); then `lightning_lars.training.run` plans the run once and
+builds and fits exactly that plan. A sweep's jobs are checked as each starts.
 """
 
 from __future__ import annotations
@@ -25,16 +27,17 @@ if __name__ == "__main__" or Path(sys.argv[0]).name == "lightning-lars":
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
+from lightning_lars.config import rules
 from lightning_lars.config.compose import explain_instantiation_error
-from lightning_lars.config.jobs import MULTIRUN_FLAGS, is_multirun, prints_only, sweep_jobs
 from lightning_lars.config.override_text import quote_plain_text
 from lightning_lars.config.paths import CONF_DIR, unwritable_reason
+from lightning_lars.config.recipes import check_recipe_names
+from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
-from lightning_lars.recipe.plan import check_command_line, make_plan, recipe_of
+from lightning_lars.recipe.plan import check_recipe, make_plan
 from lightning_lars.runtime import run_folder, run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
@@ -58,7 +61,12 @@ def fail(err: UserError) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
-    # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: imported once the command line is checked
+    try:
+        check_job(cfg)  # about a second: before torch, Lightning, timm and FFCV (~10 s on 2 cores) load
+    except UserError as err:
+        run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
+        fail(err)
+    # torch, Lightning, timm and FFCV take ~10 s to import on 2 cores: imported once the job is checked
     from lightning_lars.runtime import preemption
     from lightning_lars.training.run import run
 
@@ -66,9 +74,9 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg, preemption.started_here(STARTED_PID, STARTED))
     except UserError as err:
-        run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
+        run_folder.discard_refused(cfg.paths.output_dir)
         fail(err)
-    except InstantiationException as err:
+    except InstantiationException as err:  # Lightning's Trainer(...) refusing an argument, among others
         run_folder.discard_refused(cfg.paths.output_dir)
         fail(UserError(explain_instantiation_error(err)))
     except run_folder.Finished as done:  # nothing to resume: not a mistake, exit code 0
@@ -82,53 +90,43 @@ def hydra_main(cfg: DictConfig) -> None:
             sys.exit(stop.exit_status)
 
 
+def check_job(cfg: DictConfig) -> None:
+    """What only we know about a composed job: rules across fields and values left ``???`` (`config.rules`), the
+    recipe planned without data or devices, the data files and whether they hold one global batch. Each mistake
+    is one `UserError` line. The plan the run follows is made once, by `lightning_lars.training.run.build`, on
+    the devices Lightning uses and the data's own count: both need torch."""
+    rules.check(cfg)
+    # a recipe that cannot run (an evaluation past its end, a batch no device split trains): said before data
+    check_recipe(cfg, cfg.recipe_name)
+    checks.check_dataset(cfg)  # data.root=??? included: its message names the command that writes the data
+    global_size = int(cfg.batch.global_size)
+    images = count_train_images(cfg, up_to=global_size)
+    if images is not None and images < global_size:  # the plan's own refusal says which batch fits
+        make_plan(cfg, cfg.recipe_name, images, devices=None, nodes=1, counted=True)
+
+
 # Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
-SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i")
 
 
-def check_jobs(overrides: list[str], argv: list[str]) -> list[str]:
-    """Every job the command line makes (each job of a sweep under ``-m``) is checked; returns ``overrides`` as
-    Hydra must get them (a Trainer argument the config does not set gets its ``+``)."""
-    multirun = is_multirun(argv)
-    if any(a.partition("=")[0] in SWEEP_CANNOT_PRINT for a in argv) and any(
-        a in MULTIRUN_FLAGS for a in argv
-    ):
+def check_command_line(overrides: list[str], argv: list[str] = ()) -> None:
+    """What the command line's text alone decides, before Hydra makes a run folder: the recipe's name (with the
+    one it most likely means), a key the run sets itself, and a folder given for the run that cannot be made or
+    holds a finished run."""
+    if {"-m", "--multirun"} & set(argv) and {a.partition("=")[0] for a in argv} & set(SWEEP_CANNOT_PRINT):
         raise UserError(
             "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
             " that job's config (--cfg job)"
         )
-    jobs = sweep_jobs(overrides) if multirun else [overrides]
-    plussed = set()
-    for job in jobs:
-        given = [o for o in job if o is not None]
-        try:
-            cfg, accepted = check_command_line(given)
-            if not prints_only(argv):  # `--cfg job` prints the config: no data needed
-                check_log_dir(cfg, given)
-                checks.check_dataset(cfg)
-                check_data_size(cfg, recipe_of(given))
-        except UserError as err:
-            swept = [o for o, whole in zip(job, overrides) if o is not None and o != whole]
-            raise UserError(f"the sweep's job {' '.join(swept)}: {err}" if swept else str(err)) from None
-        plussed |= {a.removeprefix("+") for o, a in zip(given, accepted) if a != o}
-    keys = {o.partition("=")[0] for o in plussed}
-    return [f"+{o}" if o.partition("=")[0] in keys and not o.startswith(("+", "~")) else o for o in overrides]
-
-
-def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
-    """A ``paths.log_dir`` (or a ``hydra.run.dir`` given) that no run folder can be made in: refused here, not as
-    Hydra's traceback when it makes the run folder; so is a ``hydra.run.dir`` of a finished run, before Hydra
-    writes into it (`run_folder.refuse_finished`)."""
-    try:
-        folders = {"paths.log_dir": str(cfg.paths.log_dir)}
-    except OmegaConfBaseException:  # a value that needs Hydra's runtime: Hydra resolves it
-        folders = {}
-    for override in overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            folders[key] = value.strip("'\"")
+    check_recipe_names(overrides)
+    check_overrides_not_set_by_the_run(overrides)  # optimizer.lr=0.1: the key that sets it, not Hydra's `+`
+    given = dict(o.lstrip("+").partition("=")[::2] for o in overrides)
+    folders = {
+        k: given[k].strip("'\"") for k in ("paths.log_dir", "hydra.run.dir", "hydra.sweep.dir") if k in given
+    }
+    folders = {k: v for k, v in folders.items() if "${" not in v}  # Hydra resolves those
     if "hydra.run.dir" in folders:  # a finished run there is never replaced by a new one
-        run_folder.refuse_finished(folders["hydra.run.dir"], cfg.run.get("ckpt_path"))
+        run_folder.refuse_finished(folders["hydra.run.dir"], given.get("run.ckpt_path"))
     for key, folder in folders.items():
         reason = unwritable_reason(Path(folder))
         if reason is not None:
@@ -138,31 +136,22 @@ def check_log_dir(cfg: DictConfig, overrides: list[str]) -> None:
             )
 
 
-def check_data_size(cfg: DictConfig, recipe: str) -> None:
-    """Data too small for one global batch: refused here, before Hydra makes a run folder and a logger starts
-    (the run plans again on the data's own count, the same way)."""
-    global_size = int(cfg.batch.global_size)
-    images = count_train_images(cfg, up_to=global_size)
-    if images is not None and images < global_size:
-        make_plan(cfg, recipe, images, devices=None, nodes=1, counted=True)
-
-
 def main() -> None:
-    """Checks the command line first so that every mistake is one line, never a traceback."""
     usage.exit_if_asked(sys.argv[1:])
+    typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
+    overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted
     try:
-        typed = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
-        overrides = [quote_plain_text(a) for a in typed]  # data.root=/data/données: Hydra needs it quoted
-        accepted = check_jobs(overrides, sys.argv[1:])
+        check_command_line(overrides, sys.argv[1:])
     except UserError as err:
         fail(err)
     # Hydra's argparse takes the overrides as one run of words: `recipe=demo -m seed=0,1` would be refused
-    flags = [a for a in sys.argv[1:] if a not in typed]
-    sys.argv = [sys.argv[0], *flags, *accepted]  # accepted: `trainer.max_steps=1` -> `+trainer.max_steps=1`
-    # imports Lightning (~5 s): only once the command line is checked
-    from lightning_lars.runtime import preemption
+    sys.argv = [sys.argv[0], *[a for a in sys.argv[1:] if a not in typed], *overrides]
+    if "SLURM_JOB_ID" in os.environ:
+        from lightning_lars.runtime import (
+            preemption,
+        )  # imports Lightning (~5 s): only where SLURM may requeue
 
-    sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # under SLURM: one run folder per job id
+        sys.argv += preemption.run_dir_overrides(sys.argv[1:])  # one run folder per job id
     hydra_main()
 
 

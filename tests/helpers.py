@@ -275,6 +275,18 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *phrases: str, alon
     return errors[0]
 
 
+def assert_hydra_error(done: subprocess.CompletedProcess, *phrases: str) -> str:
+    """``done`` refused by Hydra while it composed, in Hydra's and OmegaConf's own words: exit status 1, no
+    traceback, stderr ending with Hydra's pointer to HYDRA_FULL_ERROR and holding every phrase; returns stderr."""
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert done.stderr.rstrip().endswith("HYDRA_FULL_ERROR=1 for a complete stack trace."), done.stderr[
+        -3000:
+    ]
+    for phrase in phrases:
+        assert phrase in done.stderr, done.stderr[-3000:]
+    return done.stderr
+
+
 class HostReadRecorder(L.Callback):
     """Every device-to-host read during training, with where it came from and whether it fell between log steps.
 

@@ -23,7 +23,7 @@ class BatchNormGroups(L.Callback):
     Runs in ``setup``: after the process group exists (SyncBatchNorm-style groups need it) and before the
     optimizer is built. Ghost BN when the span is smaller than the device batch; one statistic over
     ``plan.bn_ranks`` consecutive ranks when it is larger; nothing when it equals the device batch.
-    `lightning_lars.training.run.apply_plan` adds this callback with the plan `build` printed.
+    `lightning_lars.training.run.build_planned` builds the Trainer with this callback and the plan `build` printed.
     """
 
     def __init__(self, plan: BatchPlan):

@@ -38,8 +38,13 @@ class BatchSizeControl(L.Callback):
         self._trimmed_to: int | None = None  # what we set fit_loop.max_batches to
 
     def setup(self, trainer, pl_module, stage):
-        if stage != "fit" or isinstance(pl_module.lr_schedule, GrownBatchSchedule):
+        if stage != "fit":
             return
+        self.base_accumulation = trainer.accumulate_grad_batches
+        if isinstance(pl_module.lr_schedule, GrownBatchSchedule):  # a run's module: the plan grew it, once
+            self.batch_growth = pl_module.lr_schedule.growth
+            return
+        # a module built without a plan (a test, a script): grow its schedule here
         steps_per_epoch = pl_module.lr_schedule.steps_per_epoch
         too_big = {e: f for e, f in self.growth.items() if steps_per_epoch // f == 0}
         if too_big:
@@ -47,7 +52,6 @@ class BatchSizeControl(L.Callback):
                 f"batch growth {too_big} leaves no full step in an epoch of {steps_per_epoch} steps;"
                 " lower the factor or batch.global_size"
             )
-        self.base_accumulation = trainer.accumulate_grad_batches
         self.batch_growth = BatchGrowth.from_table(steps_per_epoch, self.growth)
         pl_module.lr_schedule = GrownBatchSchedule(
             base=pl_module.lr_schedule, growth=self.batch_growth, scale_lr=self.scale_lr

@@ -13,8 +13,8 @@ class EvaluationSchedule(L.Callback):
     passes, not the source's epochs. With ``check_val_every_n_epoch=None`` Lightning validates after a batch
     when ``(total_batch_idx + 1) % trainer.val_check_batch == 0``; before that test this callback sets
     ``val_check_batch`` to the current batch count when the batch just completed a planned update, and to
-    one more than it otherwise. `lightning_lars.training.run.apply_plan` adds it with the plan's steps (the last
-    one is the final step).
+    one more than it otherwise. `lightning_lars.training.run.build_planned` builds the Trainer with it and the
+    plan's steps (the last one is the final step).
     Stateless: a resumed run finds its place from ``trainer.global_step``.
 
     Args:

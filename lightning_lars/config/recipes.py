@@ -1,5 +1,6 @@
 """The recipes Hydra composes from: ours stored in its ConfigStore as the ``recipe`` group, and a user's own found
-in the ``recipe/`` folders of their ``hydra.searchpath``."""
+in the ``recipe/`` folders of their ``hydra.searchpath`` (a file there starts with ``# @package _global_``, as
+ours do, or Hydra puts its keys under ``recipe``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import importlib.resources
 import re
 from pathlib import Path
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from lightning_lars.config import override_text, recipe_source
 from lightning_lars.config.paths import RECIPES_DIR
 from lightning_lars.core.errors import UserError
 
@@ -28,7 +29,6 @@ def register_recipes() -> None:
 
 
 register_recipes()
-recipe_source.install()  # a user's recipe file needs no `# @package _global_` line
 
 
 def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -48,7 +48,10 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
         try:
             value = OverridesParser.create().parse_override(override).value()
         except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
-            raise UserError(override_text.parse_error_line([override])) from None
+            raise UserError(
+                f"cannot parse {override} (Hydra's override grammar): quote each folder that holds a space or"
+                ' a non-ASCII letter, e.g. hydra.searchpath=["file:///abs/my conf"]'
+            ) from None
         for entry in value if isinstance(value, list) else [value]:
             scheme, _, where = str(entry).rpartition("://")
             if scheme == "pkg":
@@ -62,6 +65,49 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
             else:  # file:// or a plain path
                 folders.append(Path(where) / "recipe")
     return tuple(folders)
+
+
+def check_recipe_names(overrides: list[str]) -> None:
+    """A ``recipe=NAME`` that names no recipe: one line with the one it most likely means (Hydra's own error
+    lists every option, without a guess)."""
+    known = recipe_names(user_recipe_dirs(overrides))
+    for override in overrides:
+        match = re.fullmatch(r"\+?recipe=(.*)", override)
+        if match and match.group(1) not in known:
+            raise UserError(
+                f"{unknown_recipe(match.group(1), known)}"
+                " (`make recipes` lists them with their published results; a folder of your own recipes:"
+                " hydra.searchpath=[file:///abs/conf] with conf/recipe/NAME.yaml)"
+            )
+        # a user's recipe file: Hydra's YAML error is a traceback, and without its package line Hydra's error
+        # names a key 'recipe' the file never wrote
+        for folder in user_recipe_dirs(overrides) if match else ():
+            path = folder / f"{match.group(1)}.yaml"
+            if not path.is_file():
+                continue
+            with open(path, encoding="utf-8") as file:
+                try:
+                    yaml.safe_load(file)
+                except yaml.MarkedYAMLError as err:
+                    raise UserError(yaml_error_line(err)) from None
+            if not re.search(r"^# *@package +_global_ *$", path.read_text(encoding="utf-8"), re.MULTILINE):
+                raise UserError(
+                    f"{path}: start the file with the line # @package _global_, as every recipe does (without it"
+                    " Hydra puts the recipe's keys under 'recipe')"
+                )
+
+
+def yaml_error_line(err: yaml.MarkedYAMLError) -> str:
+    """``<file>:<line>:<column>: <yaml's message>`` (1-based, as editors count), with where the construct
+    yaml was reading began when yaml names it."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}: " if mark is not None else ""
+    context = ""
+    if err.context and err.problem:
+        started = err.context_mark
+        at = f" at line {started.line + 1}, column {started.column + 1}" if started is not None else ""
+        context = f" ({err.context}{at})"
+    return f"{where}{err.problem or err.context}{context}"
 
 
 def nearest_recipe(name: str, known: list[str]) -> str | None:

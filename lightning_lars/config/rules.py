@@ -1,8 +1,7 @@
 """What the typed schemas (`lightning_lars.config.schema`, `lightning_lars.config.groups`) cannot say, checked on
-the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, a bool given as a number,
-the bounds a schema field declares in its ``metadata`` (counts, learning rates, momentum), keys read only in one
-mode, one of two keys, the trainer keys that ``evaluation`` replaces, and the Trainer's values
-(`trainer_arguments`). Each failure is a one-line `UserError` naming the key and the fix.
+the composed config: keys that Hydra's ``+`` added past a schema, values left ``???``, the bounds a schema field
+declares in its ``metadata``, keys read only in one mode, one of two keys, the trainer keys that ``evaluation``
+replaces and the step counts the plan reads. Each failure is a one-line `UserError` naming the key and the fix.
 
 Values are read unresolved: an interpolation (``${...}``) is left to the run, which resolves it.
 """
@@ -14,22 +13,15 @@ import operator
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.nodes import BooleanNode, ValueNode
+from omegaconf.nodes import ValueNode
 
 from lightning_lars.config import schema
 from lightning_lars.config.schema import COMPILE_AUTO, COMPILE_MODES
 from lightning_lars.config.set_by_the_run import SET_BY_THE_RUN, set_by_the_run
-from lightning_lars.config.trainer_arguments import accepts, describe, unknown_argument
-from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 
-# Trainer arguments where Lightning's -1 means "no limit" (the epochs, the steps) or "all of this node's" (the
-# devices): any other value below 1 trains nothing, or is refused by Lightning once the run has started.
-AT_LEAST_1_OR_ALL = {
-    "max_epochs": "an integer >= 1 (or -1: no limit)",
-    "max_steps": "an integer >= 1 (or -1: no limit)",
-    "devices": "a number of devices >= 1, -1 (all of this node's), auto, or a list of device ids such as [0,1]",
-}
+# The Trainer's counts the plan reads, where Lightning's -1 means "no limit": any other value below 1 trains nothing
+PLANNED_COUNTS = ("max_epochs", "max_steps")
 # A schema field's bounds (`lightning_lars.config.run_groups`), each as the test a value passes
 BOUNDS = {"at_least": operator.ge, "above": operator.gt, "at_most": operator.le, "below": operator.lt}
 # Lightning's own evaluation knobs, which would fight the steps `evaluation` plans.
@@ -57,7 +49,8 @@ def check(cfg: DictConfig) -> None:
 
 def check_keys(node: Any, where: str = "") -> None:
     """Under a schema: no key it lacks (Hydra's ``+`` adds one past struct mode, ``+run.resume=true``; a file may
-    add one to an open node) and, in the root's sections, no value left ``???``."""
+    add one to an open node) and, in the root's sections, no value left ``???`` (read unresolved: OmegaConf's
+    ``missing_keys`` resolves every value, and a resolver of the model layer is not loaded yet)."""
     if isinstance(node, ListConfig):
         for index in range(len(node)):
             check_keys(node._get_node(index), f"{where}[{index}]")
@@ -72,12 +65,10 @@ def check_keys(node: Any, where: str = "") -> None:
         full_key = f"{where}.{key}" if where else str(key)
         if fields is not None and key not in fields and not {"**", key} & set(schema.also_takes(kind)):
             raise UserError(schema.unknown_key(full_key, kind))
-        # a group's ??? (data.root) is the recipe's or the user's to fill: reported where it is read, so that
-        # `--cfg job` still prints what is left to fill
+        # a group's ??? (data.root) is the recipe's or the user's to fill: reported where it is read
         if OmegaConf.is_missing(node, key) and getattr(kind, "__module__", None) == schema.__name__:
             raise UserError(
-                f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in"
-                " the recipe)"
+                f"{full_key} is not set: give it a value ({full_key}=VALUE on the command line or in the recipe)"
             )
         child = node._get_node(key)
         if fields and fields.get(key) and not isinstance(child, (DictConfig, ListConfig)):
@@ -106,24 +97,12 @@ def check_bounds(key: str, value: Any, what: str = "", note: str = "", **bounds:
     raise UserError(f"{key}={_text(value)}: {what} must be {wanted}{f' ({note})' if note else ''}; set {key}")
 
 
-def check_bools(cfg: DictConfig, overrides: list[tuple[str, Any]]) -> None:
-    """OmegaConf turns ``1`` into true for a bool field; a user who wrote a number meant something else."""
-    for key, value in overrides:
-        parent, _, name = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        typed_bool = (
-            isinstance(node, DictConfig) and name in node and isinstance(node._get_node(name), BooleanNode)
-        )
-        if typed_bool and not isinstance(value, bool) and value is not None and "${" not in str(value):
-            raise UserError(f"{key}={_text(value)}: expected true or false")
-
-
 def _is_left_to_the_run(value: Any) -> bool:
     return value is None or (isinstance(value, str) and ("${" in value or value == "???"))
 
 
 def check_trainer(values: dict) -> None:
-    """Lightning's Trainer takes these keys with these kinds; ``evaluation`` replaces its own evaluation knobs."""
+    """``evaluation`` replaces Lightning's own evaluation knobs; the counts the plan reads are integers."""
     trainer = values.get("trainer") or {}
     for key, fix in REPLACED_BY_EVALUATION.items():
         if trainer.get(key) is not None:
@@ -131,26 +110,15 @@ def check_trainer(values: dict) -> None:
                 f"trainer.{key} is not read: evaluation is scheduled by `evaluation`; {fix} and remove"
                 f" trainer.{key}"
             )
-    if trainer.get("_target_") != TRAINER_TARGET:
-        return
-    for key, value in trainer.items():
-        if key.startswith("_") and key.endswith("_"):  # _target_, _partial_, ...: Hydra's, not the Trainer's
-            continue
-        if key not in TRAINER_ARGUMENTS:
-            raise UserError(unknown_argument(key))
-        accepted = TRAINER_ARGUMENTS[key]
-        if not (isinstance(value, str) and "${" in value) and not accepts(accepted, value):
-            raise UserError(f"trainer.{key}={_text(value)}: expected {describe(accepted)}")
-        if key in AT_LEAST_1_OR_ALL and _number(value) and value < 1 and value != -1:
-            raise UserError(f"trainer.{key}={_text(value)}: expected {AT_LEAST_1_OR_ALL[key]}")
+    for key in PLANNED_COUNTS:
+        value = trainer.get(key)
+        wrong = not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1)
+        if wrong and not _is_left_to_the_run(value):
+            raise UserError(f"trainer.{key}={_text(value)}: expected an integer >= 1 (or -1: no limit)")
 
 
 def _text(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def compile_mode(value: Any, device_type: str | None = None) -> str | None:

@@ -3,21 +3,18 @@
 conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file (train.yaml, the groups, the
 recipe, the command line) merges into these types: OmegaConf rejects a wrong type (``batch.global_size=abc``), an
 unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.resume=true``) while Hydra composes,
-and `lightning_lars.config.compose` turns its message into one line. No field has a default (``MISSING``):
-train.yaml holds each value once, with the comment a user reads; field order is the order ``--cfg job`` prints.
+and Hydra prints its message. No field has a default (``MISSING``): train.yaml holds each value once, with the
+comment a user reads; field order is the order ``--cfg job`` prints.
 
 A field's bounds are declared with it (``metadata``) and checked, with what a type cannot state (one of two keys,
 a key read only in one mode), in `lightning_lars.config.rules`. The groups are typed by the schema of the file
 chosen (``model`` here; the optimizer, scheduler, data, strategy, callbacks and logger in
-`lightning_lars.config.groups`); the trainer's keys are checked against Lightning's arguments
-(`lightning_lars.config.trainer_signature`).
+`lightning_lars.config.groups`); the trainer's keys are Lightning's ``Trainer(...)`` to judge.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
@@ -185,20 +182,6 @@ def also_takes(kind: type | None) -> tuple[str, ...]:
     return getattr(kind, "ALSO_TAKES", ())
 
 
-def field_type(dotted_key: str, kind: Any = TrainConfig) -> Any:
-    """The annotation of ``dotted_key`` (``batch.global_size``, ``deviations[0].why``) in the schema ``kind``
-    (the root's by default; a group's, e.g. ``LarsOptimizer``, with the key inside it), or None where the key is
-    outside it (an open group, ``published``)."""
-    for part in dotted_key.split("."):
-        name, _, index = part.partition("[")
-        if not dataclasses.is_dataclass(kind):
-            return None
-        kind = typing.get_type_hints(kind).get(name)
-        if index and typing.get_origin(kind) is list:
-            kind = typing.get_args(kind)[0]
-    return kind
-
-
 def unknown_key(key: str, kind: type | None = None, given: str = "", why: str = "") -> str:
     """The one message for a key nothing reads, with ``why`` or, under a schema, its keys; under a node that takes
     any key (no schema, or ``**``), the ``+`` that adds one on purpose."""
@@ -211,25 +194,6 @@ def unknown_key(key: str, kind: type | None = None, given: str = "", why: str = 
         keys = [f.name for f in dataclasses.fields(kind)] + [f"+{name}" for name in also_takes(kind)]
         why = f"nothing reads it; remove it or fix its spelling (its keys: {', '.join(keys)})"
     return f"unknown config key '{key}': {why}"
-
-
-def describe(kind: Any) -> str:
-    """What a user may write for a value of type ``kind``: "an integer", "one of drop_last, padded, fixed", ..."""
-    arguments = [a for a in typing.get_args(kind) if a is not type(None)]
-    if set(arguments) == {int, float}:
-        return "a number" + (" or null" if type(None) in typing.get_args(kind) else "")
-    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(arguments) == 1:
-        return f"{describe(arguments[0])} or null"
-    if typing.get_origin(kind) is list:
-        return f"a list of {describe(arguments[0])}"
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return "one of " + ", ".join(member.name for member in kind)
-    if dataclasses.is_dataclass(kind):
-        return "{" + ", ".join(f.name for f in dataclasses.fields(kind)) + "}"
-    words = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
-    return words.get(
-        kind, "a value of its type (`python -m lightning_lars.train --cfg job` shows the current one)"
-    )
 
 
 def plain(node: Any) -> Any:

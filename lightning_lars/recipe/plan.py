@@ -52,7 +52,6 @@ class RecipePlan:
     batch_plan: BatchPlan
     lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
     peak_lr: float
-    base_lr_schedule: LRSchedule  # the module's schedule (callbacks.batch_size_control wraps it)
     deviations: list[dict] = field(default_factory=list)
     published: dict = field(default_factory=dict)
     value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
@@ -210,18 +209,20 @@ def make_plan(
     nodes: int,
     counted: bool = False,
     callbacks: Sequence[Any] = (),
+    batch_plan: BatchPlan | None = None,
 ) -> RecipePlan:
     """The run of ``cfg`` on ``devices x nodes`` with ``num_train_images`` training images (``counted``: in the
     data, else the recipe's ``epoch_length.num_train_images``). ``callbacks``: the run's callbacks, built by the
     layer that may import them (`lightning_lars.training`); each with a ``planned_values(step, values, plan)``
     method sets the hyperparameter it changes per step. None (the composition checks): no callback is imported
-    before the data files are checked."""
+    before the data files are checked. ``batch_plan``: the run's, already split over its devices (the
+    datamodule's batch comes from it), else split here."""
     deviations = OmegaConf.to_container(cfg.deviations, resolve=True)  # four strings each: config.schema
     batch = cfg.batch
     world = configured_world(cfg.trainer) if devices is None else None
-    if (
-        world is not None
-    ):  # composition checks, devices set in the config: the batch plan is known before the run
+    if batch_plan is not None:
+        plan = batch_plan
+    elif world is not None:  # composition checks, devices set in the config: the batch plan is known
         plan = plan_batch(batch.global_size, world, 1, batch.max_per_device, batch.bn_group)
     elif devices is None:  # composition checks, "auto" devices: only the global batch is known yet
         plan = BatchPlan(int(batch.global_size), 1, int(batch.global_size), 1)
@@ -270,7 +271,7 @@ def make_plan(
     epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)
     schedule = base_schedule
-    if growth is not None:
+    if growth is not None:  # the one grown schedule: the module's (callbacks.batch_size_control adopts it)
         schedule = GrownBatchSchedule(base=base_schedule, growth=batch_growth, scale_lr=growth[1])
     optimizer = cfg.optimizer
     momentum = optimizer.get("momentum")
@@ -291,7 +292,6 @@ def make_plan(
         batch_plan=plan,
         lr_schedule=schedule,
         peak_lr=schedule.peak_lr,
-        base_lr_schedule=base_schedule,
         deviations=deviations,
         published=dict(OmegaConf.to_container(cfg.get("published") or {}, resolve=True)),
         value_hooks=[c for c in callbacks if hasattr(c, "planned_values")],
@@ -323,7 +323,7 @@ def check_recipe(cfg: DictConfig, recipe: str) -> None:
 
 def compose_recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """The recipe's config as the entry point composes it (same checks, one-line errors)."""
-    return check_command_line([f"recipe={name}", *overrides])[0]
+    return check_command_line([f"recipe={name}", *overrides])
 
 
 def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
@@ -332,9 +332,10 @@ def recipe_of(overrides: list[str] | tuple[str, ...]) -> str:
     return names[-1] if names else "demo"
 
 
-def check_command_line(overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """`lightning_lars.config.compose.compose_command_line` (schema and rules), then the checks that need the planned
-    run: every mistake one line, before anything heavy starts."""
-    cfg, accepted = compose.compose_command_line(overrides)
+def check_command_line(overrides: list[str]) -> DictConfig:
+    """`lightning_lars.config.compose.compose_command_line` (one composition, then the rules), then the checks
+    that need the planned run, in this process (the recipe card, `make check`, benchmarks): every mistake one
+    line, before anything heavy starts."""
+    cfg = compose.compose_command_line(overrides)
     check_recipe(cfg, recipe_of(overrides))
-    return cfg, accepted
+    return cfg

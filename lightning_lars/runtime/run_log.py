@@ -3,7 +3,10 @@
 Hydra's job logging writes the root logger's records to ``<run folder>/train.log``. Lightning, imported before
 Hydra sets up logging, gives its ``lightning.pytorch`` and ``lightning.fabric`` loggers a console handler of their
 own and stops them propagating, so every line a run prints through them (the plan, the recipe's claim, Lightning's
-own) missed the file, which stayed empty. `log_to_run_file` adds Hydra's file handlers to those loggers.
+own) missed the file, which stayed empty. `log_to_run_file` adds Hydra's file handlers to those loggers. Imported
+after Hydra set up logging (the entry point loads Lightning once the job is checked), Lightning leaves them
+propagating, and Hydra's console format and Lightning's own ``lightning`` handler would print each line twice:
+they get the console handler Lightning gives them when it comes first.
 
 The console leaves out what is noise at every start: the model summary (a table of parameter counts; it still goes
 to train.log) and the hint to prepend ``srun`` on any machine where SLURM is installed (our launchers start the
@@ -44,6 +47,9 @@ def log_to_run_file() -> None:
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     for name in LIGHTNING_LOGGERS:
         logger = logging.getLogger(name)
+        if logger.propagate and not logger.handlers:  # Lightning imported after Hydra: as if imported first
+            logger.addHandler(logging.StreamHandler())
+            logger.propagate = False
         if logger.propagate:  # reaches the root's handlers, train.log among them, already
             continue
         for handler in logger.handlers:

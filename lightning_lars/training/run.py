@@ -1,7 +1,10 @@
-"""A run assembled from its config, in the order `build` follows: strategy -> callbacks -> logger -> trainer (its
-device count fixes the batch plan) -> datamodule (its train-set size fixes the recipe plan, which `apply_plan`
-sets on the trainer) -> optimizer -> model with the plan's LR schedule; the plan lines are printed before `run`
-fits (lightning-hydra-template's ``train()``, reordered: the plan needs the trainer's devices and the data)."""
+"""A run assembled from its config, planned once, in the order `build` follows: the callbacks of the config ->
+the devices Lightning will use (`planned_world`) -> the batch plan -> the datamodule (its train-set size) -> the
+recipe plan (`make_plan`, once; `build_planned` takes it) -> the logger -> the trainer, built with the plan's
+accumulation, steps, epoch length and evaluation steps -> the optimizer -> the model with the plan's LR schedule
+(grown, where the batch grows); the plan lines are printed before `run` fits (lightning-hydra-template's
+``train()``, reordered: the plan needs the devices and the data, and the trainer needs the plan).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import time
 
 import lightning as L
 from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +25,7 @@ from lightning_lars.callbacks.techniques.batch_norm import BatchNormGroups
 from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.config import schema
+from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import RecipePlan, make_plan
 from lightning_lars.report import results
 from lightning_lars.report.provenance import provenance
@@ -33,72 +39,128 @@ from lightning_lars.training import target_checks
 from lightning_lars.training.run_record import run_record
 
 
-def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
-    """Instantiate every part; returns (trainer, module, datamodule, plan). ``ckpt_path``: the run being resumed;
-    ``started``: ``time.perf_counter()`` when the command started (the entry point's; default: now)."""
-    started = time.perf_counter() if started is None else started
-    target_checks.check(cfg)  # model name, accelerator, precision: before a W&B run is opened
-    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
-    strategy = instantiate(schema.plain(cfg.strategy)) if "_target_" in cfg.strategy else cfg.strategy.name
-    # exact resume needs these whatever the callback config: RNG + W&B id in checkpoints, save on a signal
+def planned_world(trainer: DictConfig) -> tuple[int, int]:
+    """(devices per node, nodes) as Lightning's accelerator will count them: ``devices: auto`` is every GPU of
+    the node, or 1 on a CPU. The trainer built with the plan is held to it (`build`)."""
+    accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and CUDAAccelerator.is_available())
+    kind = CUDAAccelerator if on_gpu else CPUAccelerator
+    try:
+        count = (
+            kind.auto_device_count()
+            if devices == "auto"
+            else len(kind.get_parallel_devices(kind.parse_devices(devices)))
+        )
+    except (MisconfigurationException, TypeError, ValueError) as err:  # Lightning's own refusal
+        raise UserError(f"trainer.devices={devices}: {str(err).splitlines()[0]}") from None
+    return count, int(trainer.get("num_nodes", 1))
+
+
+def run_callbacks(cfg: DictConfig, started: float) -> list:
+    """The config's callbacks and the ones every run needs: exact resume (RNG + W&B id in checkpoints, a save on
+    a signal), the schedule, the run's history and its time to the first step."""
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     # preemption, Ctrl-C and SIGTERM: checkpoint at the next step boundary (a second Ctrl-C aborts); one
     # SignalCheckpoint of the config (+callbacks.preemption.check_every_s=...) replaces the default one
     configured = any(isinstance(c, SignalCheckpoint) for c in callbacks)
-    callbacks += [
+    return [
+        *callbacks,
         ScheduleCallback(),
         ResumeState(),
         *([] if configured else [SignalCheckpoint()]),
         RunHistory(),
+        FirstStepTime(started),  # the time to the first step, as a plan line
     ]
-    callbacks.append(FirstStepTime(started))  # the time to the first step, as a plan line
-    # the same W&B run when resuming; ~logger: no logging at all
-    logger = (
-        instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))
-        if cfg.get("logger") and "_target_" in cfg.logger
-        else False
-    )
-    plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
-    # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
-    # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
-    summary = {} if "enable_model_summary" in cfg.trainer else {"enable_model_summary": False}
-    # Evaluation runs after the plan's steps (callbacks.evaluation), not at Lightning's epoch ends.
-    trainer = instantiate(
-        cfg.trainer,
-        strategy=strategy,
-        callbacks=callbacks,
-        logger=logger,
-        plugins=plugins,
-        check_val_every_n_epoch=None,
-        val_check_interval=1,
-        **summary,
-    )
 
-    batch = plan_batch(
-        cfg.batch.global_size,
-        trainer.num_devices,
-        trainer.num_nodes,
-        cfg.batch.max_per_device,
-        cfg.batch.bn_group,
-    )
+
+def plan_run(cfg: DictConfig, callbacks: list):
+    """The run's one plan, on the devices Lightning will use and the data's own train-set size; returns
+    (datamodule, plan)."""
+    devices, nodes = planned_world(cfg.trainer)
+    batch = plan_batch(cfg.batch.global_size, devices, nodes, cfg.batch.max_per_device, cfg.batch.bn_group)
     datamodule = instantiate(schema.plain(cfg.data), batch_size=batch.per_device, seed=cfg.seed)
     plan = make_plan(
         cfg,
         cfg.recipe_name,
         datamodule.num_train_images,
-        trainer.num_devices,
-        trainer.num_nodes,
+        devices,
+        nodes,
         counted=True,
         callbacks=callbacks,
+        batch_plan=batch,
     )
-    apply_plan(trainer, plan)
+    return datamodule, plan
+
+
+def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
+    """Every part, in the module docstring's order, from one plan; returns (trainer, module, datamodule, batch
+    plan). ``ckpt_path``: the run being resumed; ``started``: ``time.perf_counter()`` when the command started."""
+    started = time.perf_counter() if started is None else started
+    target_checks.check(cfg)  # model name, accelerator, optimizer: before a W&B run is opened
+    callbacks = run_callbacks(cfg, started)
+    datamodule, plan = plan_run(cfg, callbacks)
+    trainer, module = build_planned(cfg, plan, callbacks, ckpt_path)
+    report_plan(cfg, plan, trainer, started)
+    return trainer, module, datamodule, plan.batch_plan
+
+
+def build_planned(cfg: DictConfig, plan: RecipePlan, callbacks: list, ckpt_path: str | None = None):
+    """The logger, the trainer with ``plan``'s settings, the optimizer and the model with ``plan``'s LR schedule;
+    returns (trainer, module)."""
+    strategy = instantiate(schema.plain(cfg.strategy)) if "_target_" in cfg.strategy else cfg.strategy.name
+    plugins = [AtomicCheckpointIO(), *preemption.cluster_plugins()]
+    # Lightning's model summary (a table of parameter counts) printed into every run's log: off with Lightning's
+    # own switch, unless the command line asks for it (trainer.enable_model_summary=true)
+    summary = {} if "enable_model_summary" in cfg.trainer else {"enable_model_summary": False}
+    batch = plan.batch_plan
+    planned_callbacks = [
+        BatchNormGroups(batch),  # BN statistics over the recipe's span
+        # evaluation runs after the plan's steps, not at Lightning's epoch ends
+        EvaluationSchedule(plan.eval_steps, plan.epoch_at, plan.planned_steps if plan.stops_early else None),
+    ]
+    # our loaders drop the last partial batch; a source's epoch shorter than a pass over the data (mode fixed)
+    # ends Lightning's epoch with it
+    loader_steps = plan.num_train_images // batch.global_size
+    epoch = {}
+    if plan.steps_per_epoch < loader_steps and cfg.trainer.get("limit_train_batches", 1.0) == 1.0:
+        epoch = {"limit_train_batches": plan.steps_per_epoch * batch.accumulation}
+    # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
+    # than the source's padded epoch, so they do not bound the run. Lightning's Trainer(...) judges the rest.
+    trainer = instantiate(
+        cfg.trainer,
+        strategy=strategy,
+        callbacks=[*callbacks, *planned_callbacks],
+        logger=False,  # set below, once Lightning took the rest
+        plugins=plugins,
+        accumulate_grad_batches=batch.accumulation,
+        max_steps=plan.total_steps,
+        max_epochs=-1,
+        check_val_every_n_epoch=None,
+        val_check_interval=1,
+        **epoch,
+        **summary,
+    )
+    if trainer.num_devices * trainer.num_nodes != batch.world_size:  # planned_world and Lightning disagree
+        raise UserError(
+            f"the plan is for {batch.world_size} device(s), Lightning's trainer uses {trainer.num_devices} x"
+            f" {trainer.num_nodes} node(s): set trainer.devices={trainer.num_devices}"
+        )
+    # W&B starts only once Lightning's Trainer(...) took its arguments: its refusal is one line, and no W&B folder
+    # is made. The same W&B run when resuming; ~logger: no logging at all.
+    if cfg.get("logger") and "_target_" in cfg.logger:
+        trainer.loggers = [instantiate(cfg.logger, **resume.logger_kwargs(cfg, ckpt_path))]
     optimizer = instantiate(schema.plain(cfg.optimizer))  # its keys and types: checked at composition
     # the schedule goes in after Hydra: instantiate would turn a dataclass argument into a DictConfig
     # plain + "all": the hyperparameters every checkpoint saves (model_kwargs) are dicts and text, not
     # OmegaConf's containers or our Enums, which torch.load(weights_only=True) refuses to rebuild
     model = instantiate(schema.plain(cfg.model), optimizer=optimizer, _partial_=True, _convert_="all")
-    module = model(lr_schedule=plan.base_lr_schedule)
+    return trainer, model(lr_schedule=plan.lr_schedule)
 
+
+def report_plan(cfg: DictConfig, plan: RecipePlan, trainer, started: float) -> None:
+    """The recipe's claim, the plan lines, the start-up time, and the config, plan and provenance as the logger's
+    hyperparameters: once every part is built (a refused part's one line comes alone)."""
+    rank_zero_info(f"[lightning-lars] recipe {cfg.recipe_name}: {cfg.published.get('claim', '')}")
     planned_images = cfg.epoch_length.num_train_images
     if planned_images != plan.num_train_images:
         rank_zero_info(
@@ -119,7 +181,6 @@ def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None =
                 "provenance": provenance(),
             }
         )
-    return trainer, module, datamodule, plan.batch_plan
 
 
 def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
@@ -137,7 +198,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
         run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
-    trainer, module, datamodule, _plan = build(cfg, ckpt_path, started)
+    trainer, module, datamodule, _batch = build(cfg, ckpt_path, started)
     try:
         # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -161,21 +222,3 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
         results.finish(cfg, metrics, run_record(trainer), trainer.loggers)
         close_runs(trainer.loggers)
     return metrics
-
-
-def apply_plan(trainer, plan: RecipePlan) -> None:
-    """Make a built Trainer run ``plan``: accumulation, BN span, total steps, eval steps, epoch length."""
-    trainer.accumulate_grad_batches = plan.batch_plan.accumulation
-    trainer.callbacks.append(BatchNormGroups(plan.batch_plan))  # BN statistics over the recipe's span
-    trainer.callbacks.append(
-        EvaluationSchedule(plan.eval_steps, plan.epoch_at, plan.planned_steps if plan.stops_early else None)
-    )
-    # The run ends at the planned step; Lightning's epochs are passes over the loader, which may be shorter
-    # than the source's padded epoch, so they do not bound the run.
-    trainer.fit_loop.epoch_loop.max_steps = plan.total_steps
-    trainer.fit_loop.max_epochs = -1
-    # our loaders drop the last partial batch
-    loader_steps = plan.num_train_images // plan.batch_plan.global_size
-    if plan.steps_per_epoch < loader_steps and trainer.limit_train_batches == 1.0:
-        # the source's epoch is shorter than a pass over the data (mode fixed): end Lightning's epoch with it
-        trainer.limit_train_batches = plan.steps_per_epoch * plan.batch_plan.accumulation

@@ -1,7 +1,7 @@
 """Values that only a `_target_` can judge, checked before any of them is built (so before a W&B run opens):
 the timm model name, the accelerator, the optimizer's hyperparameters and CUDA graphs on a run without CUDA. Hydra
 would report each as "Error in call to target" with the library's traceback text; here each is one line naming the
-fix. The precision is checked when the config is composed (`lightning_lars.config.trainer_arguments`)."""
+fix. The precision, like every Trainer argument, is Lightning's ``Trainer(...)`` to judge, built before W&B opens."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def demo_losses(
     ``log_dir`` (default: logs/). ``overrides``: more of the command line (this folder is importable, for
     `probes`); ``env``: more of the environment (``ATEN_CPU_CAPABILITY="avx2"``, say)."""
     where = [f"paths.log_dir={log_dir}"] if log_dir else []
-    demo = ["recipe=demo", f"+trainer.max_steps={NUM_LOSSES}", "~logger", f"{PROBE}=probes.PrintLosses"]
+    demo = ["recipe=demo", f"trainer.max_steps={NUM_LOSSES}", "~logger", f"{PROBE}=probes.PrintLosses"]
     command = [sys.executable, "-m", "lightning_lars.train", *demo, *where, *overrides]
     done = run(command, env=entry_point_env(HERE, **env))
     if done.returncode != 0:

@@ -101,7 +101,7 @@ def test_the_jobs_training_runs_compose(tmp_path):
     jpegs = ["data=imagefolder", f"data.root={tmp_path}", "data.num_classes=10"]
     runs = [("default", script.SYNTHETIC, 408), ("default", jpegs, 408), ("default", script.SYNTHETIC, 816)]
     for mode, data, batch in runs:  # reduce-overhead is refused on a CPU only when the run is built
-        cfg, _ = check_command_line(script.train_overrides(mode, 120, tmp_path, data, batch))
+        cfg = check_command_line(script.train_overrides(mode, 120, tmp_path, data, batch))
         assert cfg.model.compile == mode and cfg.batch.global_size == cfg.batch.max_per_device == batch
         assert cfg.trainer.max_steps == 120 and cfg.trainer.precision == script.PRECISION
         # the bare loop beside it takes the recipe's LARS form and label smoothing

@@ -107,9 +107,9 @@ def test_an_unknown_mode_is_one_line_listing_the_modes():
 
 
 def test_compile_false_and_a_mode_compose():
-    cfg, _ = check_command_line(["recipe=demo"])
+    cfg = check_command_line(["recipe=demo"])
     assert cfg.model.compile is False
-    cfg, _ = check_command_line(["recipe=demo", "model.compile=max-autotune-no-cudagraphs"])
+    cfg = check_command_line(["recipe=demo", "model.compile=max-autotune-no-cudagraphs"])
     assert cfg.model.compile == "max-autotune-no-cudagraphs"
 
 
@@ -132,10 +132,10 @@ def test_the_published_recipes_compile_on_cuda_and_the_cpu_runs_stay_eager():
     recipes = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
     assert "demo" in recipes and len(recipes) > 10
     for recipe in recipes:
-        cfg, _ = check_command_line([f"recipe={recipe}"])
+        cfg = check_command_line([f"recipe={recipe}"])
         assert cfg.model.compile == (False if recipe == "demo" else "auto"), recipe
     for recipe in ("goyal_8k", "you_alexnet_bn_8k"):  # a ResNet and the AlexNet-BN model config
-        cfg, _ = check_command_line([f"recipe={recipe}", "debug=toy"])
+        cfg = check_command_line([f"recipe={recipe}", "debug=toy"])
         assert cfg.model.compile is False, recipe
 
 

@@ -16,7 +16,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from lightning_lars.config.jobs import prints_only
 from lightning_lars.data.synthetic import SyntheticDataModule
 from lightning_lars.report import provenance
 
@@ -91,12 +90,6 @@ def test_without_ffcv_the_package_imports_and_an_ffcv_recipe_names_the_install_c
         "from lightning_lars.train import main\nmain()"
     )
     assert printed.returncode == 0 and "global_size: 8192" in printed.stdout, printed.stderr[-2000:]
-
-
-def test_print_only_flags_skip_the_data_checks():
-    assert prints_only(["recipe=goyal_8k", "--cfg", "job"]) and prints_only(["--cfg=hydra"])
-    assert prints_only(["-c", "job"]) and prints_only(["--help"])
-    assert not prints_only(["recipe=goyal_8k", "trainer.max_epochs=1"])
 
 
 def test_wheelhouse_names_the_platform_tags_a_target_interpreter_accepts():

@@ -1,6 +1,7 @@
-"""The typed config schema and its rules, in process: each mistake is one `UserError` line naming the full key
-and the fix. The oracle for a type error is OmegaConf itself (the message it gives when the same value is assigned
-to the schema's field); for the schema's defaults and field order, conf/train.yaml as a user reads it."""
+"""The typed config schema and its rules, in process: each mistake is one `UserError` line naming the full key.
+A type, choice or key the schema refuses is reported in Hydra's and OmegaConf's own words (the oracle: OmegaConf's
+message when the same value is assigned to the schema's field); a rule only we know names the fix. For the
+schema's defaults and field order, the oracle is conf/train.yaml as a user reads it."""
 
 from __future__ import annotations
 
@@ -66,39 +67,60 @@ def test_train_yaml_sets_every_schema_key_in_the_schema_order_and_is_their_one_h
         ("batch.global_size=null", None),
     ],
 )
-def test_a_wrong_type_is_one_line_with_omegaconfs_reason_and_the_type_wanted(override, value):
+def test_a_wrong_type_is_one_line_in_omegaconfs_words_naming_the_key(override, value):
     key = override.partition("=")[0]
     message = one_line_error(override)
-    assert message.startswith(f"{override}: {omegaconf_reason(key, value)}"), message
-    assert message.endswith(f"set {key} to {schema.describe(schema.field_type(key))}"), message
+    assert f"Error merging override {override}" in message and omegaconf_reason(key, value) in message, (
+        message
+    )
+    assert f"full_key: {key}" in message, message
 
 
 def test_an_unknown_mode_names_the_modes_of_the_enum():
     message = one_line_error("epoch_length.mode=ragged")
-    assert message.startswith("epoch_length.mode=ragged: " + omegaconf_reason("epoch_length.mode", "ragged"))
-    assert message.endswith("one of " + ", ".join(mode.name for mode in schema.EpochMode))
+    assert omegaconf_reason("epoch_length.mode", "ragged") in message
+    assert "expected one of [" + ", ".join(mode.name for mode in schema.EpochMode) + "]" in message
 
 
 @pytest.mark.parametrize(
     "overrides, key, fields",
     [
         (["+run.resume=true"], "run.resume", schema.RunConfig),
-        (["run.resume=true"], "run.resume", schema.RunConfig),
         (["+batch.size=64"], "batch.size", schema.BatchConfig),
         (["+evaluation.every=2"], "evaluation.every", schema.EvaluationConfig),
         (["+epochs=3"], "epochs", schema.TrainConfig),
-        (
-            ["+deviations=[{technique: BN, published: '32', ours: '16', why: ok, source: x}]"],
-            "deviations: source",
-            schema.Deviation,
-        ),
     ],
 )
-def test_a_key_the_schema_lacks_is_one_line_listing_the_keys_it_has(overrides, key, fields):
+def test_a_key_hydras_plus_adds_past_the_schema_is_one_line_listing_the_keys_it_has(overrides, key, fields):
     message = one_line_error(*overrides)
     names = ", ".join(f.name for f in dataclasses.fields(fields))
     assert message.startswith(f"unknown config key '{key}': nothing reads it") and message.endswith(
         f"(its keys: {names})"
+    )
+
+
+@pytest.mark.parametrize(
+    "override, name, kind",
+    [
+        ("run.resume=true", "resume", "RunConfig"),
+        (
+            "+deviations=[{technique: BN, published: '32', ours: '16', why: ok, source: x}]",
+            "source",
+            "Deviation",
+        ),
+        ("callbacks.checkpoint.every_n_train_step=5", "every_n_train_step", "CheckpointCallback"),
+    ],
+)
+def test_a_key_the_schema_lacks_is_refused_in_omegaconfs_words(override, name, kind):
+    node = OmegaConf.structured(getattr(schema, kind, None) or groups_kind(kind))
+    with pytest.raises(Exception) as raised:  # the oracle: OmegaConf setting the key on the schema itself
+        setattr(node, name, 1)
+    assert str(raised.value).splitlines()[0] in one_line_error(override)
+
+
+def groups_kind(name: str) -> type:
+    return next(
+        kind for schemas in groups.SCHEMAS.values() for kind in schemas.values() if kind.__name__ == name
     )
 
 
@@ -124,7 +146,6 @@ def test_a_missing_value_is_one_line_naming_the_key(overrides, key):
         (["scheduler.base_lr=0"], "scheduler.base_lr=0: a learning rate must be > 0; set scheduler.base_lr"),
         (["scheduler.start_lr=-1"], "scheduler.start_lr=-1: a learning rate must be >= 0"),
         (["optimizer.momentum=1.0"], "optimizer.momentum=1.0: momentum must be in [0, 1)"),
-        (["trainer.devices=0"], "trainer.devices=0: expected a number of devices >= 1, -1"),
         (["epoch_length.num_train_images=0"], "epoch_length.num_train_images=0: expected an integer >= 1"),
         (["epoch_length.mode=padded"], "epoch_length.workers is not set: mode padded needs it"),
         (["epoch_length.mode=fixed"], "epoch_length.steps is not set: mode fixed needs it"),
@@ -166,43 +187,35 @@ def test_a_rule_between_values_is_one_line_naming_the_key(overrides, start):
 
 
 @pytest.mark.parametrize(
-    "override, start",
+    "override, value",
     [
-        ("trainer.max_epochs=abc", "trainer.max_epochs=abc: expected an integer or null"),
-        (
-            "trainer.deterministic=maybe",
-            "trainer.deterministic=maybe: expected true or false or 'warn' or null",
-        ),
-        ("trainer.precision=bf17", "trainer.precision=bf17: expected 64 or 32 or 16"),
-        ("trainer.inference_mode=1", "trainer.inference_mode=1: expected true or false"),
-        (
-            "+trainer.max_step=1",
-            "unknown config key 'trainer.max_step': Lightning's Trainer takes no such argument",
-        ),
-        ("scheduler.base_lr=abc", "scheduler.base_lr=abc: expected a number"),
-        ("optimizer.weight_decay=true", "optimizer.weight_decay=true: expected a number"),
-        ("optimizer.nesterov=1", "optimizer.nesterov=1: expected true or false"),
-        (
-            "callbacks.checkpoint.save_last=maybe",
-            "callbacks.checkpoint.save_last=maybe: expected true or false",
-        ),
-        (
-            "callbacks.trust_ratio.every_n_steps=abc",
-            "callbacks.trust_ratio.every_n_steps=abc: expected a number",
-        ),
-        ("data.resolution=big", "data.resolution=big: expected a number"),
+        ("scheduler.base_lr=abc", "abc"),
+        ("optimizer.weight_decay=true", True),
+        ("callbacks.checkpoint.save_last=maybe", "maybe"),
+        ("callbacks.trust_ratio.every_n_steps=abc", "abc"),
+        ("data.resolution=big", "big"),
     ],
 )
-def test_values_under_the_open_groups_are_checked_by_kind(override, start):
-    assert one_line_error(override).startswith(start)
+def test_values_under_the_typed_groups_are_refused_in_omegaconfs_words(override, value):
+    key = override.partition("=")[0]
+    group, _, name = key.partition(".")
+    cfg = compose_job(["recipe=demo"])  # the oracle: OmegaConf assigning the value to the composed node
+    parent, _, leaf = key.rpartition(".")
+    with pytest.raises(ValidationError) as raised:
+        setattr(OmegaConf.select(cfg, parent), leaf, value)
+    message = one_line_error(override)
+    assert str(raised.value).splitlines()[0] in message and f"full_key: {key}" in message, message
+
+
+def test_the_trainer_counts_the_plan_reads_are_integers():
+    assert one_line_error("trainer.max_epochs=abc").startswith(
+        "trainer.max_epochs=abc: expected an integer >= 1 (or -1: no limit)"
+    )
 
 
 def test_a_key_an_open_group_does_not_set_names_the_plus_that_adds_it():
-    message = one_line_error("callbacks.checkpoint.every_n_train_step=5")
-    assert message.startswith(
-        "unknown config key 'callbacks.checkpoint.every_n_train_step': the config does not"
-    )
-    assert message.endswith("+callbacks.checkpoint.every_n_train_step=5")
+    message = one_line_error("model.model_kwargs={drop_rate: 0.1}")
+    assert "To append to your config use +model.model_kwargs={drop_rate: 0.1}" in message, message
 
 
 def test_numbers_print_as_written_and_the_mode_as_its_name():
@@ -247,26 +260,24 @@ def test_a_model_key_is_typed_and_its_other_arguments_need_no_plus():
     node = OmegaConf.structured(schema.ResNetModelConfig)
     with pytest.raises(ValidationError) as raised:
         node.label_smoothing = "abc"
-    assert one_line_error("model.label_smoothing=abc") == (
-        "model.label_smoothing=abc: " + str(raised.value).splitlines()[0]
-    )
+    assert str(raised.value).splitlines()[0] in one_line_error("model.label_smoothing=abc")
     assert one_line_error("+model.dropout=0.1").startswith(
         "unknown config key 'model.dropout': nothing reads it"
     )
-    cfg, accepted = check_command_line(["recipe=demo", "model.model_kwargs={drop_rate: 0.1}"])
-    assert accepted[-1] == "+model.model_kwargs={drop_rate: 0.1}" and cfg.model.model_kwargs.drop_rate == 0.1
+    cfg = check_command_line(["recipe=demo", "+model.model_kwargs={drop_rate: 0.1}"])
+    assert cfg.model.model_kwargs.drop_rate == 0.1
 
 
 @pytest.mark.parametrize(
     "body, start",
     [
-        ("batch:\n  global_size: abc\n", "in recipe/mine.yaml: batch.global_size: Value 'abc' of type 'str'"),
-        ("epoch_length:\n  foo: 1\n", "in recipe/mine.yaml: unknown config key 'epoch_length.foo'"),
+        ("batch:\n  global_size: abc\n", "Value 'abc' of type 'str' could not be converted to Integer"),
+        ("epoch_length:\n  foo: 1\n", "Key 'foo' not in 'EpochLengthConfig'"),
         (
             "deviations:\n  - {technique: a, published: b, ours: c, whyy: d}\n",
-            "in recipe/mine.yaml: unknown config key 'Deviation: whyy'",
+            "Key 'whyy' not in 'Deviation'",
         ),
-        ("model:\n  dropout: 0.1\n", "in recipe/mine.yaml: unknown config key 'model.dropout'"),
+        ("model:\n  dropout: 0.1\n", "Key 'dropout' not in 'ResNetModelConfig'"),
     ],
 )
 def test_a_mistake_in_a_users_recipe_file_names_the_file(body, start, tmp_path):
@@ -276,19 +287,23 @@ def test_a_mistake_in_a_users_recipe_file_names_the_file(body, start, tmp_path):
     )
     with pytest.raises(UserError) as raised:
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
-    assert str(raised.value).startswith(start) and "\n" not in str(raised.value), raised.value
+    message = str(raised.value)
+    assert message.startswith("In 'recipe/mine'") and start in message and "\n" not in message, message
 
 
-def test_a_users_recipe_needs_no_package_line(tmp_path):
+def test_a_users_recipe_with_its_package_line_composes_at_the_top(tmp_path):
     (tmp_path / "recipe").mkdir()
-    (tmp_path / "recipe" / "mine.yaml").write_text("defaults:\n  - demo\n  - _self_\nseed: 3\n")
-    cfg, _ = check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
+    (tmp_path / "recipe" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - demo\n  - _self_\nseed: 3\n"
+    )
+    cfg = check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
     assert cfg.seed == 3 and cfg.model.arch == "resnet10t" and "recipe" not in cfg  # its keys at the top
 
 
-def test_a_users_recipe_that_names_another_package_is_told_the_line(tmp_path):
+@pytest.mark.parametrize("first_line", ["", "# @package recipe\n"])
+def test_a_users_recipe_without_the_global_package_line_is_told_the_line(first_line, tmp_path):
     (tmp_path / "recipe").mkdir()
-    (tmp_path / "recipe" / "mine.yaml").write_text("# @package recipe\nseed: 3\n")
+    (tmp_path / "recipe" / "mine.yaml").write_text(f"{first_line}seed: 3\n")
     with pytest.raises(UserError, match="start the file with the line # @package _global_"):
         check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
 
@@ -374,11 +389,3 @@ def test_a_choice_reaches_its_target_as_text_not_as_the_schemas_enum():
     torch.save(optimizer.state_dict(), saved)
     saved.seek(0)
     assert torch.load(saved, weights_only=True)["param_groups"][0]["form"] == "you2017"
-
-
-def test_a_named_key_under_a_list_is_one_line_naming_the_list():
-    """OmegaConf reads the key after a list as an index (``int('x')``, a ValueError Hydra passes on)."""
-    assert OmegaConf.is_list(OmegaConf.select(compose_job(["recipe=demo"]), "data.pipeline.train"))
-    message = one_line_error("data.pipeline.train.x=1")
-    assert message.startswith("data.pipeline.train.x=1: data.pipeline.train is a list"), message
-    assert "data.pipeline.train.0" in message

@@ -1,8 +1,7 @@
 """The checks run before any ``_target_`` is built agree with the libraries that would otherwise fail later:
 a model name with timm (``timm.is_model``, ``timm.create_model``), an accelerator with Lightning's
-``AcceleratorRegistry`` and ``Trainer``, a precision (checked as the config is composed) with the ``Trainer``'s
-own validation, an optimizer's hyperparameters with the optimizer built for real from the shipped
-``conf/optimizer`` configs."""
+``AcceleratorRegistry`` and ``Trainer``, an optimizer's hyperparameters with the optimizer built for real from the
+shipped ``conf/optimizer`` configs."""
 
 from __future__ import annotations
 
@@ -18,8 +17,6 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from omegaconf import OmegaConf
 
 import lightning_lars.models  # noqa: F401  (registers alexnet_bn with timm, as a run does)
-from lightning_lars.config.rules import check_trainer
-from lightning_lars.config.trainer_signature import TRAINER_ARGUMENTS, TRAINER_TARGET
 from lightning_lars.core.errors import UserError
 from lightning_lars.training.target_checks import (
     available_accelerators,
@@ -125,46 +122,7 @@ def test_the_accelerators_named_as_available_are_those_torch_finds():
     assert ("mps" in available_accelerators()) == torch.backends.mps.is_available()
 
 
-# --- precision ---------------------------------------------------------------------------------------------
-
-NOT_PRECISIONS = ["fp32", "32-mixed", "bf16-fp32", "8", 33, "16-true-mixed", "", "double", "half"]
-
-
-def trainer_calls_it_invalid(precision) -> bool:
-    """Lightning's own validation of the value (a missing optional package, e.g. transformer_engine, or a
-    device-specific refusal is not a verdict on the value)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            L.Trainer(accelerator="cpu", devices=1, precision=precision, **QUIET_TRAINER)
-    except ValueError as error:
-        return "is invalid" in str(error)
-    except Exception:  # noqa: BLE001
-        return False
-    return False
-
-
-def check_precision(precision) -> None:
-    """The check a composed config's ``trainer.precision`` gets (`lightning_lars.config.rules.check_trainer`)."""
-    check_trainer({"trainer": {"_target_": TRAINER_TARGET, "precision": precision}})
-
-
-PRECISIONS = [value for value in TRAINER_ARGUMENTS["precision"] if value is not None]
-
-
-@pytest.mark.parametrize("precision", [*PRECISIONS, *NOT_PRECISIONS])
-def test_a_precision_is_refused_exactly_when_the_trainer_calls_it_invalid(precision):
-    refused = outcome(check_precision, precision)
-    assert refused in (None, UserError)
-    assert (refused is UserError) == trainer_calls_it_invalid(precision)
-
-
-def test_a_refused_precision_names_what_the_cpu_runs_use():
-    assert {"32-true", "bf16-mixed", "16-mixed", "64-true", "32", "16"} <= set(PRECISIONS)
-    with pytest.raises(UserError) as caught:
-        check_precision("fp32")
-    assert str(caught.value).startswith("trainer.precision=fp32: expected ")
-    assert "'32-true'" in str(caught.value) and "'bf16-mixed'" in str(caught.value)
+# --- precision: Lightning's own Trainer(...) judges it, built before W&B opens (tests/unit/test_one_composition.py)
 
 
 # --- optimizer hyperparameters -----------------------------------------------------------------------------
