@@ -36,15 +36,10 @@ def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
 
 
-def searchpath_overrides(overrides: list[str]) -> list[str]:
-    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
-    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
-
-
 def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
     folders = []
-    for override in searchpath_overrides(overrides):
+    for override in (o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")):
         try:
             value = OverridesParser.create().parse_override(override).value()
         except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
