@@ -27,8 +27,8 @@ SCHEMA_NAME = "train_schema"
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 COMPILE_AUTO = "auto"
 # MLPerf training rounds with a ResNet-50 benchmark (v0.6, June 2019, to v4.0, June 2024; v4.1 dropped it)
-MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
 # written as MLPerf's rulesets name them: members named by their text, so `mlperf.round=1.0.0` is a choice
+MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
 MLPerfRound = StrEnum("MLPerfRound", [(name, name) for name in MLPERF_ROUNDS], module=__name__)
 
 
