@@ -25,15 +25,11 @@ def compose_command_line(overrides: list[str]) -> DictConfig:
     try:
         cfg = compose_job(overrides)
     except (HydraException, OmegaConfBaseException) as err:
-        raise UserError(library_error_line(err)) from None
+        # Hydra's message and OmegaConf's reason under it, as the entry point prints them, on one line
+        cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else None
+        raise UserError(" ".join(f"{err} {cause or ''}".split())) from None
     rules.check(cfg)
     return cfg
-
-
-def library_error_line(err: Exception) -> str:
-    """Hydra's message and OmegaConf's reason under it, as the entry point prints them, on one line."""
-    cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else None
-    return " ".join(f"{err} {cause or ''}".split())
 
 
 def explain_instantiation_error(err: Exception) -> str:

@@ -1,15 +1,11 @@
-"""The groups a recipe chooses (optimizer, scheduler, data, strategy) as typed dataclasses, one per
-conf/<group>/<name>.yaml, stored in Hydra's ConfigStore as ``<name>_<group>_schema``.
-
-Each file lists its schema first (``defaults: [/<name>_<group>_schema@_here_, _self_]``), so OmegaConf refuses a
-wrong type (``scheduler.base_lr=abc``) or an unknown choice (``optimizer.form=lars``) while Hydra composes, and
-`lightning_lars.config.compose` names the full key and the type wanted. A class's fields are its file's keys in
-the file's order (``--cfg job`` prints them in that order and nothing more); ``ALSO_TAKES`` names the other
-arguments of its ``_target_`` that a recipe or the command line may add: a node with such keys is left open
-(not struct), and `lightning_lars.config.rules` refuses any other key. tests/unit/test_schema.py holds
-fields + ALSO_TAKES equal to the ``_target_``'s signature. No field has a default (``MISSING``): the YAML file
-is the one home of each value (a recipe and a user's searchpath compose YAML), and a ``_target_``'s own default
-is either absent or the same (tests/unit/test_one_default_home.py).
+"""The groups a recipe chooses (optimizer, scheduler; data, strategy, callbacks and logger from
+`lightning_lars.config.run_groups`) as typed dataclasses, one per conf/<group>/<name>.yaml, stored in Hydra's
+ConfigStore as ``<name>_<group>_schema`` and listed first in that file's defaults, as `lightning_lars.config.schema`
+is in train.yaml's. A class's fields are its file's keys in the file's order; ``ALSO_TAKES`` names the other
+arguments of its ``_target_`` that a recipe or the command line may add: a node with such keys is left open (not
+struct), and `lightning_lars.config.rules` refuses any other key. tests/unit/test_schema.py holds fields +
+ALSO_TAKES equal to the ``_target_``'s signature; a ``_target_``'s own default is either absent or the YAML's
+(tests/unit/test_one_default_home.py).
 
 Numbers are ``float | int``: OmegaConf keeps ``base_lr: 10`` as written (a ``float`` field would print 10.0). A list
 of numbers is ``list[Any]``: OmegaConf 2.3 hands a ``list[float | int]``'s items back as nodes, not numbers.
@@ -165,9 +161,7 @@ class FujitsuScheduler(Scheduler):
 @dataclass
 class MxnetPolyScheduler(Scheduler):
     warmup_epochs: Number = MISSING
-    total_epochs: Number | None = (
-        MISSING  # the source's NUMEPOCHS, kept by debug=toy; None: trainer.max_epochs
-    )
+    total_epochs: Number | None = MISSING  # the source's NUMEPOCHS; None: trainer.max_epochs
     end_lr: Number = field(default=MISSING, metadata=LEARNING_RATE_OR_0)
     power: Number = MISSING
 

@@ -3,10 +3,9 @@ for the entry point."""
 
 from __future__ import annotations
 
-import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from lightning_lars.config import recipes, schema  # noqa: F401  (the schemas and recipes in the ConfigStore)
 from lightning_lars.config.paths import CONF_DIR
@@ -22,7 +21,3 @@ def compose_job(overrides: list[str]) -> DictConfig:
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg
-
-
-def to_yaml(cfg: DictConfig) -> str:
-    return yaml.safe_dump(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), sort_keys=False)

@@ -9,14 +9,12 @@ For the other characters Hydra's own parse error says where it stopped.
 
 from __future__ import annotations
 
-COMPOUND = ("[", "{")  # a list or a dict: Hydra's syntax around the values
-
 
 def quote_plain_text(override: str) -> str:
     """``key=value`` with a non-ASCII ``value``, which Hydra cannot parse unquoted, as ``key='value'`` (which Hydra
     reads as exactly ``value``); every other override unchanged."""
     key, equals, value = override.partition("=")
-    if not equals or value.isascii() or value.startswith(COMPOUND) or "," in value or value[:1] in "'\"":
+    if not equals or value.isascii() or value.startswith(("[", "{")) or "," in value or value[:1] in "'\"":
         return override  # a list, dict or sweep is Hydra's syntax: its elements are quoted one by one
     quote = next((q for q in ("'", '"') if q not in value), None)
     if quote is None or value.endswith("\\"):  # no quote Hydra would read back as this exact text

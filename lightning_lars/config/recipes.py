@@ -36,15 +36,10 @@ def recipe_names(extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     return sorted({p.stem for folder in (RECIPES_DIR, *extra_dirs) for p in folder.glob("*.yaml")})
 
 
-def searchpath_overrides(overrides: list[str]) -> list[str]:
-    """The ``hydra.searchpath=[...]`` overrides: config folders of the user's, e.g. one holding recipe/NAME.yaml."""
-    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")]
-
-
 def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
     """``<folder>/recipe`` for every ``file://`` or ``pkg://`` entry of the user's ``hydra.searchpath``."""
     folders = []
-    for override in searchpath_overrides(overrides):
+    for override in (o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")):
         try:
             value = OverridesParser.create().parse_override(override).value()
         except HydraException:  # OverrideParseException, or the lexer's own for a character it does not know
@@ -110,20 +105,13 @@ def yaml_error_line(err: yaml.MarkedYAMLError) -> str:
     return f"{where}{err.problem or err.context}{context}"
 
 
-def nearest_recipe(name: str, known: list[str]) -> str | None:
-    """The recipe a mistyped ``name`` most likely means: the same name once a ``recipes/`` folder, a ``.yaml``
-    suffix, capitals and dashes are set aside (``recipes/Goyal-8k.yaml`` -> ``goyal_8k``), else the closest by
-    difflib's ratio (at least 0.6, as for a mistyped key); None when nothing is close."""
-    plain = re.sub(r"\.ya?ml$", "", Path(name).name).lower().replace("-", "_")
-    if plain in known:
-        return plain
-    close = difflib.get_close_matches(plain, known, n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 def unknown_recipe(name: str, known: list[str], ours: str = "recipe={}") -> UserError:
     """The one-line error for recipe ``name``, not among ``known``: the likely one first (written as ``ours``
-    formats it: ``recipe=NAME`` on the command line, the bare name for the recipe card), then all of them."""
-    nearest = nearest_recipe(name, known)
-    guess = f"did you mean {ours.format(nearest)}? " if nearest else ""
+    formats it: ``recipe=NAME`` on the command line, the bare name for the recipe card), then all of them. The
+    likely one: the same name once a ``recipes/`` folder, a ``.yaml`` suffix, capitals and dashes are set aside
+    (``recipes/Goyal-8k.yaml`` -> ``goyal_8k``), else the closest by difflib's ratio (at least 0.6, as for a
+    mistyped key)."""
+    plain = re.sub(r"\.ya?ml$", "", Path(name).name).lower().replace("-", "_")
+    nearest = [plain] if plain in known else difflib.get_close_matches(plain, known, n=1, cutoff=0.6)
+    guess = f"did you mean {ours.format(nearest[0])}? " if nearest else ""
     return UserError(f"unknown recipe '{name}'; {guess}known recipes: {', '.join(known)}")

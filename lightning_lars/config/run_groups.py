@@ -1,7 +1,7 @@
 """The schemas of the groups that set up the run around the optimization: the data module, the strategy, the
 optional callbacks (conf/callbacks/default.yaml, one schema per entry; the technique callbacks a recipe adds name
-theirs in its defaults) and the logger. Registered with the
-optimizer's and the scheduler's in `lightning_lars.config.groups`, which says how they are used.
+theirs in its defaults) and the logger. Registered with the optimizer's and the scheduler's in
+`lightning_lars.config.groups`, which says how they are used.
 
 ``ALSO_TAKES = ("**",)``: any further key is the user's own, added with ``+`` as in a group without a schema (the
 ``_target_`` takes ``**kwargs``, or arguments this config never sets, and says so when it is built); the node
@@ -25,8 +25,6 @@ Number = float | int
 
 
 class Compression(StrEnum):
-    """The dtype gradients travel in (on the wire only); null: the gradients' own."""
-
     bf16 = "bf16"
     fp16 = "fp16"
 
@@ -40,9 +38,6 @@ class Order(StrEnum):
 
 
 class Decode(StrEnum):
-    """Where JPEGs are decoded and cropped: the loader workers' CPUs, or the training device
-    (`lightning_lars.data.device_decode`)."""
-
     cpu = "cpu"
     device = "device"
 
@@ -267,9 +262,7 @@ class FujitsuWeightDecaySchedule:
 @dataclass
 class WeightDecayScheduleCallback:
     _target_: str = MISSING
-    schedule: FujitsuWeightDecaySchedule = field(
-        default_factory=FujitsuWeightDecaySchedule
-    )  # step -> coefficient
+    schedule: FujitsuWeightDecaySchedule = field(default_factory=FujitsuWeightDecaySchedule)
 
 
 @dataclass

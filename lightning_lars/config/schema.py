@@ -1,15 +1,12 @@
 """The root config's own sections as typed dataclasses, stored in Hydra's ConfigStore as ``train_schema``.
 
-conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file (train.yaml, the groups, the
-recipe, the command line) merges into these types: OmegaConf rejects a wrong type (``batch.global_size=abc``), an
-unknown enum value (``epoch_length.mode=ragged``) and an unknown key (``+run.resume=true``) while Hydra composes,
-and Hydra prints its message. No field has a default (``MISSING``): train.yaml holds each value once, with the
-comment a user reads; field order is the order ``--cfg job`` prints.
-
-A field's bounds are declared with it (``metadata``) and checked, with what a type cannot state (one of two keys,
-a key read only in one mode), in `lightning_lars.config.rules`. The groups are typed by the schema of the file
-chosen (``model`` here; the optimizer, scheduler, data, strategy, callbacks and logger in
-`lightning_lars.config.groups`); the trainer's keys are Lightning's ``Trainer(...)`` to judge.
+conf/train.yaml lists ``train_schema`` first in its defaults, so every YAML file and the command line merge into
+these types: OmegaConf refuses a wrong type (``batch.global_size=abc``) or enum value (``epoch_length.mode=ragged``)
+while Hydra composes. No field has a default (``MISSING``): train.yaml holds each value once, with the comment a
+user reads; field order is the order ``--cfg job`` prints. What a type cannot state (a key Hydra's ``+`` adds, a
+value left ``???``, the bounds in a field's ``metadata``, rules across fields) is `lightning_lars.config.rules`'s.
+The groups are typed by the schema their file names (``model`` here, the others in `lightning_lars.config.groups`);
+the trainer's keys are Lightning's ``Trainer(...)`` to judge.
 """
 
 from __future__ import annotations
@@ -28,18 +25,14 @@ from lightning_lars.config.run_groups import POSITIVE
 SCHEMA_NAME = "train_schema"
 # torch.compile's modes a run may choose (`model.compile`); false: eager. reduce-overhead adds CUDA graphs: GPU only.
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
-# model.compile=auto: torch.compile's default mode where the run's device is CUDA, eager elsewhere (on a CPU
-# compiling never paid back in `make bench-speed`; on an H200 it made the step 1.45x faster)
 COMPILE_AUTO = "auto"
 # MLPerf training rounds with a ResNet-50 benchmark (v0.6, June 2019, to v4.0, June 2024; v4.1 dropped it)
-MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
 # written as MLPerf's rulesets name them: members named by their text, so `mlperf.round=1.0.0` is a choice
+MLPERF_ROUNDS = ("0.6.0", "0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0")
 MLPerfRound = StrEnum("MLPerfRound", [(name, name) for name in MLPERF_ROUNDS], module=__name__)
 
 
 class EpochMode(Enum):
-    """How the source counted an epoch (`lightning_lars.recipe.epoch_steps.count_steps_per_epoch`)."""
-
     drop_last = "drop_last"
     padded = "padded"
     fixed = "fixed"
@@ -68,7 +61,6 @@ class EpochLengthConfig:
 
 @dataclass
 class EvaluationConfig:
-    # exactly one of every_n_epochs / every_n_steps
     every_n_epochs: int | None = field(default=MISSING, metadata=POSITIVE)
     every_n_steps: int | None = field(default=MISSING, metadata=POSITIVE)
     offset_epochs: int = field(default=MISSING, metadata={"at_least": 0})
@@ -77,8 +69,6 @@ class EvaluationConfig:
 
 @dataclass
 class Deviation:
-    """What we could not reproduce: all four fields, as text."""
-
     technique: str = MISSING
     published: str = MISSING
     ours: str = MISSING
@@ -91,8 +81,6 @@ class MLPerfDivision(Enum):
 
 
 class MLPerfStatus(Enum):
-    """``submission_status``; preview is valid from v0.7 on."""
-
     research = "research"
     onprem = "onprem"
     cloud = "cloud"
@@ -101,18 +89,14 @@ class MLPerfStatus(Enum):
 
 @dataclass
 class MLPerfConfig:
-    """The MLPerf result log (``<run dir>/mlperf.log``, `lightning_lars.callbacks.monitors.mlperf_log`): written
-    when ``round`` is set; the ``submission_*`` keys it opens with. The hyperparameters it logs are read from the
-    run, not from here."""
-
     round: MLPerfRound | None = MISSING
     benchmark: str = MISSING
     division: MLPerfDivision = MISSING
     status: MLPerfStatus = MISSING
     org: str = MISSING
-    platform: str | None = MISSING  # null: the run's devices, e.g. "1xCPU"
-    poc_name: str = MISSING  # v0.6's submission_poc_name
-    entry: str = MISSING  # v0.6's submission_entry
+    platform: str | None = MISSING
+    poc_name: str = MISSING
+    entry: str = MISSING
 
 
 @dataclass
@@ -182,15 +166,9 @@ def also_takes(kind: type | None) -> tuple[str, ...]:
     return getattr(kind, "ALSO_TAKES", ())
 
 
-def unknown_key(key: str, kind: type | None = None, given: str = "", why: str = "") -> str:
-    """The one message for a key nothing reads, with ``why`` or, under a schema, its keys; under a node that takes
-    any key (no schema, or ``**``), the ``+`` that adds one on purpose."""
-    if not why and (kind is None or "**" in also_takes(kind)):
-        why = (
-            "the config does not set it; check the spelling against `python -m lightning_lars.train --cfg job`,"
-            f" or add a key of your own with +{given or f'{key}=VALUE'}"
-        )
-    elif not why:
+def unknown_key(key: str, kind: type | None = None, why: str = "") -> str:
+    """The one message for a key nothing reads, with ``why`` or, under a schema, its keys."""
+    if not why:
         keys = [f.name for f in dataclasses.fields(kind)] + [f"+{name}" for name in also_takes(kind)]
         why = f"nothing reads it; remove it or fix its spelling (its keys: {', '.join(keys)})"
     return f"unknown config key '{key}': {why}"

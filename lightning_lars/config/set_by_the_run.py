@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from lightning_lars.core.errors import UserError
 
-# Keys the run sets itself, whatever a config gives them: a value there would be accepted and ignored (Hydra's
-# `+` adds any key). Each names the key that sets it and how.
+# A value there would be accepted and ignored (Hydra's `+` adds any key): each names the key that sets it and how
 SET_BY_THE_RUN = {
     "optimizer.lr": (
         "scheduler.base_lr",

@@ -10,8 +10,6 @@ from pathlib import Path
 from lightning_lars.config.paths import CONF_DIR, PROJECT_ROOT, RECIPES_DIR, is_checkout
 from lightning_lars.core.stdout import print_to_reader
 
-HELP_FLAGS = ("--help", "-h")
-
 # (override, what it does): the keys a first run changes; each is one the config takes (tests/unit checks)
 COMMON_KEYS = (
     ("debug=toy", "any recipe at toy scale on the demo's images, in seconds on a CPU"),
@@ -31,10 +29,6 @@ FLAGS = (
     ("-m key=a,b", "a sweep, one run per value (make: multirun=1)"),
     ("--hydra-help", "Hydra's own help"),
 )
-
-
-def asked(argv: list[str]) -> bool:
-    return any(arg in HELP_FLAGS for arg in argv)
 
 
 def _names(folder: Path) -> str:
@@ -81,6 +75,6 @@ def text() -> str:
 
 def exit_if_asked(argv: list[str]) -> None:
     """Print the usage screen and exit 0 when ``argv`` asks for help."""
-    if asked(argv):
+    if {"--help", "-h"} & set(argv):
         print_to_reader(text())  # `lightning-lars --help | head`: no BrokenPipeError traceback
         sys.exit(0)
