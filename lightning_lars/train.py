@@ -64,9 +64,8 @@ def fail(err: UserError) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
     try:
-        plan = check_job(
-            cfg
-        )  # about a second: before torch, Lightning, timm and FFCV (~10 s on 2 cores) load
+        # about a second: before torch, Lightning, timm and FFCV (~10 s on 2 cores) load
+        plan = check_job(cfg)
     except UserError as err:
         run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
         fail(err)
