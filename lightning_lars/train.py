@@ -100,17 +100,19 @@ def check_job(cfg: DictConfig) -> RecipePlan:
     config fixes the devices, split over them. Each mistake is one `UserError` line. `build` takes the plan and
     only adds what needs torch: the split over ``devices: auto``, the datamodule, the callbacks' value hooks."""
     rules.check(cfg)
+    try:
+        # data.root=??? included: its message names the command that writes the data
+        checks.check_dataset(cfg)
+    except UserError:
+        # a recipe that cannot run is said before the data it lacks (planned at its size; no run follows)
+        make_plan(cfg, cfg.recipe_name, planned_train_images(cfg, cfg.recipe_name), devices=None, nodes=1)
+        raise
     images = count_train_images(cfg)
     counted = images is not None
-    if counted:  # data on disk: its own checks come before the plan's
-        checks.check_dataset(cfg)
     size = images if counted else planned_train_images(cfg, cfg.recipe_name)
     # a recipe that cannot run (an evaluation past its end, a batch no device split trains, data smaller than
-    # one global batch): refused here, in the plan's own words, before a data file found missing
-    plan = make_plan(cfg, cfg.recipe_name, size, devices=None, nodes=1, counted=counted)
-    if not counted:  # data.root=??? included: its message names the command that writes the data
-        checks.check_dataset(cfg)
-    return plan
+    # one global batch): refused here, in the plan's own words
+    return make_plan(cfg, cfg.recipe_name, size, devices=None, nodes=1, counted=counted)
 
 
 # Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
