@@ -2,8 +2,10 @@
 
 Hydra composes the job once (its own errors, in its words: a value of the wrong type, an unknown choice or key,
 override syntax); at the top of the task function, before torch loads, the checks only we can make run on that
-config (rules across fields, the data files on disk); then `lightning_lars.training.run` plans the run once and
-builds and fits exactly that plan. A sweep's jobs are checked as each starts.
+config (rules across fields, the data files on disk) and the run is planned once, at the data's own size
+(`check_job`); `lightning_lars.training.run` builds and fits exactly that plan, splitting its batch over the
+devices Lightning counts where ``devices: auto`` left that open. A sweep's jobs are checked and planned as each
+starts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
-from lightning_lars.recipe.plan import check_recipe, make_plan
+from lightning_lars.recipe.plan import RecipePlan, make_plan, planned_train_images
 from lightning_lars.runtime import run_folder, run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our
@@ -62,7 +64,8 @@ def fail(err: UserError) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> None:
     try:
-        check_job(cfg)  # about a second: before torch, Lightning, timm and FFCV (~10 s on 2 cores) load
+        # about a second: before torch, Lightning, timm and FFCV (~10 s on 2 cores) load
+        plan = check_job(cfg)
     except UserError as err:
         run_folder.discard_refused(cfg.paths.output_dir)  # a refused run leaves no folder behind
         fail(err)
@@ -72,7 +75,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
     run_log.log_to_run_file()  # Hydra has set up train.log by now
     try:
-        run(cfg, preemption.started_here(STARTED_PID, STARTED))
+        run(cfg, preemption.started_here(STARTED_PID, STARTED), plan)
     except UserError as err:
         run_folder.discard_refused(cfg.paths.output_dir)
         fail(err)
@@ -90,19 +93,26 @@ def hydra_main(cfg: DictConfig) -> None:
             sys.exit(stop.exit_status)
 
 
-def check_job(cfg: DictConfig) -> None:
-    """What only we know about a composed job: rules across fields and values left ``???`` (`config.rules`), the
-    recipe planned without data or devices, the data files and whether they hold one global batch. Each mistake
-    is one `UserError` line. The plan the run follows is made once, by `lightning_lars.training.run.build`, on
-    the devices Lightning uses and the data's own count: both need torch."""
+def check_job(cfg: DictConfig) -> RecipePlan:
+    """What only we know about a composed job, and its one plan: rules across fields and values left ``???``
+    (`config.rules`), the data files, then the run planned once (`make_plan`) at the size it trains on (the
+    data's own count, `count_train_images`; else the recipe's ``epoch_length.num_train_images``) and, where the
+    config fixes the devices, split over them. Each mistake is one `UserError` line. `build` takes the plan and
+    only adds what needs torch: the split over ``devices: auto``, the datamodule, the callbacks' value hooks."""
     rules.check(cfg)
-    # a recipe that cannot run (an evaluation past its end, a batch no device split trains): said before data
-    check_recipe(cfg, cfg.recipe_name)
-    checks.check_dataset(cfg)  # data.root=??? included: its message names the command that writes the data
-    global_size = int(cfg.batch.global_size)
-    images = count_train_images(cfg, up_to=global_size)
-    if images is not None and images < global_size:  # the plan's own refusal says which batch fits
-        make_plan(cfg, cfg.recipe_name, images, devices=None, nodes=1, counted=True)
+    try:
+        # data.root=??? included: its message names the command that writes the data
+        checks.check_dataset(cfg)
+    except UserError:
+        # a recipe that cannot run is said before the data it lacks (planned at its size; no run follows)
+        make_plan(cfg, cfg.recipe_name, planned_train_images(cfg, cfg.recipe_name), devices=None, nodes=1)
+        raise
+    images = count_train_images(cfg)
+    counted = images is not None
+    size = images if counted else planned_train_images(cfg, cfg.recipe_name)
+    # a recipe that cannot run (an evaluation past its end, a batch no device split trains, data smaller than
+    # one global batch): refused here, in the plan's own words
+    return make_plan(cfg, cfg.recipe_name, size, devices=None, nodes=1, counted=counted)
 
 
 # Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.

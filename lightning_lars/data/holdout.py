@@ -9,17 +9,24 @@ import numpy as np
 from lightning_lars.core.errors import UserError
 
 
-def holdout_split(num_samples: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(kept, held): sorted int64 indices of 0..num_samples-1; held is round(share x num_samples) of them, drawn
-    without replacement by ``np.random.default_rng(seed).permutation``."""
+def held_count(num_samples: int, share: float) -> int:
+    """How many of ``num_samples`` images ``share`` holds out: round(share x num_samples), leaving both parts
+    non-empty (else one `UserError` line). The plan's count of trained images uses the same rule."""
     if not 0 < share < 1:
         raise UserError(
             f"data.holdout={share}: the held-out share lies between 0 and 1 (0.1: a tenth of train)"
         )
-    held_count = round(share * num_samples)
-    if held_count < 1 or held_count >= num_samples:
+    held = round(share * num_samples)
+    if held < 1 or held >= num_samples:
         raise UserError(
-            f"data.holdout={share} holds out {held_count} of {num_samples} images: pick a share that keeps both"
+            f"data.holdout={share} holds out {held} of {num_samples} images: pick a share that keeps both"
         )
+    return held
+
+
+def holdout_split(num_samples: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held): sorted int64 indices of 0..num_samples-1; held is `held_count` of them, drawn without
+    replacement by ``np.random.default_rng(seed).permutation``."""
+    held = held_count(num_samples, share)
     order = np.random.default_rng(seed).permutation(num_samples)
-    return np.sort(order[held_count:]).astype(np.int64), np.sort(order[:held_count]).astype(np.int64)
+    return np.sort(order[held:]).astype(np.int64), np.sort(order[:held]).astype(np.int64)

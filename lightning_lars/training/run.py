@@ -1,13 +1,15 @@
-"""A run assembled from its config, planned once, in the order `build` follows: the callbacks of the config ->
-the devices Lightning will use (`planned_world`) -> the batch plan -> the datamodule (its train-set size) -> the
-recipe plan (`make_plan`, once; `build_planned` takes it) -> the logger -> the trainer, built with the plan's
-accumulation, steps, epoch length and evaluation steps -> the optimizer -> the model with the plan's LR schedule
-(grown, where the batch grows); the plan lines are printed before `run` fits (lightning-hydra-template's
-``train()``, reordered: the plan needs the devices and the data, and the trainer needs the plan).
+"""A run assembled from its config and its one plan, in the order `build` follows: the callbacks of the config ->
+the devices Lightning will use (`planned_world`) -> the plan (`plan_run`: the entry point's, made before torch
+loaded by `lightning_lars.train.check_job`, its batch split here only for ``devices: auto``; made here once where
+none is handed in) -> the datamodule with the per-device batch (its train-set size held to the plan's) -> the
+logger -> the trainer, built with the plan's accumulation, steps, epoch length and evaluation steps -> the
+optimizer -> the model with the plan's LR schedule (grown, where the batch grows); the plan lines are printed
+before `run` fits (lightning-hydra-template's ``train()``, reordered: the trainer needs the plan).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 
@@ -26,7 +28,7 @@ from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.config import schema
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe.plan import RecipePlan, make_plan
+from lightning_lars.recipe.plan import RecipePlan, configured_world, make_plan
 from lightning_lars.report import results
 from lightning_lars.report.provenance import provenance
 from lightning_lars.report.wandb_logger import close_runs
@@ -73,32 +75,50 @@ def run_callbacks(cfg: DictConfig, started: float) -> list:
     ]
 
 
-def plan_run(cfg: DictConfig, callbacks: list):
-    """The run's one plan, on the devices Lightning will use and the data's own train-set size; returns
-    (datamodule, plan)."""
+def plan_run(cfg: DictConfig, callbacks: list, plan: RecipePlan | None = None):
+    """The run's datamodule and its one plan, on the devices Lightning will use; returns (datamodule, plan).
+    ``plan``: the entry point's (`lightning_lars.train.check_job`, made before torch loaded, at the data's count):
+    taken as it is, its batch split here only where ``devices: auto`` left it to Lightning, its LR schedule never
+    recomputed. Without one (tests, benchmarks, in-process callers) the plan is made here, once, at the
+    datamodule's train-set size."""
     devices, nodes = planned_world(cfg.trainer)
-    batch = plan_batch(cfg.batch.global_size, devices, nodes, cfg.batch.max_per_device, cfg.batch.bn_group)
+    batch = plan.batch_plan if plan is not None and configured_world(cfg.trainer) is not None else None
+    if batch is not None and batch.world_size != devices * nodes:
+        raise UserError(
+            f"the config plans {batch.world_size} device(s), Lightning counts {devices} x {nodes} node(s): set"
+            f" trainer.devices={devices} or trainer.num_nodes to match"
+        )
+    if batch is None:  # the split the pre-torch plan could not make, or no plan yet
+        batch = plan_batch(
+            cfg.batch.global_size, devices, nodes, cfg.batch.max_per_device, cfg.batch.bn_group
+        )
     datamodule = instantiate(schema.plain(cfg.data), batch_size=batch.per_device, seed=cfg.seed)
-    plan = make_plan(
-        cfg,
-        cfg.recipe_name,
-        datamodule.num_train_images,
-        devices,
-        nodes,
-        counted=True,
-        callbacks=callbacks,
-        batch_plan=batch,
-    )
-    return datamodule, plan
+    images = datamodule.num_train_images
+    if plan is None:
+        plan = make_plan(cfg, cfg.recipe_name, images, devices, nodes, counted=True, batch_plan=batch)
+    elif images != plan.num_train_images:  # count_train_images disagrees with the datamodule: our bug
+        raise RuntimeError(
+            f"internal error: the plan counted {plan.num_train_images} train images before torch loaded, the"
+            f" datamodule has {images}; data/image_count.py must count as the datamodule does"
+        )
+    # the callbacks that set a hyperparameter per step (their planned_values) join the plan: no step is recounted
+    hooks = [c for c in callbacks if hasattr(c, "planned_values")]
+    return datamodule, dataclasses.replace(plan, batch_plan=batch, value_hooks=hooks)
 
 
-def build(cfg: DictConfig, ckpt_path: str | None = None, started: float | None = None):
+def build(
+    cfg: DictConfig,
+    ckpt_path: str | None = None,
+    started: float | None = None,
+    plan: RecipePlan | None = None,
+):
     """Every part, in the module docstring's order, from one plan; returns (trainer, module, datamodule, batch
-    plan). ``ckpt_path``: the run being resumed; ``started``: ``time.perf_counter()`` when the command started."""
+    plan). ``ckpt_path``: the run being resumed; ``started``: ``time.perf_counter()`` when the command started;
+    ``plan``: the entry point's plan (`plan_run` takes it), else made here once."""
     started = time.perf_counter() if started is None else started
     target_checks.check(cfg)  # model name, accelerator, optimizer: before a W&B run is opened
     callbacks = run_callbacks(cfg, started)
-    datamodule, plan = plan_run(cfg, callbacks)
+    datamodule, plan = plan_run(cfg, callbacks, plan)
     trainer, module = build_planned(cfg, plan, callbacks, ckpt_path)
     report_plan(cfg, plan, trainer, started)
     return trainer, module, datamodule, plan.batch_plan
@@ -183,13 +203,14 @@ def report_plan(cfg: DictConfig, plan: RecipePlan, trainer, started: float) -> N
         )
 
 
-def run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
-    """Fit ``cfg`` while holding its run folder (and a resumed run's folder) against a second live run."""
+def run(cfg: DictConfig, started: float | None = None, plan: RecipePlan | None = None) -> dict[str, float]:
+    """Fit ``cfg`` (by ``plan``, the entry point's, where given) while holding its run folder (and a resumed
+    run's folder) against a second live run."""
     with run_folder.holding(cfg.paths.output_dir):
-        return _run(cfg, started)
+        return _run(cfg, started, plan)
 
 
-def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
+def _run(cfg: DictConfig, started: float | None, plan: RecipePlan | None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     fit_started = time.perf_counter()  # time/wall_s counts from here; `started` (the command's) is start-up
     ckpt_path = resume.resolve_ckpt_path(cfg)
@@ -198,7 +219,7 @@ def _run(cfg: DictConfig, started: float | None = None) -> dict[str, float]:
     if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
         run_folder.hold(resumed)
     resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
-    trainer, module, datamodule, _batch = build(cfg, ckpt_path, started)
+    trainer, module, datamodule, _batch = build(cfg, ckpt_path, started, plan)
     try:
         # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
