@@ -93,12 +93,13 @@ def hydra_main(cfg: DictConfig) -> None:
             sys.exit(stop.exit_status)
 
 
-def check_job(cfg: DictConfig) -> RecipePlan:
+def check_job(cfg: DictConfig) -> RecipePlan | None:
     """What only we know about a composed job, and its one plan: rules across fields and values left ``???``
     (`config.rules`), the data files, then the run planned once (`make_plan`) at the size it trains on (the
-    data's own count, `count_train_images`; else the recipe's ``epoch_length.num_train_images``) and, where the
-    config fixes the devices, split over them. Each mistake is one `UserError` line. `build` takes the plan and
-    only adds what needs torch: the split over ``devices: auto``, the datamodule, the callbacks' value hooks."""
+    data's own count, `count_train_images`) and, where the config fixes the devices, split over them; None for
+    a datamodule of the user's own, which `build` plans once it has counted it. Each mistake is one `UserError`
+    line. `build` takes the plan and only adds what needs torch: the split over ``devices: auto``, the
+    datamodule, the callbacks' value hooks."""
     rules.check(cfg)
     try:
         # data.root=??? included: its message names the command that writes the data
@@ -108,11 +109,11 @@ def check_job(cfg: DictConfig) -> RecipePlan:
         make_plan(cfg, cfg.recipe_name, planned_train_images(cfg, cfg.recipe_name), devices=None, nodes=1)
         raise
     images = count_train_images(cfg)
-    counted = images is not None
-    size = images if counted else planned_train_images(cfg, cfg.recipe_name)
+    if images is None:  # a datamodule of the user's own: its size is known once it is built, so build plans
+        return None
     # a recipe that cannot run (an evaluation past its end, a batch no device split trains, data smaller than
     # one global batch): refused here, in the plan's own words
-    return make_plan(cfg, cfg.recipe_name, size, devices=None, nodes=1, counted=counted)
+    return make_plan(cfg, cfg.recipe_name, images, devices=None, nodes=1, counted=True)
 
 
 # Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
