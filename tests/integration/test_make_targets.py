@@ -25,8 +25,10 @@ def make(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
 def test_recipe_card_of_a_users_recipe_with_overrides_and_a_plot_in_a_folder_with_a_space(tmp_path):
     conf = tmp_path / "my conf"
     (conf / "recipe").mkdir(parents=True)
-    # a delta over ours, as the README describes it: no `# @package _global_` line
-    (conf / "recipe" / "my_run.yaml").write_text("defaults: [goyal_8k]\noptimizer: {momentum: 0.8}\n")
+    # a delta over ours, as the README describes it: the `# @package _global_` line, then the changes
+    (conf / "recipe" / "my_run.yaml").write_text(
+        "# @package _global_\ndefaults: [goyal_8k]\noptimizer: {momentum: 0.8}\n"
+    )
     plot = tmp_path / "my plots" / "card.png"
     plot.parent.mkdir()
     done = make(
@@ -46,10 +48,17 @@ def test_recipe_card_of_a_users_recipe_with_overrides_and_a_plot_in_a_folder_wit
     assert f"plot: {plot}" in done.stdout and plot.stat().st_size > 10_000
 
 
-def test_train_takes_a_users_recipe_without_the_package_line(tmp_path):
+def test_train_takes_a_users_recipe_and_names_the_package_line_it_lacks(tmp_path):
     conf = tmp_path / "my conf"
     (conf / "recipe").mkdir(parents=True)
-    (conf / "recipe" / "mine.yaml").write_text("defaults: [demo]\nseed: 321\nbatch: {global_size: 96}\n")
+    recipe = conf / "recipe" / "mine.yaml"
+    recipe.write_text("defaults: [demo]\nseed: 321\nbatch: {global_size: 96}\n")
+    # without the line Hydra would put the keys under `recipe`: refused in one line that names the fix
+    done = make("recipe=mine", f"hydra.searchpath=[file://{conf}]", "args=--cfg job", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and "# @package _global_" in errors[0] and str(recipe) in errors[0], done.stderr
+    recipe.write_text("# @package _global_\n" + recipe.read_text())
     done = make("recipe=mine", f"hydra.searchpath=[file://{conf}]", "args=--cfg job", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\nseed: 321\n" in done.stdout and "global_size: 96" in done.stdout, done.stdout
