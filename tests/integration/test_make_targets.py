@@ -1,6 +1,6 @@
-"""The make targets as a user types them: a recipe of the user's own (no package line) in a folder whose path
-holds a space, overrides and ``args=...`` reaching the program whole, environment variables given as make
-variables."""
+"""The make targets as a user types them: a recipe of the user's own (with its package line, and one
+without it) in a folder whose path holds a space, overrides and ``args=...`` reaching the program whole,
+environment variables given as make variables."""
 
 from __future__ import annotations
 
