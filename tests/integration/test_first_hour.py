@@ -49,7 +49,7 @@ ACCELERATOR = "tpu" if torch.cuda.is_available() else "gpu"  # one this machine 
             f"trainer.accelerator={ACCELERATOR}",
             [f"trainer.accelerator={ACCELERATOR}, but this machine has no", "trainer.accelerator=auto"],
         ),
-        ("trainer.precision=17", ["trainer.precision=17: expected", "bf16-mixed"]),
+        ("trainer.precision=17", ["Precision 17 is invalid", "bf16-mixed"]),  # Lightning's own words
         ("data.num_classes=5", ["data.num_classes=5", "has 10 classes", "set data.num_classes=10"]),
     ],
 )
