@@ -126,13 +126,14 @@ def _with_tuning(cells: tuple[Cell, ...], tuning: dict, tunes: list[dict]) -> tu
 
 
 def held_out_scores(trials: list[dict]) -> dict[tuple, dict[float, list[float]]]:
-    """(arm, share or None for small-batch SGD, LR rule) -> LR scale -> final held-out top-1 of each trial run."""
+    """(arm, share, LR rule) -> LR scale -> final held-out top-1 of each trial run. Small-batch SGD's share and
+    rule are None: it trains at the recipe's own batch, so neither moves its LR (its trials answer any of them)."""
     found: dict[tuple, dict[float, list[float]]] = {}
     for key, row in ((key_of(r), r) for r in trials):
         if key and key.holdout:
             last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
-            ratio = None if key.arm == BASELINE_ARM else key.ratio
-            found.setdefault((key.arm, ratio, key.lr_rule), {}).setdefault(key.lr_scale, []).append(
+            small = key.arm == BASELINE_ARM
+            found.setdefault((key.arm, None if small else key.ratio, None if small else key.lr_rule), {}).setdefault(key.lr_scale, []).append(
                 math.nan if last is None else float(last)
             )
     return found
@@ -151,7 +152,8 @@ def chosen_scale(by_scale: dict[float, list[float]], plan: Plan) -> float | None
 
 
 def scale_for(plan: Plan, trials: list[dict], arm: str, ratio: float, rule: str) -> float:
-    by_scale = held_out_scores(trials).get((arm, None if arm == BASELINE_ARM else ratio, rule), {})
+    small = arm == BASELINE_ARM
+    by_scale = held_out_scores(trials).get((arm, None if small else ratio, None if small else rule), {})
     scale = chosen_scale(by_scale, plan)
     if scale is None:
         done = sum(len(v) for v in by_scale.values())

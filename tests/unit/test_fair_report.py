@@ -254,3 +254,26 @@ def test_a_tuned_cell_asks_for_the_chosen_scale_and_is_refused_before_the_trials
         capture_output=True, text=True, cwd=ROOT, check=True,
     ).stdout.splitlines()  # fmt: skip
     assert lines[1] == "lars_you|37|--ratio 0.025 --lr-rule sqrt|tuned:0.025:sqrt"
+
+
+def test_small_batch_sgds_trials_answer_its_one_point_line_whatever_rule_the_line_names(tmp_path):
+    """The bench writes no LR rule for small-batch SGD (it trains at the recipe's batch, nothing to move), while
+    the plan's one-point stage asks for it under the line's rule: its trials must still answer."""
+    finals = {0.5: [50.0, 52.0], 1.0: [55.0, 57.0], 2.0: [56.0, 54.0]}
+    rows = []
+    for k, vs in finals.items():
+        for s, v in enumerate(vs):
+            r = trial("sgd_small", s, k, v)
+            del r["factors"]["lr_rule"]
+            rows.append(r)
+    trials = tmp_path / "runs-tuning.jsonl"
+    trials.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = subprocess.run(
+        [sys.executable, "-m", "lightning_lars.report.plan", "--stages", "one-point"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    arm, _, _, kind = lines[0].split("|")
+    _, ratio, rule = kind.split(":")
+    command = [sys.executable, "-m", "lightning_lars.report.plan", "--scale-for", arm, ratio, rule]
+    done = subprocess.run([*command, "--tuning-runs", str(trials)], capture_output=True, text=True, cwd=ROOT)
+    assert (arm, done.returncode, done.stdout) == ("sgd_small", 0, "1\n")
