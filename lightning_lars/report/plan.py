@@ -133,9 +133,9 @@ def held_out_scores(trials: list[dict]) -> dict[tuple, dict[float, list[float]]]
         if key and key.holdout:
             last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
             small = key.arm == BASELINE_ARM
-            found.setdefault((key.arm, None if small else key.ratio, None if small else key.lr_rule), {}).setdefault(key.lr_scale, []).append(
-                math.nan if last is None else float(last)
-            )
+            found.setdefault(
+                (key.arm, None if small else key.ratio, None if small else key.lr_rule), {}
+            ).setdefault(key.lr_scale, []).append(math.nan if last is None else float(last))
     return found
 
 

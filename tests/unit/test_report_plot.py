@@ -31,11 +31,12 @@ def schedule(step):  # a ramp: every applied point must sit on the planned line 
 
 
 def draw(monkeypatch, record, out_dir):
-    """``write_report_png``'s figure, kept open to be read (it closes the figure after saving)."""
-    figures = []
-    monkeypatch.setattr(plt, "close", figures.append)
+    """``write_report_png``'s figure, kept open to be read (it closes the figure after saving). Matplotlib 3.8's
+    first switch to the Agg backend also calls ``plt.close("all")``: only Figures are ours."""
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)
     path = plot.write_report_png(CFG, record, out_dir)
-    (figure,) = figures
+    (figure,) = [f for f in closed if isinstance(f, plt.Figure)]
     panels = {ax.get_title().split(" (")[0]: ax for ax in figure.axes if ax.get_title()}
     return path, figure, panels
 
