@@ -17,6 +17,7 @@ from torch import Tensor
 
 from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.dots import global_dots
+from lightning_lars.optim.flat import scratch_for
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms, math_dtype
 
@@ -240,7 +241,10 @@ class NLCG(LayerwiseOptimizer):
         )
         eta = self.trust_coefficient
         scale = eta * w_norm / (g_norm + EPS + LARS_DECAY * eta * w_norm)
-        scaled = torch._foreach_mul([grads[i] for i in positions], list(scale.unbind(0)))
+        adapted = [grads[i] for i in positions]
+        # the per-tensor scale spread over a scratch laid out like the gradients: CUDA's multi-tensor fast path
+        spread = scratch_for(self.__dict__.setdefault("_flat", {}), "trust", adapted)
+        scaled = torch._foreach_mul(adapted, spread.spread(scale) if spread else list(scale.unbind(0)))
         for i, g in zip(positions, scaled):
             grads[i] = g
         return grads
@@ -324,7 +328,7 @@ class NLCG(LayerwiseOptimizer):
                 c_old = torch.where(active, take_back[1], 0.0)
                 d = torch._foreach_mul(d, c_new)
                 torch._foreach_sub_(d, torch._foreach_mul(previous[start : start + n], c_old))
-            multi_tensor.add_scaled_(tensors.weights, step.expand(n), d)
+            multi_tensor.add_scaled_(tensors.weights, step, d)  # 0-d: two fast-path kernels
             multi_tensor.write_back(tensors)
             start += n
 

@@ -15,6 +15,7 @@ import torch
 from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.lamb import LAMB
 from lightning_lars.optim.lars import LARS
+from lightning_lars.optim.nlcg import NLCG
 from lightning_lars.optim.op_count import count_launches, foreach_kernels
 from lightning_lars.optim.param_groups import param_groups
 
@@ -78,3 +79,22 @@ def test_the_scratch_views_keep_channels_last_strides_so_the_fast_path_still_hol
     views = spread.spread(ratios)
     assert torch.equal(views[0], torch.full_like(conv, 2.0)) and torch.equal(views[1], torch.full((8,), 3.0))
     assert foreach_kernels((weights[:2], views, weights[:2])) == 1
+
+
+def _nlcg_launches(num_tensors: int) -> int:
+    params = _resnet50_like(num_tensors)
+    optimizer = NLCG(
+        param_groups(params, 5e-5), weight_decay=5e-5, update_rule="PR", trust_coefficient=0.001,
+        line_search_period=1,
+    )  # fmt: skip  # every step checks the loss, so the take-back path runs too
+    for p in params:
+        p.grad = torch.randn_like(p)
+    losses = iter([1.0, 1.2, 1.5])
+    optimizer.step(lambda: next(losses))
+    optimizer.step(lambda: next(losses))  # the first two create the state and the previous direction
+    return count_launches(lambda: optimizer.step(lambda: next(losses)))
+
+
+def test_nlcgs_step_does_not_grow_with_the_number_of_tensors_either():
+    # before: its step size, one value for all of a group's tensors, went in as a vector of 0-d tensors
+    assert _nlcg_launches(50) == _nlcg_launches(161)
