@@ -4,7 +4,7 @@
 # (held-out training images, never val.beton) go to TUNING_RUNS (default: runs-tuning.jsonl beside RUNS), and a
 # tuned cell runs each arm at the LR scale its trials chose. Every finished run is appended at once and a run
 # already there is skipped, so the same command resumes; STAGES="a b" runs only those stages' cells (first
-# extended sqrt-sgd planned-n tuning one-point).
+# extended sqrt-sgd planned-n tuning one-point tuned).
 #
 #   benchmarks/fair_setup.sh DATA RUNS [bench options, e.g. --device cuda --workers 4 --threads 1]
 #   python -m lightning_lars.report.fair_report --runs RUNS      # the table and verdicts at the planned n

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_table
+from lightning_lars.report import runs_table, verdict_rows
 from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, setup_label
 from lightning_lars.report.claims import AGAINST, IMAGENET_TRAIN, Claim, claim_of, in_scope
 from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores, load
 from lightning_lars.report.seed_stats import holm, welch_gap, welch_p
+from lightning_lars.report.verdict_rows import tuning_note
 
 CONTROL_ARM = "sgd_sqrt"  # SGD on the square-root rule: the layer-wise arms' LR rule without the adaptation
 LAYER_WISE = ("lars_you", "lars_mlperf", "lamb", "nlcg", "neumann")
@@ -35,6 +36,7 @@ class Line(NamedTuple):
     planned: tuple[int, int]  # n of the arm and of the arm it is measured from
     have: tuple[int, int]  # seeds run of each, up to the planned n
     in_scope: bool
+    tuning: str = ""  # the arm's LR: chosen on held-out images, or untuned and why (``verdict_rows``)
 
 
 def planned_finals(runs: list[dict], n: int) -> tuple[list[float], int]:
@@ -43,19 +45,23 @@ def planned_finals(runs: list[dict], n: int) -> tuple[list[float], int]:
     return runs_table.finals(chosen), len(chosen)
 
 
-def lines(rows: list[dict], plan: Plan) -> list[Line]:
+def lines(rows: list[dict], plan: Plan, chosen: dict | None = None, apart=()) -> list[Line]:
     """Every verdict line the plan tests: per set-up and arm with a claim, its in-scope bounds (the 1-point margin,
-    then the wide one beside it, for a same-accuracy claim) or, out of scope, the wide bound only."""
-    found = runs_table.groups(rows)
+    then the wide one beside it, for a same-accuracy claim) or, out of scope, the wide bound only. ``rows``: those
+    the verdicts read (``verdict_rows.split``); ``chosen``: its tuned scales, to name each line's LR; ``apart``: the
+    rows kept apart, which only name lines (a tuned arm none of whose runs at its chosen scale has run yet still
+    has its line, with 0 seeds, in Holm's family)."""
+    every = runs_table.groups(rows + [verdict_rows.stand_in(r) for r in apart])
     out = []
-    for setup, arms in found.items():
-        for arm, runs in arms.items():
+    for setup, arms in every.items():
+        for arm, named in arms.items():
             claim = claim_of(arm)
             if arm == BASELINE_ARM or claim.batches is None:
                 continue
-            against = runs_table._against(found, setup, arm)
+            against = runs_table._against(every, setup, arm)
             if against is None:
                 continue
+            runs, against = verdict_rows.real(named), verdict_rows.real(against)
             scoped = in_scope(claim, setup.ratio)
             if claim.bound > 0:  # a claimed gain: one bound
                 bounds = [claim.bound]
@@ -70,7 +76,9 @@ def lines(rows: list[dict], plan: Plan) -> list[Line]:
                 a, have_a = planned_finals(runs, n_arm)
                 b, have_b = planned_finals(against, n_base)
                 planned, have = (n_arm, n_base), (have_a, have_b)
-                out.append(Line(claim, setup, runs[0]["batch"], bound, a, b, planned, have, scoped))
+                note = "" if chosen is None else tuning_note(chosen, arm, setup.ratio, setup.lr_rule)
+                line = Line(claim, setup, named[0]["batch"], bound, a, b, planned, have, scoped, note)
+                out.append(line)
     return out
 
 
@@ -111,7 +119,8 @@ def _words(gap: float, bound: float, rejected: bool) -> str:
 
 def line_text(line: Line, adjusted: float | None, words: str) -> str:
     claim = line.claim
-    head = f"{claim.name} at {100 * line.setup.ratio:g} % of the data ({setup_label(line.setup)}; batch {line.batch})"
+    head = f"{claim.name} at {100 * line.setup.ratio:g} % of the data ({setup_label(line.setup)}; batch {line.batch}"
+    head += f"; {line.tuning})" if line.tuning else ")"
     head += f", bound {line.bound:+g}" + (
         "" if line.in_scope else f"; extrapolation: {outside(claim, line.setup.ratio)}"
     )
@@ -142,16 +151,18 @@ def outside(claim: Claim, ratio: float) -> str:
     return "; ".join(reasons)
 
 
-def contrasts(rows: list[dict], plan: Plan) -> list[str]:
+def contrasts(rows: list[dict], plan: Plan, apart=()) -> list[str]:
     """What each layer-wise arm adds over SGD on the same square-root rule at the same batch: the gap of their
-    planned seeds and its 95 % Welch interval, no verdict."""
+    planned seeds and its 95 % Welch interval, no verdict. ``rows`` and ``apart`` as in `lines`."""
     out = []
-    for setup, arms in runs_table.groups(rows).items():
+    for setup, arms in runs_table.groups(rows + [verdict_rows.stand_in(r) for r in apart]).items():
         if CONTROL_ARM not in arms:
             continue
-        control, have = planned_finals(arms[CONTROL_ARM], plan.planned_n(CONTROL_ARM, setup.ratio))
+        control, have = planned_finals(
+            verdict_rows.real(arms[CONTROL_ARM]), plan.planned_n(CONTROL_ARM, setup.ratio)
+        )
         for arm in (a for a in LAYER_WISE if a in arms):
-            mine, _ = planned_finals(arms[arm], plan.planned_n(arm, setup.ratio))
+            mine, _ = planned_finals(verdict_rows.real(arms[arm]), plan.planned_n(arm, setup.ratio))
             gap = welch_gap(mine, control)
             text = "needs >= 2 seeds each" if gap is None else f"{gap[0]:+.1f} [{gap[1]:+.1f}, {gap[2]:+.1f}]"
             out.append(
@@ -180,11 +191,15 @@ def tuning_lines(trials: list[dict], plan: Plan) -> list[str]:
 
 
 def section(rows: list[dict], plot_ref: str | None, plan: Plan | None = None, trials=()) -> str:
+    """The table of the rows the verdicts read, the plot, the verdicts, the contrasts, the rows kept apart and the
+    tuning lines. ``rows``: the whole runs file (it is split here, ``verdict_rows.split``)."""
     plan = plan or load()
+    reading = verdict_rows.split(rows, plan, list(trials))
+    rows = reading.read
     parts = [runs_table.markdown(rows)]
     if plot_ref:
         parts.append(f"![top-1 per epoch per arm, mean and 95 % interval of the mean over seeds]({plot_ref})")
-    decided = decide(lines(rows, plan), plan)
+    decided = decide(lines(rows, plan, reading.chosen, reading.apart), plan)
     m = len(decided)
     head = (
         f"Verdicts at the planned n ({plan.source and Path(plan.source).name}: the first n seeds in seed order),"
@@ -195,12 +210,19 @@ def section(rows: list[dict], plot_ref: str | None, plan: Plan | None = None, tr
     outside = [line_text(*d) for d in decided if not d[0].in_scope]
     parts.append(head + "\n\nIn the claim's scope (its paper's batches and epochs):\n\n" + _bullets(inside))
     parts.append("Extrapolations (outside the paper's batches or epoch budget):\n\n" + _bullets(outside))
-    control = contrasts(rows, plan)
+    control = contrasts(rows, plan, reading.apart)
     if control:
         parts.append("Layer-wise adaptation beyond the LR rule (no verdict):\n\n" + _bullets(control))
+    if reading.apart:
+        base = [r for r in rows if r.get("arm") == BASELINE_ARM]
+        parts.append(
+            "Rows at an LR scale their arm's trials did not choose (the rule's LR, run before the trials), with the"
+            " baseline the verdicts read; no verdict reads them:\n\n"
+            + runs_table.markdown(reading.apart + base)
+        )
     parts.append(
-        "Tuning on held-out training images (runs-tuning.jsonl; the verdicts above are untuned until a scale"
-        " other than x1 is chosen and run):\n\n" + _bullets(tuning_lines(list(trials), plan))
+        "Tuning on held-out training images (runs-tuning.jsonl; each verdict above reads its arm at the scale"
+        " chosen here):\n\n" + _bullets(tuning_lines(list(trials), plan))
     )
     return "\n\n".join(parts)
 
@@ -221,8 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         plan = load(args.plan) if args.plan else load()
         trials = runs_table.read_runs(args.tuning_runs)
-        render = lambda rows, ref: section(rows, ref, plan, trials)  # noqa: E731
-        runs_table.update_readme(args.readme, runs_table.read_runs(args.runs), args.plot, render=render)
+        rows = runs_table.read_runs(args.runs)
+        render = lambda _read, ref: section(rows, ref, plan, trials)  # noqa: E731
+        read = verdict_rows.split(rows, plan, trials).read  # the plot draws what the verdicts read
+        runs_table.update_readme(args.readme, read, args.plot, render=render)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"{args.readme}: 'Runs of ours' rewritten from {args.runs} at {plan.source}'s planned n")

@@ -59,7 +59,8 @@ def data_label(dataset: dict, setup: RunKey, with_ratio: bool) -> str:
     text = f"{setup.dataset}{mark} ({dataset['train']}/{dataset['val']} img, {dataset['classes']} classes,"
     text += f" {setup.resolution} px)" + (f", ratio {setup.ratio:g}" if with_ratio else "")
     text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
-    return text + ("" if not with_ratio or setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR")
+    text += "" if not with_ratio or setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR"
+    return text + ("" if setup.lr_scale == 1.0 else f" x{setup.lr_scale:g}")
 
 
 def bench_row(
@@ -211,7 +212,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
             mean = f"{statistics.fmean(finite):.2f} +- {std}, n={len(finite)}" if finite else "diverged"
             out.append(
                 {
-                    "run": f"{arm} ({runs[0]['recipe']})",
+                    "run": f"{arm} ({runs[0]['recipe']})" + _tuned_text(runs[0]),
                     "data set": data_label(runs[0]["dataset"], setup, with_ratio=arm != BASELINE_ARM),
                     "batch": runs[0]["batch"],
                     "epochs": setup.epochs,
@@ -242,6 +243,12 @@ def table_rows(rows: list[dict]) -> list[dict]:
                 }
             )
     return out
+
+
+def _tuned_text(row: dict) -> str:
+    """A row the fair report read at its arm's chosen LR scale (``verdict_rows``) says so."""
+    scale = row.get("factors", {}).get("tuned_lr_scale")
+    return "" if scale is None else f", LR x{scale:g} tuned"
 
 
 def markdown(rows: list[dict]) -> str:
