@@ -18,6 +18,8 @@ HASH_CHARS = 16  # hex characters of sha256 kept: 64 bits, no collision among a 
 # The set-up of the runs before these factors were recorded (README, "Runs of ours"): their defaults.
 DEFAULT_WIDTH = "quarter"
 DEFAULT_LR_RULE = "linear"
+# A row the fair report read at its arm's chosen LR scale carries it under this factor (report/verdict_rows.py)
+TUNED_SCALE = "tuned_lr_scale"
 
 
 class RunKey(NamedTuple):

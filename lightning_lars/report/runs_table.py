@@ -26,6 +26,7 @@ from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench
     BENCH_KIND,
     DEFAULT_LR_RULE,
     DEFAULT_WIDTH,
+    TUNED_SCALE,
     RunKey,
     baseline_part,
     key_of,
@@ -247,7 +248,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
 
 def _tuned_text(row: dict) -> str:
     """A row the fair report read at its arm's chosen LR scale (``verdict_rows``) says so."""
-    scale = row.get("factors", {}).get("tuned_lr_scale")
+    scale = row.get("factors", {}).get(TUNED_SCALE)
     return "" if scale is None else f", LR x{scale:g} tuned"
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lightning_lars.report.bench_key import BASELINE_ARM, key_of
+from lightning_lars.report.bench_key import BASELINE_ARM, TUNED_SCALE, key_of
 from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores
 
 STAND_IN = "stands_in"  # a row key: this row only names a line (`stand_in`)
-TUNED = "tuned_lr_scale"  # a read row's factor: the scale its arm's trials chose (the row's own lr_scale)
 
 
 class Reading(NamedTuple):
@@ -44,7 +43,7 @@ def split(rows: list[dict], plan: Plan, trials: list[dict]) -> Reading:
     read, apart = [], []
     for row in rows:
         key = key_of(row)
-        if key is None or key.holdout or TUNED in row.get("factors", {}):
+        if key is None or key.holdout or TUNED_SCALE in row.get("factors", {}):
             read.append(row)  # make check's lines; tuning trials (never a verdict's: runs_table skips them)
             continue
         scale = chosen.get(tuned_key(key.arm, key.ratio, key.lr_rule))
@@ -54,7 +53,7 @@ def split(rows: list[dict], plan: Plan, trials: list[dict]) -> Reading:
             read.append(row)  # untuned: the plan has no trials for it, or they have not all run
         else:
             factors = {k: v for k, v in row["factors"].items() if k != "lr_scale"}
-            read.append(row | {"factors": factors | {TUNED: scale}})
+            read.append(row | {"factors": factors | {TUNED_SCALE: scale}})
     return Reading(read, apart, chosen)
 
 
