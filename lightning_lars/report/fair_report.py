@@ -51,7 +51,7 @@ def lines(rows: list[dict], plan: Plan, chosen: dict | None = None, apart=()) ->
     the verdicts read (``verdict_rows.split``); ``chosen``: its tuned scales, to name each line's LR; ``apart``: the
     rows kept apart, which only name lines (a tuned arm none of whose runs at its chosen scale has run yet still
     has its line, with 0 seeds, in Holm's family)."""
-    every = runs_table.groups(rows + [verdict_rows.stand_in(r) for r in apart])
+    every = verdict_rows.with_stand_ins(rows, apart)
     out = []
     for setup, arms in every.items():
         for arm, named in arms.items():
@@ -155,7 +155,7 @@ def contrasts(rows: list[dict], plan: Plan, apart=()) -> list[str]:
     """What each layer-wise arm adds over SGD on the same square-root rule at the same batch: the gap of their
     planned seeds and its 95 % Welch interval, no verdict. ``rows`` and ``apart`` as in `lines`."""
     out = []
-    for setup, arms in runs_table.groups(rows + [verdict_rows.stand_in(r) for r in apart]).items():
+    for setup, arms in verdict_rows.with_stand_ins(rows, apart).items():
         if CONTROL_ARM not in arms:
             continue
         control, have = planned_finals(

@@ -125,17 +125,21 @@ def _with_tuning(cells: tuple[Cell, ...], tuning: dict, tunes: list[dict]) -> tu
     return cells[:at] + trials + cells[at:]
 
 
+def tuned_key(arm: str, ratio: float | None, rule: str | None) -> tuple:
+    """How tuning names an arm's set-up: (arm, share, LR rule). Small-batch SGD's share and rule are None: it
+    trains at the recipe's own batch, so neither moves its LR (its trials answer any of them)."""
+    return (arm, None, None) if arm == BASELINE_ARM else (arm, ratio, rule)
+
+
 def held_out_scores(trials: list[dict]) -> dict[tuple, dict[float, list[float]]]:
-    """(arm, share, LR rule) -> LR scale -> final held-out top-1 of each trial run. Small-batch SGD's share and
-    rule are None: it trains at the recipe's own batch, so neither moves its LR (its trials answer any of them)."""
+    """`tuned_key` -> LR scale -> final held-out top-1 of each trial run."""
     found: dict[tuple, dict[float, list[float]]] = {}
     for key, row in ((key_of(r), r) for r in trials):
         if key and key.holdout:
             last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
-            small = key.arm == BASELINE_ARM
-            found.setdefault(
-                (key.arm, None if small else key.ratio, None if small else key.lr_rule), {}
-            ).setdefault(key.lr_scale, []).append(math.nan if last is None else float(last))
+            found.setdefault(tuned_key(key.arm, key.ratio, key.lr_rule), {}).setdefault(
+                key.lr_scale, []
+            ).append(math.nan if last is None else float(last))
     return found
 
 
@@ -152,8 +156,7 @@ def chosen_scale(by_scale: dict[float, list[float]], plan: Plan) -> float | None
 
 
 def scale_for(plan: Plan, trials: list[dict], arm: str, ratio: float, rule: str) -> float:
-    small = arm == BASELINE_ARM
-    by_scale = held_out_scores(trials).get((arm, None if small else ratio, None if small else rule), {})
+    by_scale = held_out_scores(trials).get(tuned_key(arm, ratio, rule), {})
     scale = chosen_scale(by_scale, plan)
     if scale is None:
         done = sum(len(v) for v in by_scale.values())

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lightning_lars.report.bench_key import BASELINE_ARM, TUNED_SCALE, key_of
-from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores
+from lightning_lars.report import runs_table
+from lightning_lars.report.bench_key import TUNED_SCALE, key_of
+from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores, tuned_key
 
-STAND_IN = "stands_in"  # a row key: this row only names a line (`stand_in`)
+STAND_IN = "stands_in"  # a row key: this row only names a line (`with_stand_ins`)
 
 
 class Reading(NamedTuple):
     read: list[dict]  # the rows the verdicts read, tuned ones folded (module docstring)
     apart: list[dict]  # rows at a scale their arm's trials did not choose
-    chosen: dict[
-        tuple, float | None
-    ]  # (arm, share, rule) of each tuned arm -> its scale; None before its trials
-
-
-def tuned_key(arm: str, ratio: float | None, rule: str | None) -> tuple:
-    """How tuning names an arm's set-up: small-batch SGD's share and rule are None (``plan.held_out_scores``)."""
-    return (arm, None, None) if arm == BASELINE_ARM else (arm, ratio, rule)
+    # (arm, share, rule) of each tuned arm -> its scale; None before its trials
+    chosen: dict[tuple, float | None]
 
 
 def chosen_scales(plan: Plan, trials: list[dict]) -> dict[tuple, float | None]:
@@ -52,17 +47,21 @@ def split(rows: list[dict], plan: Plan, trials: list[dict]) -> Reading:
         elif scale is None:
             read.append(row)  # untuned: the plan has no trials for it, or they have not all run
         else:
-            factors = {k: v for k, v in row["factors"].items() if k != "lr_scale"}
-            read.append(row | {"factors": factors | {TUNED_SCALE: scale}})
+            folded = _at_rule_lr(row)
+            read.append(folded | {"factors": folded["factors"] | {TUNED_SCALE: scale}})
     return Reading(read, apart, chosen)
 
 
-def stand_in(row: dict) -> dict:
-    """A row kept apart, as if at x1 and marked: it names the set-up and arm whose line it stands for (a tuned arm
-    none of whose runs at its chosen scale has run yet still has its line, with 0 seeds, in Holm's family); `real`
-    drops it before any top-1 is read."""
-    factors = {k: v for k, v in row.get("factors", {}).items() if k != "lr_scale"}
-    return row | {"factors": factors, STAND_IN: True}
+def _at_rule_lr(row: dict) -> dict:
+    """``row`` without its ``lr_scale``: its set-up reads as the rule's LR (x1)."""
+    return row | {"factors": {k: v for k, v in row.get("factors", {}).items() if k != "lr_scale"}}
+
+
+def with_stand_ins(rows: list[dict], apart: list[dict]) -> dict:
+    """``runs_table.groups`` of ``rows`` and of a stand-in for each row kept apart: a row as if at x1 and marked,
+    which only names the set-up and arm of a line (a tuned arm none of whose runs at its chosen scale has run yet
+    still has its line, with 0 seeds, in Holm's family); `real` drops them before any top-1 is read."""
+    return runs_table.groups(list(rows) + [_at_rule_lr(r) | {STAND_IN: True} for r in apart])
 
 
 def real(runs: list[dict]) -> list[dict]:
