@@ -101,19 +101,23 @@ def decide(found: list[Line], plan: Plan) -> list[tuple[Line, float | None, str]
     return out
 
 
+def _points(size: float) -> str:
+    return f"{size:g} point{'' if size == 1 else 's'}"
+
+
 def _words(gap: float, bound: float, rejected: bool) -> str:
     if not rejected:
         return f"undecided at the planned n: {bound:+g} points not excluded after Holm's correction"
     if bound <= 0:
         return (
-            f"holds within {-bound:g} points"
+            f"holds within {_points(-bound)}"
             if gap > bound
-            else f"does not hold: more than {-bound:g} points below"
+            else f"does not hold: more than {_points(-bound)} below"
         )
     return (
-        f"holds: at least {bound:g} points above"
+        f"holds: at least {_points(bound)} above"
         if gap > bound
-        else f"does not hold: less than {bound:g} points above"
+        else f"does not hold: less than {_points(bound)} above"
     )
 
 

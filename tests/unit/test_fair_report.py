@@ -182,6 +182,17 @@ def test_verdicts_read_the_first_planned_seeds_only(tmp_path):
     assert short[0][1] is None and short[0][2] == "not decided: 2+3 of the planned 3+3 seeds"
 
 
+def test_a_decided_line_names_its_margin_in_words_one_point_singular(tmp_path):
+    """Three points above small-batch SGD with seeds 0.1 apart: both in-scope lines hold, each in its own words."""
+    path = tmp_path / "plan.toml"
+    path.write_text('[setup]\nwidth="full"\nepochs=2\nresolution=32\n[decision]\n[planned]\ndefault = 3\n')
+    the_plan = plan.load(path)
+    base = [row("sgd_small", s, v) for s, v in enumerate([57.0, 57.1, 56.9])]
+    lars = [row("lars_you", s, v) for s, v in enumerate([60.0, 60.1, 59.9])]
+    words = [d[2] for d in fair_report.decide(fair_report.lines(base + lars, the_plan), the_plan)]
+    assert words == ["holds within 1 point", "holds within 3 points"]
+
+
 def trial(arm, seed, scale, final):
     held = {"lr_rule": "sqrt", "holdout": {"share": 0.1, "seed": 0}, "lr_scale": scale}
     return row(arm, seed, final, ratio=0.1) | {"factors": held}
