@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import claims, fair_report, plan, runs_table, seed_stats
+from lightning_lars.report import bench_key, claims, fair_report, plan, runs_table, seed_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +106,35 @@ def test_the_plans_first_stages_are_the_rows_the_fair_runs_file_holds():
             if (r["arm"], r["ratio"], r["factors"].get("lr_rule")) == (arm, ratio, rule)
         )
         assert kept == list(range(len(kept)))  # seeds 0 .. n-1: "the first n" is well defined
+
+
+def test_every_cell_of_the_plan_is_in_the_runs_files_and_every_row_is_a_cells():
+    """The whole plan, run in order as fair_setup.sh runs it, leaves exactly the rows the two files hold: each
+    arm, share, rule, held-out share and LR scale its seeds 0 .. n-1 (n the largest count a cell names), a tuned
+    cell at the scale its trials chose, nothing beyond, and every row at the plan's set-up."""
+    the_plan = plan.load()
+    trials = runs_table.read_runs(ROOT / "recipes" / "runs-tuning.jsonl")
+    wanted = {}
+    for cell in the_plan.cells:
+        options = cell.tuning.split()
+        options = dict(zip(options[::2], options[1::2], strict=True))
+        for arm in cell.arms:
+            scale = float(options.get("--lr-scale", 1))
+            if cell.tuned:
+                scale = plan.scale_for(the_plan, trials, arm, cell.ratio, cell.lr_rule)
+            key = (arm, cell.ratio, cell.lr_rule, float(options.get("--holdout", 0)), scale)
+            key = (arm, None, None, *key[3:]) if arm == "sgd_small" else key
+            wanted[key] = max(wanted.get(key, 0), cell.seeds)
+    held = collections.defaultdict(list)
+    setup = tuple(the_plan.setup[k] for k in ("width", "epochs", "resolution"))
+    for row in runs_table.read_runs(ROOT / "recipes" / "runs-fair.jsonl") + trials:
+        key = bench_key.key_of(row)
+        assert (key.width, key.epochs, key.resolution) == setup
+        name = (key.arm, key.ratio, key.lr_rule, key.holdout, key.lr_scale)
+        held[(key.arm, None, None, *name[3:]) if key.arm == "sgd_small" else name].append(key.seed)
+    assert {key: sorted(seeds) for key, seeds in held.items()} == {
+        key: list(range(n)) for key, n in wanted.items()
+    }
 
 
 def test_the_plan_prints_its_cells_for_the_shell():
