@@ -108,10 +108,11 @@ def test_the_plans_first_stages_are_the_rows_the_fair_runs_file_holds():
         assert kept == list(range(len(kept)))  # seeds 0 .. n-1: "the first n" is well defined
 
 
-def test_every_cell_of_the_plan_is_in_the_runs_files_and_every_row_is_a_cells():
+def test_every_cell_of_the_plan_is_in_the_runs_files_and_no_row_lies_outside_the_plan():
     """The whole plan, run in order as fair_setup.sh runs it, leaves exactly the rows the two files hold: each
     arm, share, rule, held-out share and LR scale its seeds 0 .. n-1 (n the largest count a cell names), a tuned
-    cell at the scale its trials chose, nothing beyond, and every row at the plan's set-up."""
+    cell at the scale its trials chose, nothing beyond, and every row at the plan's set-up. Small-batch SGD's rows
+    are one set-up whatever share and rule they name (``plan.tuned_key``)."""
     the_plan = plan.load()
     trials = runs_table.read_runs(ROOT / "recipes" / "runs-tuning.jsonl")
     wanted = {}
@@ -122,16 +123,14 @@ def test_every_cell_of_the_plan_is_in_the_runs_files_and_every_row_is_a_cells():
             scale = float(options.get("--lr-scale", 1))
             if cell.tuned:
                 scale = plan.scale_for(the_plan, trials, arm, cell.ratio, cell.lr_rule)
-            key = (arm, cell.ratio, cell.lr_rule, float(options.get("--holdout", 0)), scale)
-            key = (arm, None, None, *key[3:]) if arm == "sgd_small" else key
+            key = (*plan.tuned_key(arm, cell.ratio, cell.lr_rule), float(options.get("--holdout", 0)), scale)
             wanted[key] = max(wanted.get(key, 0), cell.seeds)
     held = collections.defaultdict(list)
     setup = tuple(the_plan.setup[k] for k in ("width", "epochs", "resolution"))
     for row in runs_table.read_runs(ROOT / "recipes" / "runs-fair.jsonl") + trials:
         key = bench_key.key_of(row)
         assert (key.width, key.epochs, key.resolution) == setup
-        name = (key.arm, key.ratio, key.lr_rule, key.holdout, key.lr_scale)
-        held[(key.arm, None, None, *name[3:]) if key.arm == "sgd_small" else name].append(key.seed)
+        held[(*plan.tuned_key(key.arm, key.ratio, key.lr_rule), key.holdout, key.lr_scale)].append(key.seed)
     assert {key: sorted(seeds) for key, seeds in held.items()} == {
         key: list(range(n)) for key, n in wanted.items()
     }
