@@ -5,6 +5,8 @@ of freedom over the four groups of runs, two where the level shares the base's s
 verdict line per large-batch arm.
 
     python -m lightning_lars.report.factor_study [--runs recipes/runs-factor.jsonl] [--readme README.md]
+    python -m lightning_lars.report.factor_study --runs recipes/runs-factor-heldout.jsonl --readme README.md \
+        --section factor-study-heldout --plot ''    # the same cells on held-out images (plan-fair.toml stage 6)
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ COLUMNS = (
     "gap moved [95 % CI]",
 )
 BASE_LEVEL = "today's set-up"
-BEGIN, END = "<!-- factor-study:begin -->", "<!-- factor-study:end -->"
+SECTION = "factor-study"  # the README's block: between "<!-- NAME:begin -->" and "<!-- NAME:end -->"
+
+
+def markers(name: str = SECTION) -> tuple[str, str]:
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+BEGIN, END = markers()
 
 
 def level(setup: RunKey, base: dict = BASE) -> str:
@@ -123,9 +132,9 @@ def section(runs: list[dict], plot_ref: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def update_readme(readme: Path, runs: list[dict], plot_path: Path | None) -> None:
-    """Rewrite the text between BEGIN and END in ``readme``; nothing else is touched."""
-    runs_table.update_readme(readme, runs, plot_path, (BEGIN, END), section, "the factor study")
+def update_readme(readme: Path, runs: list[dict], plot_path: Path | None, name: str = SECTION) -> None:
+    """Rewrite the text between ``markers(name)`` in ``readme``; nothing else is touched."""
+    runs_table.update_readme(readme, runs, plot_path, markers(name), section, "the factor study")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,12 +142,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-factor.jsonl")
     parser.add_argument("--readme", type=Path, default=None, help="rewrite its factor-study section")
-    parser.add_argument("--plot", type=Path, default=root / "docs" / "factor-study.png")
+    parser.add_argument("--plot", type=Path, default=root / "docs" / "factor-study.png", help="'': none")
+    parser.add_argument("--section", default=SECTION, help="the README block's marker name")
     args = parser.parse_args(argv)
     try:
         runs = runs_table.read_runs(args.runs)
         if args.readme:
-            update_readme(args.readme, runs, args.plot)
+            update_readme(
+                args.readme, runs, args.plot if str(args.plot) not in ("", ".") else None, args.section
+            )
             print(f"{args.readme}: factor study rewritten from {args.runs}")
         else:
             print(section(runs, None))

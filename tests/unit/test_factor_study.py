@@ -1,6 +1,8 @@
 """lightning_lars/report/factor_study.py: one row per factor level and arm, the gap's move from the base set-up,
 and the README section, from runs written the way benchmarks/bench_largebatch.py writes them."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,18 @@ def test_readme_section_is_rewritten_between_its_markers(runs, tmp_path):
     with pytest.raises(UserError, match="factor-study:begin"):
         factor_study.update_readme(readme, runs, None)
     assert readme.read_text() == "no markers\n"
+
+
+def test_a_named_section_is_rewritten_and_the_default_one_left_alone(runs, tmp_path):
+    """The held-out study renders into its own block (``--section``), without a plot when --plot is ''."""
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    held_begin, held_end = factor_study.markers("factor-study-heldout")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\nstale\n{held_end}\n")
+    factor_study.main(
+        ["--runs", str(path), "--readme", str(readme), "--section", "factor-study-heldout", "--plot", ""]
+    )
+    text = readme.read_text()
+    assert text.startswith(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\n| factor level |")
+    assert "stale" not in text and "![" not in text and text.endswith(f"{held_end}\n")
