@@ -6,12 +6,13 @@ verdict line per large-batch arm.
 
     python -m lightning_lars.report.factor_study [--runs recipes/runs-factor.jsonl] [--readme README.md]
     python -m lightning_lars.report.factor_study --runs recipes/runs-factor-heldout.jsonl --readme README.md \
-        --section factor-study-heldout --plot ''    # the same cells on held-out images (plan-fair.toml stage 6)
+        --section factor-study-heldout --plot '' --held-out    # held-out images (plan-fair.toml stage 6)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 from pathlib import Path
 
@@ -73,9 +74,10 @@ def _gap_text(gap) -> str:
     return "needs >= 2 seeds each" if gap is None else f"{gap[0]:+.1f} [{gap[1]:+.1f}, {gap[2]:+.1f}]"
 
 
-def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
-    """One row per factor level and arm; small-batch SGD once per level that changes it."""
-    found = runs_table.groups(runs)
+def rows(runs: list[dict], base: dict = BASE, held_out: bool = False) -> list[dict]:
+    """One row per factor level and arm; small-batch SGD once per level that changes it. ``held_out``: the runs
+    evaluated on held-out training images instead of the validation images (``runs_table.groups``)."""
+    found = runs_table.groups(runs, held_out)
     today = {  # (data set, hash) -> the base set-up's arms, to say how far each level moved each gap
         (setup.dataset, setup.data_hash): arms
         for setup, arms in found.items()
@@ -110,13 +112,14 @@ def rows(runs: list[dict], base: dict = BASE) -> list[dict]:
     return out
 
 
-def markdown(runs: list[dict], base: dict = BASE) -> str:
+def markdown(runs: list[dict], base: dict = BASE, held_out: bool = False) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    return "\n".join(lines + ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows(runs, base)])
+    body = ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows(runs, base, held_out)]
+    return "\n".join(lines + body)
 
 
-def section(runs: list[dict], plot_ref: str | None) -> str:
-    parts = [markdown(runs)]
+def section(runs: list[dict], plot_ref: str | None, held_out: bool = False) -> str:
+    parts = [markdown(runs, held_out=held_out)]
     if plot_ref:
         parts.append(f"![top-1 per epoch per arm, one panel per cell of the factor study]({plot_ref})")
     text = runs_table.verdicts(runs)
@@ -132,9 +135,12 @@ def section(runs: list[dict], plot_ref: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def update_readme(readme: Path, runs: list[dict], plot_path: Path | None, name: str = SECTION) -> None:
+def update_readme(
+    readme: Path, runs: list[dict], plot_path: Path | None, name: str = SECTION, held_out: bool = False
+) -> None:
     """Rewrite the text between ``markers(name)`` in ``readme``; nothing else is touched."""
-    runs_table.update_readme(readme, runs, plot_path, markers(name), section, "the factor study")
+    render = functools.partial(section, held_out=held_out)
+    runs_table.update_readme(readme, runs, plot_path, markers(name), render, "the factor study")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,16 +150,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--readme", type=Path, default=None, help="rewrite its factor-study section")
     parser.add_argument("--plot", type=Path, default=root / "docs" / "factor-study.png", help="'': none")
     parser.add_argument("--section", default=SECTION, help="the README block's marker name")
+    parser.add_argument(
+        "--held-out", action="store_true", help="the runs evaluated on held-out training images"
+    )
     args = parser.parse_args(argv)
     try:
         runs = runs_table.read_runs(args.runs)
         if args.readme:
-            update_readme(
-                args.readme, runs, args.plot if str(args.plot) not in ("", ".") else None, args.section
-            )
+            plot = args.plot if str(args.plot) not in ("", ".") else None
+            update_readme(args.readme, runs, plot, args.section, args.held_out)
             print(f"{args.readme}: factor study rewritten from {args.runs}")
         else:
-            print(section(runs, None))
+            print(section(runs, None, args.held_out))
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -133,12 +133,14 @@ def final_top1(row: dict) -> float:
     return math.nan if last is None else float(last)
 
 
-def groups(rows: list[dict]) -> dict[RunKey, dict[str, list[dict]]]:
-    """set-up -> arm -> runs; small-batch SGD joins every ratio and LR rule of its data set and sizes."""
+def groups(rows: list[dict], held_out: bool = False) -> dict[RunKey, dict[str, list[dict]]]:
+    """set-up -> arm -> runs; small-batch SGD joins every ratio and LR rule of its data set and sizes. Only the
+    runs evaluated on the validation images, or with ``held_out`` only those evaluated on held-out training
+    images (tuning trials, the set-up's check): never both in one table, and never a held-out run in a verdict."""
     found: dict[RunKey, dict[str, list[dict]]] = {}
     base: dict[RunKey, list[dict]] = {}
     for key, row in ((key_of(r), r) for r in rows):
-        if key and key.holdout:  # a tuning trial, evaluated on held-out training images: never a verdict's
+        if key and bool(key.holdout) != held_out:
             continue
         if key and key.arm == BASELINE_ARM:
             base.setdefault(baseline_part(setup_of(key)), []).append(row)

@@ -100,16 +100,22 @@ def test_readme_section_is_rewritten_between_its_markers(runs, tmp_path):
     assert readme.read_text() == "no markers\n"
 
 
-def test_a_named_section_is_rewritten_and_the_default_one_left_alone(runs, tmp_path):
-    """The held-out study renders into its own block (``--section``), without a plot when --plot is ''."""
+def test_held_out_runs_get_their_own_section_and_never_join_the_validation_table(runs, tmp_path):
+    """The same cells evaluated on held-out training images render into their own block with --held-out (no
+    plot on --plot ''), and neither table mixes them with the runs evaluated on the validation images."""
+    held = [r | {"factors": r["factors"] | {"holdout": {"share": 0.1, "seed": 0}}} for r in runs]
+    for r in held:
+        r["top1_per_epoch"] = [v - 5.0 for v in r["top1_per_epoch"]]  # another evaluation set, other values
+    assert factor_study.rows(runs + held) == factor_study.rows(runs)
+    assert factor_study.rows(runs + held, held_out=True) != factor_study.rows(runs)
     path = tmp_path / "runs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs + held))
     held_begin, held_end = factor_study.markers("factor-study-heldout")
     readme = tmp_path / "README.md"
     readme.write_text(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\nstale\n{held_end}\n")
-    factor_study.main(
-        ["--runs", str(path), "--readme", str(readme), "--section", "factor-study-heldout", "--plot", ""]
-    )
+    argv = ["--runs", str(path), "--readme", str(readme), "--section", "factor-study-heldout", "--plot", ""]
+    factor_study.main([*argv, "--held-out"])
     text = readme.read_text()
-    assert text.startswith(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\n| factor level |")
+    assert text.startswith(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\n")
+    assert text.split(held_begin)[1].startswith(f"\n{factor_study.markdown(held, held_out=True)}")
     assert "stale" not in text and "![" not in text and text.endswith(f"{held_end}\n")
