@@ -148,7 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-factor.jsonl")
     parser.add_argument("--readme", type=Path, default=None, help="rewrite its factor-study section")
-    parser.add_argument("--plot", type=Path, default=root / "docs" / "factor-study.png", help="'': none")
+    parser.add_argument(
+        "--plot", type=lambda text: Path(text) if text else None, default=root / "docs" / "factor-study.png",
+        help="'': none",
+    )  # fmt: skip
     parser.add_argument("--section", default=SECTION, help="the README block's marker name")
     parser.add_argument(
         "--held-out", action="store_true", help="the runs evaluated on held-out training images"
@@ -157,8 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         runs = runs_table.read_runs(args.runs)
         if args.readme:
-            plot = args.plot if str(args.plot) not in ("", ".") else None
-            update_readme(args.readme, runs, plot, args.section, args.held_out)
+            update_readme(args.readme, runs, args.plot, args.section, args.held_out)
             print(f"{args.readme}: factor study rewritten from {args.runs}")
         else:
             print(section(runs, None, args.held_out))
