@@ -32,12 +32,15 @@ class Cell:
     seeds: int  # seeds 0 .. seeds-1 of each arm
     ratio: float
     lr_rule: str
-    tuning: str = ""  # a tuning trial's extra bench options (held-out share and seed, LR scale); "": none
+    holdout: float = 0.0  # a tuning trial's share of the training images held out and evaluated; 0: none
+    holdout_seed: int = 0  # a tuning trial's draw of the held-out images
+    lr_scale: float = 1.0  # a tuning trial's multiplier of the rule's LR
     tuned: bool = False  # runs at the LR scale the tuning trials chose for each arm (``chosen_scale``)
 
     def options(self) -> str:
         """bench_largebatch.py's options for this cell, after the plan's set-up."""
-        return f"--ratio {self.ratio:g} --lr-rule {self.lr_rule}" + (f" {self.tuning}" if self.tuning else "")
+        trial = f" --holdout {self.holdout:g} --holdout-seed {self.holdout_seed} --lr-scale {self.lr_scale:g}"
+        return f"--ratio {self.ratio:g} --lr-rule {self.lr_rule}" + (trial if self.holdout else "")
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,9 @@ def _with_tuning(cells: tuple[Cell, ...], tuning: dict, tunes: list[dict]) -> tu
             int(tuning["trial_seeds"]),
             float(t["ratio"]),
             t["lr_rule"],
-            f"--holdout {tuning['holdout']:g} --holdout-seed {tuning['holdout_seed']} --lr-scale {scale:g}",
+            float(tuning["holdout"]),
+            int(tuning["holdout_seed"]),
+            float(scale),
         )  # fmt: skip
         for t in tunes
         for scale in tuning["lr_scales"]
@@ -198,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.stages is None or cell.stage in args.stages:
             kind = (
                 "tuning"
-                if cell.tuning
+                if cell.holdout
                 else f"tuned:{cell.ratio:g}:{cell.lr_rule}"
                 if cell.tuned
                 else "verdict"

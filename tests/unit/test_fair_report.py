@@ -117,13 +117,11 @@ def test_every_cell_of_the_plan_is_in_the_runs_files_and_no_row_lies_outside_the
     trials = runs_table.read_runs(ROOT / "recipes" / "runs-tuning.jsonl")
     wanted = {}
     for cell in the_plan.cells:
-        options = cell.tuning.split()
-        options = dict(zip(options[::2], options[1::2], strict=True))
         for arm in cell.arms:
-            scale = float(options.get("--lr-scale", 1))
+            scale = cell.lr_scale
             if cell.tuned:
                 scale = plan.scale_for(the_plan, trials, arm, cell.ratio, cell.lr_rule)
-            key = (*plan.tuned_key(arm, cell.ratio, cell.lr_rule), float(options.get("--holdout", 0)), scale)
+            key = (*plan.tuned_key(arm, cell.ratio, cell.lr_rule), cell.holdout, scale)
             wanted[key] = max(wanted.get(key, 0), cell.seeds)
     held = collections.defaultdict(list)
     setup = tuple(the_plan.setup[k] for k in ("width", "epochs", "resolution"))
