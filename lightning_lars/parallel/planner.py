@@ -9,8 +9,9 @@ Weak scaling: every GPU keeps the same batch; one row per GPU count.
 2. Calibration: the device's FLOP rate is solved so that the modelled step of the seed run (Fujitsu, MLPerf
    v0.6: ResNet-50, 2,048 V100 on ABCI, 42 images per GPU, fp16, grouped all-reduce) equals its logged step
    time, :data:`SEED_STEP_S`; the network is ABCI's (:data:`~lightning_lars.parallel.network.ABCI`).
-3. Schedules, one communication channel (an all-reduce starts when its data is ready and the previous one
-   ended; exposed = how long communication runs past the end of backward):
+3. Schedules (:mod:`~lightning_lars.parallel.comm_schedule`), one communication channel (an all-reduce starts
+   when its data is ready and the previous one ended; exposed = how long communication runs past the end of
+   backward):
    * DDP default: buckets in gradient-ready order, the first capped at 1 MiB, the rest at 25 MiB (torch's
      ``_DEFAULT_FIRST_BUCKET_BYTES`` and ``bucket_cap_mb``; the rule DDP applies when it rebuilds its
      buckets after the first step), one NCCL all-reduce each.
@@ -24,7 +25,6 @@ Weak scaling: every GPU keeps the same batch; one row per GPU count.
 
 import argparse
 import math
-from dataclasses import dataclass
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.parallel.backward_profile import (
@@ -36,7 +36,8 @@ from lightning_lars.parallel.backward_profile import (
     save_profile,
     timed_profile,
 )
-from lightning_lars.parallel.bucket_hook import MIB, plan_groups
+from lightning_lars.parallel.bucket_hook import MIB
+from lightning_lars.parallel.comm_schedule import Schedule, bucket_schedule, grouped_schedule
 from lightning_lars.parallel.network import ABCI, Cluster
 
 GPU_COUNTS = [2**k for k in range(3, 13)]  # 8 .. 4096
@@ -53,75 +54,6 @@ SEED_STEP_S = 0.733 / 15
 SEED_GPUS, SEED_BATCH_PER_GPU = 2048, 42  # 86,016 images per step
 V100_MEMORY_BANDWIDTH = 900e9  # bytes/s, HBM2 (NVIDIA V100 datasheet)
 OPTIMIZER_BYTES_PER_PARAM = 24  # LARS in fp32: read w, g, m; write w, m; write the fp16 copy (our count)
-
-
-@dataclass
-class Schedule:
-    """All-reduces of one backward: the units (DDP buckets) each carries, start/end (s), totals (s)."""
-
-    groups: list
-    start_s: list
-    end_s: list
-    comm_s: float
-    exposed_s: float
-
-
-def simulate(
-    profile: Profile,
-    buckets: list,
-    groups: list,
-    cluster: Cluster,
-    algorithm: str,
-    num_gpus: int,
-    wire_bytes_factor: float = 1.0,
-    copy_s_per_byte: float = 0.0,
-) -> Schedule:
-    """Serial all-reduces of ``groups`` (lists of indices into ``buckets``) once their last gradient is ready."""
-    bucket_bytes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
-    bucket_ready = [profile.ready_s[bucket[-1]] for bucket in buckets]
-    clock, starts, ends, comm = 0.0, [], [], 0.0
-    for group in groups:
-        wire = wire_bytes_factor * sum(bucket_bytes[b] for b in group)
-        duration = cluster.allreduce(algorithm, wire, num_gpus) + copy_s_per_byte * wire
-        clock = max(clock, bucket_ready[group[-1]])
-        starts.append(clock)
-        clock += duration
-        ends.append(clock)
-        comm += duration
-    return Schedule(groups, starts, ends, comm, max(0.0, clock - profile.backward_s))
-
-
-def bucket_schedule(profile, caps_mb, cluster, algorithm, num_gpus, wire_bytes_factor=1.0) -> Schedule:
-    """DDP's own buckets with these caps (``[1, 25]``: DDP's default), one all-reduce each, no hook."""
-    buckets = plan_groups(profile.num_bytes, caps_mb)
-    return simulate(
-        profile, buckets, [[b] for b in range(len(buckets))], cluster, algorithm, num_gpus, wire_bytes_factor
-    )
-
-
-def grouped_schedule(
-    profile,
-    caps_mb,
-    cluster,
-    algorithm,
-    num_gpus,
-    wire_bytes_factor=1.0,
-    copy_s_per_byte=0.0,
-    ddp_bucket_mb=1.0,
-) -> Schedule:
-    """DDP buckets of ``ddp_bucket_mb`` coalesced by the hook's rule with ``caps_mb``; the hook's copies cost."""
-    buckets = plan_groups(profile.num_bytes, [ddp_bucket_mb])
-    sizes = [sum(profile.num_bytes[i] for i in bucket) for bucket in buckets]
-    return simulate(
-        profile,
-        buckets,
-        plan_groups(sizes, caps_mb),
-        cluster,
-        algorithm,
-        num_gpus,
-        wire_bytes_factor,
-        copy_s_per_byte,
-    )
 
 
 def growing_caps(first_mb: float, growth: float, largest_mb: float) -> list[float]:

@@ -19,13 +19,12 @@ from lightning_lars.parallel.backward_profile import (
     timed_profile,
 )
 from lightning_lars.parallel.bucket_hook import MIB, plan_groups
+from lightning_lars.parallel.comm_schedule import bucket_schedule, grouped_schedule
 from lightning_lars.parallel.network import ABCI, Cluster
 from lightning_lars.parallel.planner import (
     DDP_DEFAULT_CAPS_MB,
     SEED_STEP_S,
-    bucket_schedule,
     calibrate,
-    grouped_schedule,
     main,
     propose_caps,
     step_s,
