@@ -39,7 +39,8 @@ from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
-from lightning_lars.recipe.plan import RecipePlan, make_plan, planned_train_images
+from lightning_lars.recipe.plan import make_plan, planned_train_images
+from lightning_lars.recipe.planned_run import RecipePlan
 from lightning_lars.runtime import run_folder, run_log
 
 # Lightning advertises its hosted logger at every start; in SLURM logs it reads like a warning. Our

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe import published, reference_points
-from lightning_lars.recipe.plan import RecipePlan
+from lightning_lars.recipe.planned_run import RecipePlan
 
 MAX_PLOT_POINTS = 4000  # schedule samples per curve: enough for every step of most recipes
 

@@ -18,147 +18,18 @@ interpolates ``${trainer.max_steps}`` (a user's recipe) follows the run's length
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lightning_lars.config import compose
 from lightning_lars.recipe.keys import epoch_length, eval_steps, recipe_error
+from lightning_lars.recipe.planned_run import RecipePlan, epochs_done
 from lightning_lars.schedules.batch_growth import GROWTH_SCALES_LR, BatchGrowth, GrownBatchSchedule
 from lightning_lars.schedules.build import build_lr_schedule
-from lightning_lars.schedules.phases import LRSchedule
 from lightning_lars.schedules.scaling import BatchPlan, plan_batch
-
-
-@dataclass
-class RecipePlan:
-    """A recipe's run, planned: every count in optimizer steps, every value a pure function of the step."""
-
-    recipe: str
-    num_train_images: int
-    epoch_mode: str
-    epoch_mode_text: str  # how the epoch is counted, with the numbers
-    steps_per_epoch: int
-    epoch_end_steps: list[int]  # completed updates at the end of epoch 1, 2, ... (batch growth shortens some)
-    total_steps: int  # where this run stops (a short run: trainer.max_steps)
-    warmup_steps: int
-    # where the schedule reaches its end value (normally total_steps; TF: one past the run)
-    decay_end_step: int
-    eval_steps: list[int]
-    batch_plan: BatchPlan
-    lr_schedule: LRSchedule | GrownBatchSchedule  # what update `step` uses (batch growth included)
-    peak_lr: float
-    deviations: list[dict] = field(default_factory=list)
-    published: dict = field(default_factory=dict)
-    value_hooks: list[Any] = field(default_factory=list)  # callbacks that set a hyperparameter per step
-    batch_growth: BatchGrowth | None = None  # callbacks.batch_size_control's growth, on this plan's epochs
-    base_weight_decay: float = 0.0
-    base_momentum: float | None = None
-    planned_steps: int = 0  # the full run the schedule spans (0: total_steps; more: a short run of it)
-
-    def __post_init__(self) -> None:
-        self.planned_steps = max(self.planned_steps, self.total_steps)
-
-    @property
-    def stops_early(self) -> bool:
-        return self.total_steps < self.planned_steps
-
-    @property
-    def total_epochs(self) -> float:
-        return self.epoch_at(self.total_steps)
-
-    def epoch_at(self, step: int) -> float:
-        """Epochs done after ``step`` completed updates, in the source's count (fractional inside an epoch)."""
-        ends = self.epoch_end_steps
-        index = bisect.bisect_right(ends, step)
-        if index >= len(
-            ends
-        ):  # past the planned epochs (max_steps beyond them): whole epochs of the last size
-            last = ends[-1] - (ends[-2] if len(ends) > 1 else 0)
-            return len(ends) + (step - ends[-1]) / last
-        start = ends[index - 1] if index else 0
-        return index + (step - start) / (ends[index] - start)
-
-    def values(self, step: int) -> dict[str, float]:
-        """What update ``step`` uses: lr, weight_decay (the decayed group's), momentum, global_batch, ..."""
-        values = {
-            "lr": float(self.lr_schedule(step)),
-            "weight_decay": self.base_weight_decay,
-            "momentum": self.base_momentum,
-            "global_batch": self.batch_plan.global_size,
-        }
-        if self.batch_growth is not None:  # the grown batch; the LR schedule is already the grown one
-            values["global_batch"] *= self.batch_growth.at(step)[1]
-        for hook in self.value_hooks:
-            hook.planned_values(step, values, self)
-        return values
-
-    def lr(self, step: int) -> float:
-        return self.values(step)["lr"]
-
-    def weight_decay(self, step: int) -> float:
-        return self.values(step)["weight_decay"]
-
-    def momentum(self, step: int) -> float | None:
-        return self.values(step)["momentum"]
-
-    def global_batch(self, step: int) -> int:
-        return self.values(step)["global_batch"]
-
-    def summary(self) -> dict:
-        """The plan as plain data, for the logger's hyperparameters and results.json."""
-        return {
-            "num_train_images": self.num_train_images,
-            "epoch_mode": self.epoch_mode,
-            "steps_per_epoch": self.steps_per_epoch,
-            "total_steps": self.total_steps,
-            "total_epochs": self.total_epochs,
-            "planned_steps": self.planned_steps,
-            "warmup_steps": self.warmup_steps,
-            "decay_end_step": self.decay_end_step,
-            "eval_steps": list(self.eval_steps),
-            "peak_lr": self.peak_lr,
-            **{f"batch_{k}": v for k, v in self.batch_plan.__dict__.items()},
-            "deviations": self.deviations,
-        }
-
-    def _decay_note(self) -> str:
-        if self.decay_end_step > self.planned_steps:
-            return " (past the last step: the LR never reaches its end value)"
-        if self.decay_end_step < self.planned_steps:
-            return f" (then flat to step {self.planned_steps})"
-        return ""
-
-    def describe(self) -> list[str]:
-        """The plan lines `lightning_lars.training.run.build` prints and the recipe card repeats (a test keeps them
-        equal)."""
-        evals = self.eval_steps
-        shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
-        plural = "" if len(evals) == 1 else "s"
-        lines = [
-            f"plan: {self.batch_plan.describe()}",
-            (
-                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.planned_steps} steps"
-                f" = {self.epoch_at(self.planned_steps):.4g} epochs; warmup {self.warmup_steps} steps; LR decays"
-                f" until step {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"
-            ),
-            f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
-        ]
-        if self.stops_early:
-            lines.append(
-                f"plan: stops early after step {self.total_steps} of {self.planned_steps} (trainer.max_steps,"
-                f" {self.total_epochs:.4g} epochs): LR and evaluations follow the full schedule, the last"
-                f" evaluation at step {self.total_steps}"
-            )
-        lines += [
-            f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
-            for d in self.deviations
-        ]
-        return lines
 
 
 def _batch_growth(recipe: str, cfg: DictConfig) -> tuple[dict[int, int], bool] | None:
@@ -268,7 +139,7 @@ def make_plan(
         # a schedule in steps decays over the run unless the recipe says otherwise
         scheduler["total_steps"] = total
     # a grown batch shortens epochs: the base schedule spans the planned epochs, read at the same epoch
-    epochs_of_run = _epochs_at(epoch_ends, total) if growth is None else float(epochs)
+    epochs_of_run = epochs_done(epoch_ends, total) if growth is None else float(epochs)
     base_schedule = build_lr_schedule(scheduler, plan.global_size, per_epoch, epochs_of_run)
     schedule = base_schedule
     if growth is not None:  # the one grown schedule: the module's (callbacks.batch_size_control adopts it)
@@ -299,14 +170,6 @@ def make_plan(
         base_weight_decay=float(optimizer.get("weight_decay") or 0.0),
         base_momentum=None if momentum is None else float(momentum),
     )
-
-
-def _epochs_at(epoch_ends: list[int], step: int) -> float:
-    index = bisect.bisect_right(epoch_ends, step)
-    if index >= len(epoch_ends):
-        return float(len(epoch_ends))
-    start = epoch_ends[index - 1] if index else 0
-    return index + (step - start) / (epoch_ends[index] - start)
 
 
 def planned_train_images(cfg: DictConfig, recipe: str) -> int:

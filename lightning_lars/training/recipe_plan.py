@@ -6,7 +6,8 @@ from __future__ import annotations
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 
-from lightning_lars.recipe.plan import RecipePlan, compose_recipe, make_plan, planned_train_images
+from lightning_lars.recipe.plan import compose_recipe, make_plan, planned_train_images
+from lightning_lars.recipe.planned_run import RecipePlan
 
 
 def value_callbacks(cfg: DictConfig) -> list:
