@@ -5,9 +5,9 @@
   the newest checkpoint in its own run folder (the same folder for every attempt of a job).
 - ``last``: the newest checkpoint that loads, in this run's folder, else in the newest earlier run folder
   of the same recipe that has one (``<log_dir>/<recipe>/runs/*``) and whose config (``.hydra/config.yaml``)
-  matches this one but for `IGNORED_KEYS`, resolved values included (`RESOLVED_FILE`: ``$LARS_DATA_DIR`` is
-  the same ``${oc.env:...}`` in both Hydra files however its value changed); a fresh start (with a notice)
-  if none. A newer run with another
+  matches this one but for `config_change.IGNORED_KEYS`, resolved values included
+  (`config_change.RESOLVED_FILE`: ``$LARS_DATA_DIR`` is the same ``${oc.env:...}`` in both Hydra files however
+  its value changed); a fresh start (with a notice) if none. A newer run with another
   config is a one-line error that lists the keys that differ and how to resume it anyway. The resumed run
   writes its checkpoints into the folder it resumed from: one run's checkpoints stay in one folder.
   Damaged files (truncated, not a checkpoint) are skipped with a counted warning. An earlier run that a live
@@ -30,11 +30,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, open_dict
 
-from lightning_lars.core.atomic_files import write_text_atomic
 from lightning_lars.core.errors import UserError
 from lightning_lars.parallel import safe_checkpoint
 from lightning_lars.parallel.safe_checkpoint import UnsafeCheckpoint
@@ -48,11 +45,6 @@ WANDB_KEY = "wandb_run_id"
 PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
 REQUIRED_KEYS = ("state_dict", "loops", "global_step")
 SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
-# Config keys that may change between a run and its resume: how to resume, log and show progress, and the
-# loader's worker count. Everything else (model, data, schedule, batch, ...) must match for `last`.
-IGNORED_KEYS = ("run.", "logger.", "callbacks.progress.", "data.num_workers")
-# Beside .hydra/: the run's config with every ${...} resolved (environment variables, the checkout's path).
-RESOLVED_FILE = "resolved_config.yaml"
 
 
 class DamagedCheckpoint(Exception):
@@ -149,73 +141,6 @@ def search_folders(run_dir: Path, runs_dir: Path) -> list[Path]:
     return [run_dir, *earlier]
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: node}
-
-
-def config_differences(current: dict, saved: dict, run_folders: tuple[Path, ...] = ()) -> list[str]:
-    """``key (saved -> current)`` for every key that differs, leaving out `IGNORED_KEYS` and, in resolved
-    configs, values that name one of ``run_folders`` (output and checkpoint dirs: each run has its own)."""
-    now, then = _flat(current), _flat(saved)
-    folders = tuple(str(f) for f in run_folders)
-
-    def per_run(value: Any) -> bool:
-        return bool(folders) and isinstance(value, str) and any(f in value for f in folders)
-
-    keys = sorted(
-        k
-        for k in set(now) | set(then)
-        if not k.startswith(IGNORED_KEYS)
-        and now.get(k) != then.get(k)
-        and not (per_run(now.get(k)) or per_run(then.get(k)))
-    )
-    return [f"{k} ({then.get(k, 'unset')} -> {now.get(k, 'unset')})" for k in keys]
-
-
-def saved_config(run_folder: Path, name: str = ".hydra/config.yaml") -> dict | None:
-    """The config a run folder was made with (Hydra's ``.hydra/config.yaml``, or `RESOLVED_FILE`), or None."""
-    try:
-        return yaml.safe_load((run_folder / name).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-
-
-def _resolved(cfg: DictConfig) -> dict | None:
-    try:
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # epoch_length.mode: an Enum
-    except (
-        OmegaConfBaseException
-    ):  # a value that cannot be resolved here: only the unresolved config compares
-        return None
-
-
-def write_resolved_config(cfg: DictConfig) -> None:
-    """``<output_dir>/resolved_config.yaml``, written at the start of a run (atomically: every rank writes the
-    same text): what `run.ckpt_path=last` compares beside Hydra's unresolved ``.hydra/config.yaml``."""
-    values = _resolved(cfg)
-    if values is None:
-        return
-    out = Path(cfg.paths.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / RESOLVED_FILE, yaml.safe_dump(values, sort_keys=False))
-
-
-def differences_from_run(cfg: DictConfig, folder: Path, run_dir: Path) -> list[str]:
-    """`config_differences` between ``cfg`` and the config of the run in ``folder`` (as Hydra wrote it, then
-    resolved: the same text may name another ``$LARS_DATA_DIR``); none where the folder holds no config."""
-    saved = saved_config(folder)
-    if saved is None:
-        return []
-    differs = config_differences(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), saved)
-    resolved, saved_resolved = _resolved(cfg), saved_config(folder, RESOLVED_FILE)
-    if differs or resolved is None or saved_resolved is None:
-        return differs
-    runs_dir = Path(cfg.paths.log_dir) / str(cfg.recipe_name) / "runs"
-    return config_differences(resolved, saved_resolved, (runs_dir, run_dir, folder))
-
-
 def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     """``last``: the newest good checkpoint of a run with this config; if only runs of another config have one,
     a one-line error naming the keys that differ and how to resume anyway."""
@@ -223,7 +148,7 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     matching, other = [], []
     for folder in search_folders(run_dir, runs_dir):
         own = folder.resolve() == run_dir.resolve()
-        differs = [] if own else differences_from_run(cfg, folder, run_dir)
+        differs = [] if own else config_change.differences_from_run(cfg, folder, run_dir)
         (other if differs else matching).append((folder, differs))
     for folder, _ in matching:  # newest first: a live run or a finished one ends the search
         # this run's own folder (a pinned hydra.run.dir) is resumed whatever it holds: the user named it
@@ -286,7 +211,11 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
             f"checkpoint {error}: damaged or not a checkpoint; use run.ckpt_path=last for the newest good one"
         ) from None
     folder = checkpoint_run_folder(path)
-    differs = differences_from_run(cfg, folder, run_dir) if folder.resolve() != run_dir.resolve() else []
+    differs = (
+        config_change.differences_from_run(cfg, folder, run_dir)
+        if folder.resolve() != run_dir.resolve()
+        else []
+    )
     if differs:  # the user named the file: resumed as asked, saying what the changes do
         log.warning(config_change.notice(path, int(meta["global_step"]), differs))
     return str(path)

@@ -96,7 +96,7 @@ def holding(folder: str | Path) -> Iterator[None]:
 
 
 # What a run writes into its folder before it trains: Hydra's .hydra/ and train.log, the lock, and the resolved
-# config (lightning_lars.runtime.resume's RESOLVED_FILE). Anything else (checkpoints/, wandb/) is a run's record.
+# config (lightning_lars.runtime.config_change's RESOLVED_FILE). Anything else (checkpoints/, wandb/) is a run's record.
 BEFORE_TRAINING = frozenset({".hydra", "train.log", LOCK_FILE, "resolved_config.yaml"})
 
 

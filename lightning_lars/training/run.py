@@ -28,11 +28,12 @@ from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.config import schema
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe.plan import RecipePlan, configured_world, make_plan
+from lightning_lars.recipe.plan import configured_world, make_plan
+from lightning_lars.recipe.planned_run import RecipePlan
 from lightning_lars.report import results
 from lightning_lars.report.provenance import provenance
 from lightning_lars.report.wandb_logger import close_runs
-from lightning_lars.runtime import preemption, resume, run_folder
+from lightning_lars.runtime import config_change, preemption, resume, run_folder
 from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
 from lightning_lars.runtime.checkpointing import ResumeState
 from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
@@ -218,7 +219,9 @@ def _run(cfg: DictConfig, started: float | None, plan: RecipePlan | None) -> dic
     resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
     if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
         run_folder.hold(resumed)
-    resume.write_resolved_config(cfg)  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
+    config_change.write_resolved_config(
+        cfg
+    )  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
     trainer, module, datamodule, _batch = build(cfg, ckpt_path, started, plan)
     try:
         # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here

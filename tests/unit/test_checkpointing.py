@@ -23,7 +23,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import OmegaConf
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.runtime import checkpoint_io, preemption, resume
+from lightning_lars.runtime import checkpoint_io, config_change, preemption, resume
 from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
 from lightning_lars.runtime.checkpointing import Checkpoint, ResumeState
 from lightning_lars.runtime.preemption import Preempted
@@ -395,9 +395,9 @@ def test_last_compares_values_after_resolution_an_environment_variable_included(
     saved = earlier_run(runs, "earlier", cfg, 4, 1_000)
     at_its_start = cfg.copy()
     at_its_start.paths.output_dir = str(runs / "earlier")  # its own folder: a per-run value, not a difference
-    resume.write_resolved_config(at_its_start)
+    config_change.write_resolved_config(at_its_start)
     assert (
-        yaml.safe_load((runs / "earlier" / resume.RESOLVED_FILE).read_text())["paths"]["data_dir"]
+        yaml.safe_load((runs / "earlier" / config_change.RESOLVED_FILE).read_text())["paths"]["data_dir"]
         == "/data/a"
     )
     assert resume.resolve_ckpt_path(cfg) == str(saved)
