@@ -3,6 +3,7 @@ half a manifest or config, and a failed write leaves the older file in place."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,3 +17,8 @@ def write_text_atomic(path: Path | str, text: str) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path | str, payload: object) -> None:
+    """``payload`` as indented JSON (a manifest, the demo's parameters), written as `write_text_atomic` writes."""
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")

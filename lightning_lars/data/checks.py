@@ -23,7 +23,6 @@ FFCV_DATA = (
     "the FFCV DataModule (this recipe's data)",
     "train from image folders with data=imagefolder data.root=DIR, or time the model alone with data=synthetic",
 )
-MANIFEST_NAME = "manifest.json"  # written by lightning_lars.data.prepare beside the .beton files
 
 
 def check_dataset(cfg: DictConfig) -> None:
@@ -55,7 +54,7 @@ def check_dataset(cfg: DictConfig) -> None:
     for warning in integrity.start_check(list(rebuild), rebuild):
         print(warning, file=sys.stderr, flush=True)
     if betons and isinstance(num_classes := plain_value(data, "num_classes"), int):
-        check_num_classes(Path(betons[0]).parent / MANIFEST_NAME, num_classes)
+        check_num_classes(Path(betons[0]).parent / integrity.MANIFEST_NAME, num_classes)
     # Installed but broken (a missing libturbojpeg, say) shows only on import, which costs ~9 s on 2 cores with
     # numba: after the file checks, which need no FFCV.
     if ffcv_data:

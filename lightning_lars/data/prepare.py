@@ -14,13 +14,12 @@ folder with a manifest is always complete. An exception or Ctrl-C removes the te
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from lightning_lars.core.atomic_files import write_text_atomic
+from lightning_lars.core.atomic_files import write_json_atomic
 from lightning_lars.core.errors import UserError
 from lightning_lars.core.extras import require_ffcv
 from lightning_lars.data.beton_writer import (
@@ -40,19 +39,14 @@ from lightning_lars.data.imagefolder import (
     list_classes,
     list_split,
 )
-from lightning_lars.data.integrity import ALGORITHM, REGION_BYTES, file_checksums
+from lightning_lars.data.integrity import ALGORITHM, MANIFEST_NAME, REGION_BYTES, file_checksums
 from lightning_lars.data.prepare_checks import (
-    MANIFEST_NAME,
     WRITE_MODES,
     check_writable,
     remove_stale_temporaries,
     validate_settings,
     warn_about_older_splits,
 )
-
-
-def _write_json_atomic(path, payload):
-    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
 def convert(
@@ -206,7 +200,7 @@ def convert(
         "seconds": round(time.perf_counter() - started, 1),
         **(manifest_extra or {}),
     }
-    _write_json_atomic(out / MANIFEST_NAME, manifest)
+    write_json_atomic(out / MANIFEST_NAME, manifest)
     _print_summary(manifest, out)
     return manifest
 

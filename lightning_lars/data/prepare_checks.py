@@ -1,15 +1,15 @@
 """What ``prepare.convert`` checks before it reads an image: the writer's settings, and the output folder
 (writable, temporaries of killed conversions removed, a warning for a split an earlier conversion left there).
 
-Imports ``core`` only: these run before FFCV (numba, seconds) is imported.
+Imports ``core`` and ``integrity``: these run before FFCV (numba, seconds) is imported.
 """
 
 import os
 import sys
 
 from lightning_lars.core.errors import UserError
+from lightning_lars.data.integrity import MANIFEST_NAME
 
-MANIFEST_NAME = "manifest.json"
 WRITE_MODES = ("proportion", "jpg", "raw", "smart")
 
 

@@ -13,12 +13,11 @@ modification time is noted, so that a run's start samples them again instead of 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from lightning_lars.core.atomic_files import write_text_atomic
+from lightning_lars.core.atomic_files import write_json_atomic
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import integrity
 from lightning_lars.data.prepare import run_cli
@@ -64,7 +63,7 @@ def verify(folder: Path, record: bool = False) -> None:
         for name in unrecorded:
             entry["files"][name] = integrity.file_checksums(folder / name, entry["region_bytes"])
         manifest["checksums"] = entry
-        write_text_atomic(folder / integrity.MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+        write_json_atomic(folder / integrity.MANIFEST_NAME, manifest)
         done = (
             f"recorded the checksums of {', '.join(unrecorded)}"
             if unrecorded

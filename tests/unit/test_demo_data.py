@@ -5,7 +5,8 @@ import pytest
 from PIL import Image
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data.demo import MAX_CLASSES, class_names, draw_image, make_demo_images, prepare_demo
+from lightning_lars.data.demo import make_demo_images, prepare_demo
+from lightning_lars.data.demo_shapes import MAX_CLASSES, class_names, draw_image
 
 
 def _all_bytes(root):
