@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench's resume reads it from here
+from lightning_lars.report.bench_key import (
     BASELINE_ARM,
     BENCH_KIND,
     DEFAULT_LR_RULE,
@@ -30,7 +30,6 @@ from lightning_lars.report.bench_key import (  # noqa: F401  same_run: the bench
     RunKey,
     baseline_part,
     key_of,
-    same_run,
     setup_label,
     setup_of,
 )

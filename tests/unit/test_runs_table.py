@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_plot, runs_table, seed_stats
+from lightning_lars.report import bench_key, runs_plot, runs_table, seed_stats
 
 DATASET = {"path": "/data/photos", "name": "photos", "train": 5000, "val": 500, "classes": 10}
 # final top-1 per seed; the baseline and LAMB have equal spreads, so Welch's df is exactly 2
@@ -188,9 +188,9 @@ def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
     rows += [run("lamb", s, 55.0 + s, ratio=0.05) for s in (0, 1)]
     assert sum(r["run"].startswith("sgd_small") for r in runs_table.table_rows(rows)) == 1
     assert runs_table.verdicts(rows).count("LAMB (You et al. 2020) at") == 2
-    key = runs_table.RunKey("sgd_small", "photos", 0.05, 3, 32, 1)
-    assert any(runs_table.same_run(r, key) for r in rows)  # kept from ratio 0.1
-    assert not any(runs_table.same_run(r, key._replace(arm="lars_you")) for r in rows)
+    key = bench_key.RunKey("sgd_small", "photos", 0.05, 3, 32, 1)
+    assert any(bench_key.same_run(r, key) for r in rows)  # kept from ratio 0.1
+    assert not any(bench_key.same_run(r, key._replace(arm="lars_you")) for r in rows)
 
 
 def test_readme_section_between_the_markers_is_rewritten_with_the_plot(runs_file, tmp_path):
