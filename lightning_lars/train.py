@@ -30,12 +30,11 @@ import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
+from lightning_lars.command_line import check_command_line
 from lightning_lars.config import rules
 from lightning_lars.config.compose import explain_instantiation_error
 from lightning_lars.config.override_text import quote_plain_text
-from lightning_lars.config.paths import CONF_DIR, unwritable_reason
-from lightning_lars.config.recipes import check_recipe_names
-from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run
+from lightning_lars.config.paths import CONF_DIR
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import checks
 from lightning_lars.data.image_count import count_train_images
@@ -115,37 +114,6 @@ def check_job(cfg: DictConfig) -> RecipePlan | None:
     # a recipe that cannot run (an evaluation past its end, a batch no device split trains, data smaller than
     # one global batch): refused here, in the plan's own words
     return make_plan(cfg, cfg.recipe_name, images, devices=None, nodes=1, counted=True)
-
-
-# Hydra refuses these beside -m/--multirun (with a traceback): it prints one config, a sweep has many.
-SWEEP_CANNOT_PRINT = ("--cfg", "-c", "--info", "-i")
-
-
-def check_command_line(overrides: list[str], argv: list[str] = ()) -> None:
-    """What the command line's text alone decides, before Hydra makes a run folder: the recipe's name (with the
-    one it most likely means), a key the run sets itself, and a folder given for the run that cannot be made or
-    holds a finished run."""
-    if {"-m", "--multirun"} & set(argv) and {a.partition("=")[0] for a in argv} & set(SWEEP_CANNOT_PRINT):
-        raise UserError(
-            "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
-            " that job's config (--cfg job)"
-        )
-    check_recipe_names(overrides)
-    check_overrides_not_set_by_the_run(overrides)  # optimizer.lr=0.1: the key that sets it, not Hydra's `+`
-    given = dict(o.lstrip("+").partition("=")[::2] for o in overrides)
-    folders = {
-        k: given[k].strip("'\"") for k in ("paths.log_dir", "hydra.run.dir", "hydra.sweep.dir") if k in given
-    }
-    folders = {k: v for k, v in folders.items() if "${" not in v}  # Hydra resolves those
-    if "hydra.run.dir" in folders:  # a finished run there is never replaced by a new one
-        run_folder.refuse_finished(folders["hydra.run.dir"], given.get("run.ckpt_path"))
-    for key, folder in folders.items():
-        reason = unwritable_reason(Path(folder))
-        if reason is not None:
-            raise UserError(
-                f"{key}={folder}: no run folder can be made there ({reason}); set {key} to a folder you can"
-                f" write, e.g. {key}={Path.home() / 'lightning-lars-logs'}"
-            )
 
 
 def main() -> None:

@@ -32,9 +32,10 @@ LAYERS = [
 ]
 ENTRY_POINTS = {
     "train",
+    "command_line",
     "check",
     "recipe_card",
-}  # lightning_lars/<name>.py: the commands, above every layer
+}  # lightning_lars/<name>.py: the commands (and train's command-line checks), above every layer
 
 
 def module_files() -> dict[str, Path]:
