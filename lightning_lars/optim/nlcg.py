@@ -18,12 +18,13 @@ from lightning_lars.optim import multi_tensor
 from lightning_lars.optim.dots import global_dots
 from lightning_lars.optim.flat import scratch_for
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
-from lightning_lars.optim.nlcg_line_search import BASE_LR, EPS, LOSS_EMA, LOSS_EMA_OLD, RHO, line_search
+from lightning_lars.optim.nlcg_line_search import BASE_LR, LOSS_EMA, LOSS_EMA_OLD, RHO, line_search
 from lightning_lars.optim.norms import global_norms, math_dtype
 
 UPDATE_RULES = ("FR", "PR")  # Fletcher-Reeves, Polak-Ribiere (core lines 224-228)
 PRECONDITIONERS = ("bfgs", "none")
 LINE_SEARCHES = ("step", "none")
+EPS = 1e-8  # core lines 49 and 59: the H diagonal's eps and the eps of every division
 LARS_DECAY = 0.1  # altopt_core.py line 29: the trust ratio's denominator adds 0.1 * eta * ||w||
 STATE = ("h_diag", "prev_grad", "precond_grad", "direction")
 

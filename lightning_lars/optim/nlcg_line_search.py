@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-EPS = 1e-8  # core lines 49 and 59: the H diagonal's eps and the eps of every division
 LOSS_EMA_BETA = 0.7  # core line 42
 MIN_BASE_LR = 1e-4  # core line 299
 GROWTH = 1.05  # core line 333: the "Step" line search raises base_lr by 5 % up to 1
