@@ -85,9 +85,7 @@ def resolved_values(cfg: DictConfig) -> dict | None:
     """The config with every ``${...}`` resolved; None where a value cannot be resolved here."""
     try:
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # epoch_length.mode: an Enum
-    except (
-        OmegaConfBaseException
-    ):  # a value that cannot be resolved here: only the unresolved config compares
+    except OmegaConfBaseException:  # unresolvable here: only the unresolved config compares
         return None
 
 
