@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.report import runs_table
-from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, baseline_part
+from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, baseline_part, key_of
 from lightning_lars.report.seed_stats import welch_contrast, welch_gap
 
 # Today's set-up, from which each cell changes one factor (README, "Runs of ours"): ratio, epochs, px, width, rule
@@ -143,6 +143,19 @@ def update_readme(
     runs_table.update_readme(readme, runs, plot_path, markers(name), render, "the factor study")
 
 
+def check_evaluation_set(runs: list[dict], held_out: bool, path: Path) -> None:
+    """A runs file whose bench runs were all evaluated on the other set would render an empty table: one line
+    naming the option that reads them, before the README is touched."""
+    keys = [key for key in map(key_of, runs) if key]
+    if keys and not any(bool(key.holdout) == held_out for key in keys):
+        where, fix = (
+            ("the validation images", "leave out --held-out")
+            if held_out
+            else ("held-out training images", "add --held-out")
+        )
+        raise UserError(f"{path}: its {len(keys)} runs were all evaluated on {where}: {fix} to read them")
+
+
 def main(argv: list[str] | None = None) -> None:
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -159,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         runs = runs_table.read_runs(args.runs)
+        check_evaluation_set(runs, args.held_out, args.runs)
         if args.readme:
             update_readme(args.readme, runs, args.plot, args.section, args.held_out)
             print(f"{args.readme}: factor study rewritten from {args.runs}")

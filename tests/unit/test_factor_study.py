@@ -119,3 +119,20 @@ def test_held_out_runs_get_their_own_section_and_never_join_the_validation_table
     assert text.startswith(f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n{held_begin}\n")
     assert text.split(held_begin)[1].startswith(f"\n{factor_study.markdown(held, held_out=True)}")
     assert "stale" not in text and "![" not in text and text.endswith(f"{held_end}\n")
+
+
+def test_a_runs_file_of_the_other_evaluation_set_is_one_line_naming_the_option_and_the_readme_stays(
+    runs, tmp_path
+):
+    """Held-out rows read without --held-out (or validation rows with it) would render an empty table."""
+    held = [r | {"factors": r["factors"] | {"holdout": {"share": 0.1, "seed": 0}}} for r in runs]
+    readme = tmp_path / "README.md"
+    before = f"{factor_study.BEGIN}\nkept\n{factor_study.END}\n"
+    readme.write_text(before)
+    for rows, option, fix in ((held, [], "add --held-out"), (runs, ["--held-out"], "leave out --held-out")):
+        path = tmp_path / "runs.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(SystemExit, match=f"all evaluated on .*: {fix} to read them") as stopped:
+            factor_study.main(["--runs", str(path), "--readme", str(readme), "--plot", "", *option])
+        assert len(str(stopped.value).splitlines()) == 1 and f"its {len(rows)} runs" in str(stopped.value)
+        assert readme.read_text() == before
