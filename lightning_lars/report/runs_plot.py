@@ -11,6 +11,7 @@ from pathlib import Path
 from lightning_lars.report.seed_stats import t_quantile
 
 BAND = "band: 95 % interval of the mean over seeds"
+LINE_STYLES = ("-", "--", "-.", ":")
 
 
 def mean_band(column: list[float]) -> tuple[float, float, float]:
@@ -51,8 +52,9 @@ def plot_groups(groups: dict[tuple, dict[str, list[dict]]], path: Path) -> Path 
             x = range(1, len(curves[0]) + 1)
             cols = list(zip(*curves, strict=False))
             mean, low, high = zip(*map(mean_band, cols), strict=True)
-            color = f"C{names.index(arm) % 10}"
-            (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color)
+            index = names.index(arm)
+            color = f"C{index % 10}"  # and a dash pattern: arms of near colours (red, brown) stay apart
+            (lines[arm],) = ax.plot(x, mean, label=arm, lw=1.2, color=color, ls=LINE_STYLES[index % 4])
             ax.fill_between(x, low, high, alpha=0.15, color=color)
         large = sorted({runs[0]["batch"] for arm, runs in arms.items()}, reverse=True)
         ax.set_title(f"{title} (B={large[0]})", fontsize=7)
