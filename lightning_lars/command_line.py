@@ -1,15 +1,14 @@
 """What the entry point's command line decides by its text alone, before Hydra composes a config or makes a run
-folder: a sweep asked to print, the recipe's name (with the one it most likely means), a key the run sets
-itself, and a folder given for the run that cannot be made or holds a finished run (`lightning_lars.train`).
+folder (`lightning_lars.train`): a sweep asked to print, its keys (`lightning_lars.config.override_keys`), and a
+folder given for the run that cannot be made or holds a finished run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from lightning_lars.config.override_keys import check_override_keys
 from lightning_lars.config.paths import unwritable_reason
-from lightning_lars.config.recipes import check_recipe_names
-from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run
 from lightning_lars.core.errors import UserError
 from lightning_lars.runtime import run_folder
 
@@ -26,8 +25,7 @@ def check_command_line(overrides: list[str], argv: list[str] = ()) -> None:
             "-m/--multirun runs a sweep and cannot print: leave it out and give each swept key one value to see"
             " that job's config (--cfg job)"
         )
-    check_recipe_names(overrides)
-    check_overrides_not_set_by_the_run(overrides)  # optimizer.lr=0.1: the key that sets it, not Hydra's `+`
+    check_override_keys(overrides)
     given = dict(o.lstrip("+").partition("=")[::2] for o in overrides)
     folders = {
         k: given[k].strip("'\"") for k in ("paths.log_dir", "hydra.run.dir", "hydra.sweep.dir") if k in given

@@ -11,17 +11,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lightning_lars.config import rules, schema
 from lightning_lars.config.jobs import compose_job
+from lightning_lars.config.override_keys import check_override_keys
 from lightning_lars.config.override_text import quote_plain_text
-from lightning_lars.config.recipes import check_recipe_names
-from lightning_lars.config.set_by_the_run import check_overrides_not_set_by_the_run
 from lightning_lars.core.errors import UserError
 
 
 def compose_command_line(overrides: list[str]) -> DictConfig:
     """``overrides`` composed as the entry point composes them, and checked by `lightning_lars.config.rules`."""
     overrides = [quote_plain_text(o) for o in overrides]  # data.root=/data/données
-    check_recipe_names(overrides)
-    check_overrides_not_set_by_the_run(overrides)
+    check_override_keys(overrides)
     try:
         cfg = compose_job(overrides)
     except (HydraException, OmegaConfBaseException) as err:

@@ -14,9 +14,13 @@ import numpy as np
 import pytest
 import yaml
 from helpers import MAKE, ROOT, TRAIN, assert_hydra_error, assert_one_line_error, run
+from omegaconf import OmegaConf
 from PIL import Image
 
+from lightning_lars.config import override_keys
 from lightning_lars.config.compose import compose_command_line
+from lightning_lars.config.jobs import compose_job
+from lightning_lars.core.errors import UserError
 
 
 def entry_point(*args: str, tmp: Path) -> subprocess.CompletedProcess:
@@ -244,3 +248,43 @@ def test_a_sweep_over_non_ascii_paths_is_refused_in_hydras_words_and_the_quoted_
     sweep = parser.parse_override('data.root="/a/é","/b/ü"')
     jobs = [parser.parse_override(f"data.root={value}").value() for value in sweep.sweep_string_iterator()]
     assert sweep.is_sweep_override() and jobs == ["/a/é", "/b/ü"]
+
+
+@pytest.mark.parametrize(
+    "recipe, key",
+    [
+        ("demo", "data.pipeline.train"),
+        ("demo", "data.pipeline.val"),
+        ("goyal_8k", "deviations"),
+        ("goyal_8k", "scheduler.milestones"),
+        ("lamb_32k", "optimizer.betas"),
+        ("akiba_32k", "scheduler.boundaries"),
+        ("akiba_32k", "scheduler.multipliers"),
+    ],
+)
+def test_a_key_inside_a_list_that_is_no_index_is_one_line_naming_both_ways_and_an_index_composes(recipe, key):
+    """Hydra applies ``LIST.name=...`` with OmegaConf's ``update``, which raises a bare ValueError (a traceback);
+    our check, from the schema's list types, says it in one line, and ``LIST.0=...`` still composes."""
+    given = [f"recipe={recipe}", "debug=toy"] if recipe == "demo" else [f"recipe={recipe}"]
+    current = compose_command_line(given)
+    assert key in override_keys.list_keys() and OmegaConf.is_list(OmegaConf.select(current, key))
+    with pytest.raises(ValueError, match="invalid literal for int"):  # Hydra alone: not our words
+        compose_job([*given, f"{key}.flip=1"])
+    with pytest.raises(UserError) as refused:
+        compose_command_line([*given, f"{key}.flip=1"])
+    message = str(refused.value)
+    assert "\n" not in message and f"{key} is a list" in message
+    assert f"({key}.0=...)" in message and f"({key}=[...]" in message
+    item = f"{key}.0"  # an item that is a mapping: its first key, as data.pipeline.train.0.center_crop
+    while OmegaConf.is_dict(OmegaConf.select(current, item)):
+        item += "." + next(iter(OmegaConf.select(current, item)))
+    first = OmegaConf.select(current, item)
+    value = first if isinstance(first, int | float) else "'" + str(first).replace("'", "") + "'"
+    again = compose_command_line([*given, f"{item}={value}"])
+    assert OmegaConf.select(again, item) == first
+
+
+def test_the_entry_point_refuses_a_key_inside_a_list_in_one_line_before_any_run_folder(tmp_path):
+    done = entry_point("recipe=demo", "debug=toy", "data.pipeline.train.flip=false", tmp=tmp_path)
+    assert_one_line_error(done, "data.pipeline.train is a list", "data.pipeline.train.0=...")
+    assert not (tmp_path / "logs").exists()
