@@ -62,7 +62,8 @@ class EncodedRGBImageDecoder(_EpochSeeded, SimpleRGBImageDecoder):
     Args:
         max_bytes: the largest stored image in the file (`max_stored_bytes`); sizes the rows.
         crop: "random_resized_crop" or "center_crop", the CPU path's decoder whose box is drawn.
-        scale, ratio: the random crop's ranges; for a centre crop ``ratio`` is crop side / short side.
+        scale, ratio: the random crop's ranges (the parsed op's); for a centre crop ``ratio`` is crop side /
+            short side and ``scale`` is None.
         flip_prob: probability of a horizontal flip; 0 without a flip op.
         seed: non-negative; the run's seed (the crop and flip keys are ``seeded_ops``').
     """
@@ -74,8 +75,8 @@ class EncodedRGBImageDecoder(_EpochSeeded, SimpleRGBImageDecoder):
         max_bytes: int,
         *,
         crop: str,
-        scale: Sequence[float] = (0.08, 1.0),
-        ratio: Sequence[float] | float = (3 / 4, 4 / 3),
+        ratio: Sequence[float] | float,
+        scale: Sequence[float] | None = None,
         flip_prob: float = 0.0,
         seed: int,
     ):
@@ -155,12 +156,12 @@ def encoded_image_ops(ops: Sequence[pipelines.Op], max_bytes: int, seed: int) ->
     flip = next((op for op in ops if op.name == "flip"), None)
     if crop.name == "random_resized_crop":
         args = {
-            "scale": tuple(float(x) for x in crop.args.get("scale", (0.08, 1.0))),
-            "ratio": tuple(float(x) for x in crop.args.get("ratio", (3 / 4, 4 / 3))),
+            "scale": tuple(float(x) for x in crop.args["scale"]),
+            "ratio": tuple(float(x) for x in crop.args["ratio"]),
         }
     else:
-        args = {"ratio": float(crop.args.get("ratio", 0.875))}
-    flip_prob = 0.0 if flip is None else float(flip.args.get("prob", 0.5))
+        args = {"ratio": float(crop.args["ratio"])}
+    flip_prob = 0.0 if flip is None else float(flip.args["prob"])
     decoder = EncodedRGBImageDecoder(max_bytes, crop=crop.name, flip_prob=flip_prob, seed=seed, **args)
     return [decoder, ToTensor()]
 

@@ -121,11 +121,11 @@ def draw_crop_and_flip(
     box, flip = (0, 0, height, width), False
     for op in ops:
         if op.name == "random_resized_crop":
-            scale = [float(x) for x in op.args.get("scale", (0.08, 1.0))]
-            ratio = [float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3))]
+            scale = [float(x) for x in op.args["scale"]]
+            ratio = [float(x) for x in op.args["ratio"]]
             box = tuple(int(v) for v in transforms.RandomResizedCrop.get_params(image, scale, ratio))
         elif op.name == "flip":
-            flip = bool(torch.rand(1) < float(op.args.get("prob", 0.5)))
+            flip = bool(torch.rand(1) < float(op.args["prob"]))
     return box, flip
 
 
@@ -146,7 +146,7 @@ class DeviceImageOps:
         self.crop_by_box = crop.name == "random_resized_crop" or boxes_drawn
         # as torchvision_transform: resize the short side to resolution / ratio, then centre-crop
         # (a random crop's ``ratio`` is its aspect-ratio range instead)
-        crop_ratio = 1.0 if self.crop_by_box else float(crop.args.get("ratio", 0.875))
+        crop_ratio = 1.0 if self.crop_by_box else float(crop.args["ratio"])
         self.short_side = round(self.resolution / crop_ratio)
         mean, std = pipelines._normalize_stats("", ops[names.index("normalize")].args)
         self.normalize = pipelines.TorchNormalize(mean, std)

@@ -47,10 +47,18 @@ KNOWN_OPS: dict[str, set[str]] = {
     "channels_last": set(),
     "to_torch_image": set(),
 }
+# An op's arguments where a config leaves them out, filled in by `parse_pipeline` so that every loader reads the
+# same value: torchvision's RandomResizedCrop (scale, ratio) and RandomHorizontalFlip (p), ffcv-imagenet's centre
+# crop (crop side / short side 224/256: "resize 256, crop 224").
+OP_DEFAULTS: dict[str, dict] = {
+    "random_resized_crop": {"scale": (0.08, 1.0), "ratio": (3 / 4, 4 / 3)},
+    "center_crop": {"ratio": 224 / 256},
+    "flip": {"prob": 0.5},
+}
 # ImageNet's train and eval transforms: what either DataModule reads when a config gives no pipeline
 DEFAULT_PIPELINE = {
     "train": [
-        {"random_resized_crop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3]}},
+        "random_resized_crop",
         "flip",
         {"normalize": "imagenet"},
         "to_tensor",
@@ -58,7 +66,7 @@ DEFAULT_PIPELINE = {
         "channels_last",
     ],
     "val": [
-        {"center_crop": {"ratio": 224 / 256}},
+        "center_crop",
         {"normalize": "imagenet"},
         "to_tensor",
         "to_device",
@@ -138,7 +146,7 @@ def _parse_entry(split: str, entry) -> Op:
         )
     if name == "normalize":
         _normalize_stats(split, args)  # validate now, not when the loader starts
-    return Op(name, dict(args))
+    return Op(name, {**OP_DEFAULTS.get(name, {}), **args})
 
 
 def _validate_order(split: str, ops: tuple[Op, ...]) -> None:
@@ -224,8 +232,8 @@ def build_image_ops(
     after_tensor = False
     for op in ops:
         if op.name == "random_resized_crop":
-            scale = tuple(float(x) for x in op.args.get("scale", (0.08, 1.0)))
-            ratio = tuple(float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3)))
+            scale = tuple(float(x) for x in op.args["scale"])
+            ratio = tuple(float(x) for x in op.args["ratio"])
             if seed is None:
                 built.append(
                     RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio)
@@ -238,11 +246,9 @@ def build_image_ops(
                 )
         elif op.name == "center_crop":
             # ratio = crop side / short side; 224/256 = 0.875 is "resize 256, centre crop 224"
-            built.append(
-                CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args.get("ratio", 0.875)))
-            )
+            built.append(CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args["ratio"])))
         elif op.name == "flip":
-            prob = float(op.args.get("prob", 0.5))
+            prob = float(op.args["prob"])
             built.append(
                 RandomHorizontalFlip(prob) if seed is None else SeededRandomHorizontalFlip(prob, seed=seed)
             )
@@ -285,7 +291,9 @@ def build_label_ops(device: torch.device) -> list:
 def without_augmentation(ops: Sequence[Op], val_ops: Sequence[Op]) -> tuple[Op, ...]:
     """Train ops with random parts removed (Fujitsu's last epochs): the random crop becomes the val centre crop
     and ``flip`` is dropped. Order and tensor ops stay as configured."""
-    val_crop = next((op for op in val_ops if op.name == "center_crop"), Op("center_crop", {"ratio": 0.875}))
+    val_crop = next(
+        (op for op in val_ops if op.name == "center_crop"), Op("center_crop", OP_DEFAULTS["center_crop"])
+    )
     result = []
     for op in ops:
         if op.name == "random_resized_crop":

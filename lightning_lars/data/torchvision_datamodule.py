@@ -42,18 +42,18 @@ def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> tra
     steps: list = []
     for op in ops:
         if op.name == "random_resized_crop":
-            scale = tuple(float(x) for x in op.args.get("scale", (0.08, 1.0)))
-            ratio = tuple(float(x) for x in op.args.get("ratio", (3 / 4, 4 / 3)))
+            scale = tuple(float(x) for x in op.args["scale"])
+            ratio = tuple(float(x) for x in op.args["ratio"])
             steps.append(transforms.RandomResizedCrop(resolution, scale=scale, ratio=ratio, antialias=True))
         elif op.name == "center_crop":
             # FFCV's centre crop takes ratio x short side, then resizes: resize short side to res / ratio first.
-            ratio = float(op.args.get("ratio", 0.875))
+            ratio = float(op.args["ratio"])
             steps += [
                 transforms.Resize(round(resolution / ratio), antialias=True),
                 transforms.CenterCrop(resolution),
             ]
         elif op.name == "flip":
-            steps.append(transforms.RandomHorizontalFlip(float(op.args.get("prob", 0.5))))
+            steps.append(transforms.RandomHorizontalFlip(float(op.args["prob"])))
     steps.append(transforms.PILToTensor())
     normalize = next(op for op in ops if op.name == "normalize")
     mean, std = pipelines._normalize_stats("", normalize.args)  # pixel units, as FFCV's lookup table

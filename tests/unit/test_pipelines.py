@@ -217,3 +217,29 @@ def test_torch_normalize_copies_its_statistics_to_a_device_once():
         event.name == "aten::_to_copy" and event.input_shapes[0] == [1, 3, 1, 1] for event in prof.events()
     )
     assert copies == 2  # mean and std, for the first batch only
+
+
+def test_an_op_without_arguments_gets_torchvisions_defaults_in_every_loader():
+    """The one table of defaults is torchvision's own (RandomResizedCrop's scale and ratio, RandomHorizontalFlip's
+    p), and parsing fills it in, so the FFCV, torchvision and device-decode loaders read the same values; a given
+    argument wins."""
+    import inspect
+
+    from torchvision import transforms
+
+    crop = inspect.signature(transforms.RandomResizedCrop).parameters
+    flip = inspect.signature(transforms.RandomHorizontalFlip).parameters
+    default = pipelines.DEFAULT_PIPELINE
+    assert default["train"][:2] == ["random_resized_crop", "flip"] and default["val"][0] == "center_crop"
+    train = pipelines.parse_pipeline("train", default["train"])
+    assert train[0].args == {"scale": crop["scale"].default, "ratio": crop["ratio"].default}
+    assert train[1].args == {"prob": flip["p"].default}
+    centre = pipelines.parse_pipeline("val", default["val"])[0]
+    assert centre.args == {"ratio": 224 / 256}  # ffcv-imagenet's DEFAULT_CROP_RATIO
+    given = [{"random_resized_crop": {"scale": [0.05, 1.0]}}, *default["train"][1:]]
+    assert pipelines.parse_pipeline("train", given)[0].args == {
+        "scale": [0.05, 1.0],
+        "ratio": crop["ratio"].default,
+    }
+    ops = pipelines.build_image_ops(train, 32, CPU, seed=None)
+    assert (tuple(ops[0].scale), tuple(ops[0].ratio)) == (crop["scale"].default, crop["ratio"].default)
