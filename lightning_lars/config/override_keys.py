@@ -21,11 +21,9 @@ GROUP_KEYS = {"callback": "callbacks.{name}"}
 
 def _list_fields(kind: type, prefix: str) -> set[str]:
     """Dotted keys of ``kind``'s fields typed as lists, nested dataclasses included."""
-    found = set()
-    for name, hint in typing.get_type_hints(kind).items():
-        if name not in {f.name for f in dataclasses.fields(kind)}:
-            continue  # ClassVar: no key
-        key = f"{prefix}{name}"
+    found, hints = set(), typing.get_type_hints(kind)
+    for name in (f.name for f in dataclasses.fields(kind)):  # fields only: a ClassVar is no key
+        hint, key = hints[name], f"{prefix}{name}"
         if typing.get_origin(hint) is list:
             found.add(key)
         elif dataclasses.is_dataclass(hint):

@@ -27,7 +27,6 @@ from lightning_lars.core.errors import UserError
 from lightning_lars.data import integrity
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.demo_shapes import MAX_CLASSES, class_names, draw_image
-from lightning_lars.data.integrity import MANIFEST_NAME
 from lightning_lars.data.prepare import convert, run_cli
 
 JPEG_QUALITY = 90  # of the demo JPEG files (PIL/libjpeg quality, 1-95)
@@ -123,7 +122,7 @@ def prepare_demo(
         "seed": seed,
         "jpeg_quality": JPEG_QUALITY,
     }
-    manifest = _read_json(out / MANIFEST_NAME)
+    manifest = _read_json(out / integrity.MANIFEST_NAME)
     complete = (
         manifest is not None
         and manifest.get("demo") == params
