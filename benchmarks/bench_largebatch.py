@@ -61,7 +61,7 @@ from lightning_lars.recipe.shrink import (
     reference_lr,
     scaled_marks,  # noqa: F401  the tests read the bench's marks through here
 )
-from lightning_lars.report import bench_key, runs_table
+from lightning_lars.report import bench_key, runs_file, runs_table
 from lightning_lars.report.provenance import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     git = git_state()
     commit = (git["git_sha"] or "?")[:10] + ("-dirty" if git["git_dirty"] else "")
-    kept = runs_table.read_runs(args.runs)
+    kept = runs_file.read_runs(args.runs)
     # by name, sizes and content: the folder is the machine's, the hash travels with the .beton files
     dataset = {"name": args.data.name, **sizes, "sha256": bench_key.data_hash(args.data)}
     setup = {"width": args.width, "lr_rule": args.lr_rule, "ratio": args.ratio, "device": args.device}
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
                 if args.lr_rule == "reference":
                     factors["reference_point"] = reference_lr(args.ratio, args.epochs)[0]
             trained = True
-            row = runs_table.bench_row(
+            row = runs_file.bench_row(
                 arm=arm.name,
                 recipe=arm.recipe,
                 overrides=portable(overrides[1:], args.data, out),
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
                 machine=machine(),
                 commit=commit,
             )
-            runs_table.append_run(row, args.runs)
+            runs_file.append_run(row, args.runs)
             kept.append(row)
             print(
                 f"[bench] {arm.name} seed {seed}: top-1 per epoch {' '.join(f'{v:.1f}' for v in top1)}"

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_table
+from lightning_lars.report import runs_file, runs_table
 from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, baseline_part, key_of
 from lightning_lars.report.seed_stats import welch_contrast, welch_gap
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        runs = runs_table.read_runs(args.runs)
+        runs = runs_file.read_runs(args.runs)
         check_evaluation_set(runs, args.held_out, args.runs)
         if args.readme:
             update_readme(args.readme, runs, args.plot, args.section, args.held_out)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import runs_table, verdict_rows
+from lightning_lars.report import runs_file, runs_table, verdict_rows
 from lightning_lars.report.bench_key import BASELINE_ARM, RunKey, setup_label
 from lightning_lars.report.claims import AGAINST, IMAGENET_TRAIN, Claim, claim_of, in_scope
 from lightning_lars.report.plan import Plan, chosen_scale, held_out_scores, load
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         plan = load(args.plan) if args.plan else load()
-        trials = runs_table.read_runs(args.tuning_runs)
-        rows = runs_table.read_runs(args.runs)
+        trials = runs_file.read_runs(args.tuning_runs)
+        rows = runs_file.read_runs(args.runs)
         render = lambda _read, ref: section(rows, ref, plan, trials)  # noqa: E731
         read = verdict_rows.split(rows, plan, trials).read  # the plot draws what the verdicts read
         runs_table.update_readme(args.readme, read, args.plot, render=render)

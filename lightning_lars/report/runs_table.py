@@ -14,16 +14,13 @@ seeds and its gap to small-batch SGD on the same data, with a 95 % Welch interva
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import time
 from pathlib import Path
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.report.bench_key import (
     BASELINE_ARM,
-    BENCH_KIND,
     DEFAULT_LR_RULE,
     DEFAULT_WIDTH,
     TUNED_SCALE,
@@ -34,6 +31,7 @@ from lightning_lars.report.bench_key import (
     setup_of,
 )
 from lightning_lars.report.claims import AGAINST, claim_of, judge
+from lightning_lars.report.runs_file import final_top1, read_runs
 from lightning_lars.report.runs_plot import plot_groups
 from lightning_lars.report.seed_stats import welch_gap
 
@@ -61,75 +59,6 @@ def data_label(dataset: dict, setup: RunKey, with_ratio: bool) -> str:
     text += "" if setup.width == DEFAULT_WIDTH else f", {setup.width} width"
     text += "" if not with_ratio or setup.lr_rule == DEFAULT_LR_RULE else f", {setup.lr_rule} LR"
     return text + ("" if setup.lr_scale == 1.0 else f" x{setup.lr_scale:g}")
-
-
-def bench_row(
-    *,
-    arm,
-    recipe,
-    overrides,
-    dataset,
-    ratio,
-    batch,
-    epochs,
-    resolution,
-    seed,
-    top1,
-    wall_s,
-    machine,
-    commit,
-    factors=None,
-) -> dict:
-    """One training run as a runs.jsonl line; the keys ``recipes/README.md``'s table reads are filled too."""
-    final = top1[-1] if top1 else math.nan
-    return {
-        "kind": BENCH_KIND,
-        "arm": arm,
-        "recipe": recipe,
-        "overrides": list(overrides),
-        "dataset": dataset,
-        "ratio": ratio,
-        "batch": batch,
-        "epochs": epochs,
-        "resolution": resolution,
-        "seed": seed,
-        "factors": dict(factors or {}),  # width, lr_rule, device, ...: the set-up beyond sizes
-        "top1_per_epoch": [None if not math.isfinite(v) else round(v, 3) for v in top1],
-        "wall_s": round(wall_s, 1),
-        "machine": machine,
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": commit,
-        "hardware": machine,
-        "top-1 (mean +- std, n)": f"{final:.2f} %, n=1" if math.isfinite(final) else "diverged",
-        "time": f"{wall_s:.0f} s wall",
-        "log or W&B run": f"bench-largebatch {arm} ratio={ratio:g} seed={seed}",
-    }
-
-
-def read_runs(path: Path) -> list[dict]:
-    if not Path(path).is_file():
-        return []
-    rows = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise UserError(
-                    f"{path} line {number} is not JSON ({err.msg}): fix or delete that line"
-                ) from None
-    return rows
-
-
-def append_run(row: dict, path: Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with Path(path).open("a") as out:  # one line per finished run: an interrupted bench keeps the others
-        out.write(json.dumps(row) + "\n")
-
-
-def final_top1(row: dict) -> float:
-    last = row["top1_per_epoch"][-1] if row["top1_per_epoch"] else None
-    return math.nan if last is None else float(last)
 
 
 def groups(rows: list[dict], held_out: bool = False) -> dict[RunKey, dict[str, list[dict]]]:

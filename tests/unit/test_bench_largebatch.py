@@ -17,7 +17,7 @@ from lightning_lars.config import rules, schema
 from lightning_lars.config.jobs import compose_job
 from lightning_lars.core.errors import UserError
 from lightning_lars.data.prepare import convert
-from lightning_lars.report import bench_key, runs_table
+from lightning_lars.report import bench_key, runs_file, runs_table
 from lightning_lars.schedules.scaling import scale_lr
 
 bench = benchmark_script("bench_largebatch")
@@ -136,12 +136,12 @@ def kept_rows(runs: Path, data: Path, factors: dict, ratio=0.05, arm="sgd_small"
         "sha256": bench_key.data_hash(data),
     }
     for seed in (0, 1):
-        row = runs_table.bench_row(
+        row = runs_file.bench_row(
             arm=arm, recipe="goyal_8k", overrides=[], dataset=dataset, ratio=ratio, batch=64, epochs=8,
             resolution=32, seed=seed, top1=[30.0, 40.0 + seed], wall_s=60.0, machine="test", commit="abc",
             factors=factors,
         )  # fmt: skip
-        runs_table.append_run(row, runs)
+        runs_file.append_run(row, runs)
 
 
 def test_kept_runs_are_not_trained_again(tmp_path, capsys, prepared):
@@ -158,7 +158,7 @@ def test_kept_runs_are_not_trained_again(tmp_path, capsys, prepared):
     full = bench_key.RunKey(
         "lars_mlperf", data.name, 0.1, 8, 32, 1, bench_key.data_hash(data), "full", "linear"
     )
-    rows = runs_table.read_runs(runs)
+    rows = runs_file.read_runs(runs)
     assert any(bench_key.same_run(r, full) for r in rows)
     for other in (
         full._replace(width="quarter"),
@@ -295,7 +295,7 @@ def test_a_tuning_trial_holds_out_train_images_scales_the_lr_and_never_joins_a_v
     assert trial.scheduler.base_lr == pytest.approx(2 * plain.scheduler.base_lr, rel=1e-5)
     instantiate(schema.plain(trial.data))  # the data module takes both keys
     # a trial's row is its own set-up, and the verdicts' grouping leaves it out
-    kept = runs_table.bench_row(
+    kept = runs_file.bench_row(
         arm="lamb", recipe="lamb_32k", overrides=[], dataset={"name": "photos", "train": 5000, "val": 500,
         "classes": 10}, ratio=0.1, batch=500, epochs=8, resolution=32, seed=0, top1=[50.0], wall_s=1.0,
         machine="m", commit="c", factors={"lr_rule": "sqrt", "holdout": {"share": 0.1, "seed": 0}, "lr_scale": 2.0},

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import factor_study, runs_table
+from lightning_lars.report import factor_study, runs_file, runs_table
 
 DATASET = {"name": "tin10", "train": 5000, "val": 500, "classes": 10, "sha256": "1c14ff06badde89e"}
 
 
 def run(arm, seed, final, ratio=0.1, epochs=8, width="quarter", lr_rule="linear"):
     factors = {"width": width} | ({} if arm == "sgd_small" else {"lr_rule": lr_rule})
-    return runs_table.bench_row(
+    return runs_file.bench_row(
         arm=arm, recipe="goyal_8k" if arm == "sgd_small" else "nvidia_mlperf10_3264", overrides=[],
         dataset=DATASET, ratio=ratio, batch=64 if arm == "sgd_small" else round(5000 * ratio), epochs=epochs,
         resolution=32, seed=seed, top1=[10.0, final], wall_s=60.0, machine="test", commit="abc", factors=factors,

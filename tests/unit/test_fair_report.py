@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import bench_key, claims, fair_report, plan, runs_table, seed_stats
+from lightning_lars.report import bench_key, claims, fair_report, plan, runs_file, seed_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +94,7 @@ def test_the_plans_first_stages_are_the_rows_the_fair_runs_file_holds():
                 seeds[key] = max(seeds.get(key, 0), cell.seeds)
     # the rows from before the plan: their factors were filled in afterwards and say so ("inferred")
     rows = [
-        r for r in runs_table.read_runs(ROOT / "recipes" / "runs-fair.jsonl") if "inferred" in r["factors"]
+        r for r in runs_file.read_runs(ROOT / "recipes" / "runs-fair.jsonl") if "inferred" in r["factors"]
     ]
     held = collections.Counter((r["arm"], r["ratio"], r["factors"].get("lr_rule")) for r in rows)
     # small-batch SGD's rows name one ratio; the baseline is the same at every share
@@ -114,7 +114,7 @@ def test_every_cell_of_the_plan_is_in_the_runs_files_and_no_row_lies_outside_the
     cell at the scale its trials chose, nothing beyond, and every row at the plan's set-up. Small-batch SGD's rows
     are one set-up whatever share and rule they name (``plan.tuned_key``)."""
     the_plan = plan.load()
-    trials = runs_table.read_runs(ROOT / "recipes" / "runs-tuning.jsonl")
+    trials = runs_file.read_runs(ROOT / "recipes" / "runs-tuning.jsonl")
     wanted = {}
     for cell in the_plan.cells:
         for arm in cell.arms:
@@ -125,7 +125,7 @@ def test_every_cell_of_the_plan_is_in_the_runs_files_and_no_row_lies_outside_the
             wanted[key] = max(wanted.get(key, 0), cell.seeds)
     held = collections.defaultdict(list)
     setup = tuple(the_plan.setup[k] for k in ("width", "epochs", "resolution"))
-    for row in runs_table.read_runs(ROOT / "recipes" / "runs-fair.jsonl") + trials:
+    for row in runs_file.read_runs(ROOT / "recipes" / "runs-fair.jsonl") + trials:
         key = bench_key.key_of(row)
         assert (key.width, key.epochs, key.resolution) == setup
         held[(*plan.tuned_key(key.arm, key.ratio, key.lr_rule), key.holdout, key.lr_scale)].append(key.seed)
@@ -177,7 +177,7 @@ def test_a_plan_without_its_sections_is_a_one_line_error(tmp_path):
 
 
 def row(arm, seed, final, ratio=0.025):
-    return runs_table.bench_row(
+    return runs_file.bench_row(
         arm=arm, recipe="r", overrides=[], ratio=ratio, batch=64 if arm == "sgd_small" else 125, epochs=2,
         dataset={"name": "photos", "train": 5000, "val": 500, "classes": 10}, resolution=32, seed=seed,
         top1=[10.0, final], wall_s=1.0, machine="m", commit="c", factors={"lr_rule": "sqrt"},

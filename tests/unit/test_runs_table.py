@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.report import bench_key, runs_plot, runs_table, seed_stats
+from lightning_lars.report import bench_key, runs_file, runs_plot, runs_table, seed_stats
 
 DATASET = {"path": "/data/photos", "name": "photos", "train": 5000, "val": 500, "classes": 10}
 # final top-1 per seed; the baseline and LAMB have equal spreads, so Welch's df is exactly 2
@@ -17,7 +17,7 @@ RECIPES = {"sgd_small": "goyal_8k", "goyal_sgd": "goyal_8k", "lars_you": "resnet
 
 
 def run(arm, seed, final, ratio=0.1, top1=None):
-    return runs_table.bench_row(
+    return runs_file.bench_row(
         arm=arm, recipe=RECIPES[arm],
         overrides=["seed=0"], dataset=DATASET, ratio=ratio, batch=64 if arm == "sgd_small" else 500, epochs=3,
         resolution=32, seed=seed, top1=top1 or [20.0, 40.0, final], wall_s=90.0, machine="2-core CPU",
@@ -26,11 +26,11 @@ def run(arm, seed, final, ratio=0.1, top1=None):
 
 
 @pytest.fixture
-def runs_file(tmp_path):
+def filled_runs(tmp_path):
     path = tmp_path / "runs.jsonl"
     for arm, finals in FINALS.items():
         for seed, final in enumerate(finals):
-            runs_table.append_run(run(arm, seed, final), path)
+            runs_file.append_run(run(arm, seed, final), path)
     check_row = {  # what `make check` appends (lightning_lars/check.py runs_row)
         "recipe": "demo", "hardware": "1 devices", "epochs": "8", "top-1 (mean +- std, n)": "81.00 +- 1.00 %, n=3",
         "time": "250.0 s wall, target not reached", "date": "2026-11-26", "log or W&B run": "logs/demo/check/x",
@@ -52,8 +52,8 @@ def test_welch_interval_by_hand():
     assert seed_stats.welch_gap([1.0], [2.0, 3.0]) is None
 
 
-def test_table_rows_give_mean_std_and_gap_per_arm(runs_file):
-    rows = {r["run"].split()[0]: r for r in runs_table.table_rows(runs_table.read_runs(runs_file))}
+def test_table_rows_give_mean_std_and_gap_per_arm(filled_runs):
+    rows = {r["run"].split()[0]: r for r in runs_table.table_rows(runs_file.read_runs(filled_runs))}
     for arm, finals in FINALS.items():
         mean, std = np.mean(finals), np.std(finals, ddof=1)
         assert rows[arm]["top-1 % (mean +- std, n)"] == f"{mean:.2f} +- {std:.2f}, n=2"
@@ -61,12 +61,12 @@ def test_table_rows_give_mean_std_and_gap_per_arm(runs_file):
     assert rows["sgd_small"]["gap to small-batch SGD"] == "-"
     assert rows["lars_you"]["gap to small-batch SGD"].startswith("-10.0 [")
     assert rows["make"]["top-1 % (mean +- std, n)"] == "81.00 +- 1.00 %, n=3"  # make check's row, as written
-    markdown = runs_table.markdown(runs_table.read_runs(runs_file))
+    markdown = runs_table.markdown(runs_file.read_runs(filled_runs))
     assert markdown.count("\n") == 1 + 4  # header, rule, three arms and the check row
 
 
-def test_verdict_lines_name_the_claim_the_gap_and_whether_it_holds(runs_file):
-    text = runs_table.verdicts(runs_table.read_runs(runs_file))
+def test_verdict_lines_name_the_claim_the_gap_and_whether_it_holds(filled_runs):
+    text = runs_table.verdicts(runs_file.read_runs(filled_runs))
     lines = {line.split(" at ")[0]: line for line in text.splitlines()}
     half = 4.303 * math.sqrt(2 / 2 + 2 / 2)  # t(0.975, df=2) from the printed table; variances 2 and 2, n=2
     assert lines["LARS (You et al.)"] == (
@@ -116,12 +116,12 @@ def test_seeds_to_decide_is_the_first_n_whose_interval_clears_the_margin():
     assert seed_stats.seeds_to_decide([0.0, 2.0], [0.0, 2.0], bound=0.0) is None
 
 
-def test_nlcgs_line_measures_its_claimed_gain_over_sgd_at_the_same_batch(runs_file):
+def test_nlcgs_line_measures_its_claimed_gain_over_sgd_at_the_same_batch(filled_runs):
     """Adya et al.'s abstract claims NLCG more than 10 points above SGD at the same large batch: its line takes
     Goyal's SGD at that batch (which trains under its own linear LR rule) as the other arm, not small-batch SGD;
     the interval is scipy's Welch interval of the two arms' finals."""
     stats = pytest.importorskip("scipy.stats")
-    rows = runs_table.read_runs(runs_file)
+    rows = runs_file.read_runs(filled_runs)
     nlcg, sgd = [55.0, 53.0, 54.5], [52.0, 50.5, 51.0]
     rows += [run("nlcg", s, v) | {"factors": {"lr_rule": "sqrt"}} for s, v in enumerate(nlcg)]
     rows += [run("goyal_sgd", s, v) for s, v in enumerate(sgd)]
@@ -167,8 +167,8 @@ def test_a_contrast_of_four_groups_is_satterthwaites_interval():
     assert got[1:] == pytest.approx((want.low + 2, want.high + 2), abs=1e-4)
 
 
-def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(runs_file):
-    rows = runs_table.read_runs(runs_file)
+def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(filled_runs):
+    rows = runs_file.read_runs(filled_runs)
     hashed = {**DATASET, "sha256": "1c14ff06badde89e"}
     for seed, final in enumerate((58.0, 60.0)):
         row = run("lars_you", seed, final)
@@ -183,8 +183,8 @@ def test_rows_with_a_data_hash_and_factors_are_their_own_set_up(runs_file):
     assert "no runs of small-batch SGD to compare with" in runs_table.verdicts(rows).splitlines()[-1]
 
 
-def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
-    rows = runs_table.read_runs(runs_file)
+def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(filled_runs):
+    rows = runs_file.read_runs(filled_runs)
     rows += [run("lamb", s, 55.0 + s, ratio=0.05) for s in (0, 1)]
     assert sum(r["run"].startswith("sgd_small") for r in runs_table.table_rows(rows)) == 1
     assert runs_table.verdicts(rows).count("LAMB (You et al. 2020) at") == 2
@@ -193,11 +193,11 @@ def test_small_batch_sgd_is_compared_at_every_ratio_and_listed_once(runs_file):
     assert not any(bench_key.same_run(r, key._replace(arm="lars_you")) for r in rows)
 
 
-def test_readme_section_between_the_markers_is_rewritten_with_the_plot(runs_file, tmp_path):
+def test_readme_section_between_the_markers_is_rewritten_with_the_plot(filled_runs, tmp_path):
     readme = tmp_path / "README.md"
     before, after = "# Title\n\n### Runs of ours\n\n", "\n\n## Next section\nkept text\n"
     readme.write_text(f"{before}{runs_table.BEGIN}\nold table\n{runs_table.END}{after}")
-    rows = runs_table.read_runs(runs_file)
+    rows = runs_file.read_runs(filled_runs)
     for _ in range(2):  # a second rendering replaces the first
         runs_table.update_readme(readme, rows, tmp_path / "docs" / "runs.png")
     text = readme.read_text()
@@ -216,7 +216,7 @@ def test_bad_files_are_one_line_errors(tmp_path):
     runs = tmp_path / "runs.jsonl"
     runs.write_text('{"kind": "x"}\n{not json\n')
     with pytest.raises(UserError, match="line 2"):
-        runs_table.read_runs(runs)
+        runs_file.read_runs(runs)
 
 
 def test_the_plots_band_is_scipys_95_percent_interval_of_the_mean_for_every_arm():

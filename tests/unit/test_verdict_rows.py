@@ -4,7 +4,7 @@ untuned and said so; a tuned arm with no run at its scale yet still in Holm's fa
 
 import pytest
 
-from lightning_lars.report import fair_report, plan, runs_table, seed_stats, verdict_rows
+from lightning_lars.report import fair_report, plan, runs_file, runs_table, seed_stats, verdict_rows
 
 PLAN = """[setup]
 width = "full"
@@ -33,7 +33,7 @@ def row(arm, seed, final, scale=None, holdout=False):
     factors = {"lr_rule": "sqrt"} | ({} if scale is None else {"lr_scale": scale})
     if holdout:
         factors["holdout"] = {"share": 0.1, "seed": 0}
-    return runs_table.bench_row(
+    return runs_file.bench_row(
         arm=arm, recipe="r", overrides=[], ratio=0.025, batch=64 if arm == "sgd_small" else 125, epochs=2,
         dataset={"name": "photos", "train": 5000, "val": 500, "classes": 10}, resolution=32, seed=seed,
         top1=[10.0, final], wall_s=60.0, machine="m", commit="c", factors=factors,
@@ -74,7 +74,7 @@ def the_plan(tmp_path):
 def test_each_arm_is_read_at_the_scale_its_trials_chose_and_the_rule_lr_rows_go_apart(the_plan):
     reading = verdict_rows.split(runs(), the_plan, trials())
     assert reading.chosen == {("lars_you", 0.025, "sqrt"): 2.0, ("sgd_small", None, None): 1.0}
-    assert [runs_table.final_top1(r) for r in reading.apart] == RULE_LR
+    assert [runs_file.final_top1(r) for r in reading.apart] == RULE_LR
     assert verdict_rows.split(reading.read, the_plan, trials()).read == reading.read  # folded rows stay read
     lines = fair_report.lines(reading.read, the_plan, reading.chosen, reading.apart)
     by_arm = {(line.claim.name, line.bound): line for line in lines}
