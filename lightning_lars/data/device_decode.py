@@ -148,7 +148,7 @@ class DeviceImageOps:
         # (a random crop's ``ratio`` is its aspect-ratio range instead)
         crop_ratio = 1.0 if self.crop_by_box else float(crop.args["ratio"])
         self.short_side = round(self.resolution / crop_ratio)
-        mean, std = pipelines._normalize_stats("", ops[names.index("normalize")].args)
+        mean, std = pipelines.normalize_stats("", ops[names.index("normalize")].args)
         self.normalize = pipelines.TorchNormalize(mean, std)
         self.channels_last = "channels_last" in names
 

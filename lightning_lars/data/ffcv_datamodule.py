@@ -24,7 +24,7 @@ from ffcv.loader import Loader, OrderOption
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data import pipelines, seeded_ops
+from lightning_lars.data import ffcv_ops, pipelines, seeded_ops
 from lightning_lars.data.beton_device_decode import encoded_image_ops, max_stored_bytes, rows_to_encoded
 from lightning_lars.data.beton_header import read_num_samples
 from lightning_lars.data.device_decode import DECODE_CHOICES, DeviceImageOps
@@ -163,7 +163,7 @@ class FFCVDataModule(L.LightningDataModule):
         if self.decode == "device":
             image_ops = encoded_image_ops(ops, max_stored_bytes(path), self.seed)
         else:
-            image_ops = pipelines.build_image_ops(ops, resolution, self.device, seed=self.seed)
+            image_ops = ffcv_ops.build_image_ops(ops, resolution, self.device, seed=self.seed)
         try:
             return Loader(
                 path,
@@ -175,7 +175,7 @@ class FFCVDataModule(L.LightningDataModule):
                 seed=self.seed,
                 drop_last=False,
                 batches_ahead=self.batches_ahead,
-                pipelines={"image": image_ops, "label": pipelines.build_label_ops(self.device)},
+                pipelines={"image": image_ops, "label": ffcv_ops.build_label_ops(self.device)},
             )
         except (AssertionError, ValueError, IndexError, KeyError, OSError) as error:
             raise UserError(

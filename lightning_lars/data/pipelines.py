@@ -14,9 +14,10 @@ after that is the GPU variant (ffcv-imagenet normalises on the GPU after ``ToDev
 (4x fewer bytes to copy) and the DataModule normalises in ``on_after_batch_transfer`` on the main stream, so
 no tensor allocated on FFCV's side stream is reused while the training step still reads it.
 A jitted op after a torch op makes FFCV loop forever in ``Graph.group_operations``, so those orders are
-refused here with the order to use, and ``check_ffcv_op_order`` re-checks the built ops.
-Parsing and validation need no FFCV (the torchvision DataModule uses them too); FFCV is imported only by the
-functions that build FFCV operations, so the package imports where FFCV is not installed.
+refused here with the order to use, and ``ffcv_ops.check_ffcv_op_order`` re-checks the built ops.
+Parsing and validation need no FFCV (the torchvision DataModule and the device decoders use them too); the FFCV
+operations are built in ``ffcv_ops``, which imports FFCV only when called, so the package imports where FFCV is
+not installed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from lightning_lars.core.errors import UserError
@@ -77,14 +77,6 @@ DEFAULT_PIPELINE = {
 DECODERS = {"random_resized_crop", "center_crop"}
 NUMPY_ONLY_OPS = {"flip"}  # jitted by FFCV; only valid before to_tensor
 TORCH_IMAGE_OPS = {"channels_last", "to_torch_image"}
-
-
-def torch_side_ffcv_ops() -> tuple[type, ...]:
-    """FFCV ops that run as torch code (non-jitted). Anything else is treated as jitted: conservative."""
-    # FFCV imports numba (~7 s on 2 cores): only when an FFCV pipeline is built
-    from ffcv.transforms import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, View
-
-    return (ToTensor, ToDevice, ToTorchImage, Convert, View, Squeeze, ModuleWrapper, torch.nn.Module)
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,7 @@ def _parse_entry(split: str, entry) -> Op:
             f"data.pipeline.{split}: {name} takes {sorted(KNOWN_OPS[name]) or 'no arguments'}, got {sorted(unknown)}"
         )
     if name == "normalize":
-        _normalize_stats(split, args)  # validate now, not when the loader starts
+        normalize_stats(split, args)  # validate now, not when the loader starts
     return Op(name, {**OP_DEFAULTS.get(name, {}), **args})
 
 
@@ -193,7 +185,7 @@ def _validate_order(split: str, ops: tuple[Op, ...]) -> None:
         raise UserError(f"{where} must end with torch images (to_tensor, ..., channels_last): {GOOD_ORDER}")
 
 
-def _normalize_stats(split: str, args: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def normalize_stats(split: str, args: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
     if "stats" in args:
         if args["stats"] not in NORMALIZE_STATS or {"mean", "std"} & set(args):
             raise UserError(
@@ -211,81 +203,13 @@ def _normalize_stats(split: str, args: Mapping) -> tuple[tuple[float, ...], tupl
     return mean, std
 
 
-def build_image_ops(
-    ops: Sequence[Op], resolution: int, device: torch.device, seed: int | None = None
-) -> list:
-    """Validated ops -> FFCV operations for one square ``resolution`` (px) on ``device``.
-
-    ``seed``: random crop and flip draw from (seed, epoch, sample index) (``seeded_ops``; the DataModule sets the
-    epoch), so runs and resumed runs repeat exactly. None: FFCV's own ops, seeded from OS entropy per process.
-    A ``normalize`` after the tensor ops is left out here: see ``post_transfer_normalize``."""
-    # FFCV (and our seeded ops, which subclass its ops) import numba: only when an FFCV pipeline is built
-    from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
-    from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
-
-    from lightning_lars.data.seeded_ops import (
-        SeededRandomHorizontalFlip,
-        SeededRandomResizedCropRGBImageDecoder,
-    )
-
-    built: list = []
-    after_tensor = False
-    for op in ops:
-        if op.name == "random_resized_crop":
-            scale = tuple(float(x) for x in op.args["scale"])
-            ratio = tuple(float(x) for x in op.args["ratio"])
-            if seed is None:
-                built.append(
-                    RandomResizedCropRGBImageDecoder((resolution, resolution), scale=scale, ratio=ratio)
-                )
-            else:
-                built.append(
-                    SeededRandomResizedCropRGBImageDecoder(
-                        (resolution, resolution), scale=scale, ratio=ratio, seed=seed
-                    )
-                )
-        elif op.name == "center_crop":
-            # ratio = crop side / short side; 224/256 = 0.875 is "resize 256, centre crop 224"
-            built.append(CenterCropRGBImageDecoder((resolution, resolution), ratio=float(op.args["ratio"])))
-        elif op.name == "flip":
-            prob = float(op.args["prob"])
-            built.append(
-                RandomHorizontalFlip(prob) if seed is None else SeededRandomHorizontalFlip(prob, seed=seed)
-            )
-        elif op.name == "normalize":
-            if not after_tensor:
-                mean, std = _normalize_stats("", op.args)
-                built.append(NormalizeImage(np.array(mean), np.array(std), np.float32))
-        elif op.name == "to_tensor":
-            built.append(ToTensor())
-            after_tensor = True
-        elif op.name == "to_device":
-            if device.type == "cuda":
-                built.append(ToDevice(device, non_blocking=True))
-        elif op.name in TORCH_IMAGE_OPS:
-            built.append(ToTorchImage(channels_last=op.name == "channels_last", convert_back_int16=False))
-    check_ffcv_op_order(built)
-    return built
-
-
 def post_transfer_normalize(ops: Sequence[Op]) -> TorchNormalize | None:
     """The torch normalisation to apply after the batch reached its device, or None if FFCV normalises."""
     names = [op.name for op in ops]
     if names.index("normalize") < names.index("to_tensor"):
         return None
-    mean, std = _normalize_stats("", ops[names.index("normalize")].args)
+    mean, std = normalize_stats("", ops[names.index("normalize")].args)
     return TorchNormalize(mean, std)
-
-
-def build_label_ops(device: torch.device) -> list:
-    """Label pipeline: int64 labels of shape (batch,), copied to ``device`` without blocking on CUDA."""
-    from ffcv.fields.basics import IntDecoder  # FFCV imports numba: only when an FFCV pipeline is built
-    from ffcv.transforms import Squeeze, ToDevice, ToTensor
-
-    ops = [IntDecoder(), ToTensor(), Squeeze(1)]  # (batch, 1) -> (batch,); a batch of one stays 1-D
-    if device.type == "cuda":
-        ops.append(ToDevice(device, non_blocking=True))
-    return ops
 
 
 def without_augmentation(ops: Sequence[Op], val_ops: Sequence[Op]) -> tuple[Op, ...]:
@@ -301,17 +225,3 @@ def without_augmentation(ops: Sequence[Op], val_ops: Sequence[Op]) -> tuple[Op, 
         elif op.name not in NUMPY_ONLY_OPS:
             result.append(op)
     return tuple(result)
-
-
-def check_ffcv_op_order(ops: Sequence) -> None:
-    """Refuse any FFCV op list with a jitted op after a torch op (FFCV's ``group_operations`` never returns)."""
-    torch_side = torch_side_ffcv_ops()
-    first_torch = next((i for i, op in enumerate(ops) if isinstance(op, torch_side)), None)
-    if first_torch is None:
-        return
-    for op in ops[first_torch + 1 :]:
-        if not isinstance(op, torch_side):
-            raise UserError(
-                f"FFCV pipeline puts {type(op).__name__} (CPU-jitted) after {type(ops[first_torch]).__name__}, an order"
-                f" on which FFCV hangs forever; move numpy ops before ToTensor: {GOOD_ORDER}"
-            )

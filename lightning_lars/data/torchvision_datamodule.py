@@ -56,7 +56,7 @@ def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> tra
             steps.append(transforms.RandomHorizontalFlip(float(op.args["prob"])))
     steps.append(transforms.PILToTensor())
     normalize = next(op for op in ops if op.name == "normalize")
-    mean, std = pipelines._normalize_stats("", normalize.args)  # pixel units, as FFCV's lookup table
+    mean, std = pipelines.normalize_stats("", normalize.args)  # pixel units, as FFCV's lookup table
     steps += [
         transforms.ConvertImageDtype(torch.float32),
         transforms.Normalize([m / 255 for m in mean], [s / 255 for s in std]),

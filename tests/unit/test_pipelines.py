@@ -7,7 +7,7 @@ from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRG
 from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, ToDevice, ToTensor, ToTorchImage
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data import pipelines
+from lightning_lars.data import ffcv_ops, pipelines
 
 CPU = torch.device("cpu")
 MLPERF_TRAIN = [
@@ -30,7 +30,7 @@ GPU_LAYOUT = [
 
 
 def test_mlperf_train_aug_builds_the_ffcv_ops():
-    ops = pipelines.build_image_ops(pipelines.parse_pipeline("train", MLPERF_TRAIN), 224, CPU)
+    ops = ffcv_ops.build_image_ops(pipelines.parse_pipeline("train", MLPERF_TRAIN), 224, CPU)
     decoder, flip, normalize, to_tensor, to_image = ops  # to_device: nothing to do on CPU
     assert isinstance(decoder, RandomResizedCropRGBImageDecoder)
     assert decoder.output_size == (224, 224)
@@ -40,14 +40,14 @@ def test_mlperf_train_aug_builds_the_ffcv_ops():
 
 
 def test_mlperf_eval_is_resize_256_center_224():
-    ops = pipelines.build_image_ops(pipelines.parse_pipeline("val", MLPERF_EVAL), 224, CPU)
+    ops = ffcv_ops.build_image_ops(pipelines.parse_pipeline("val", MLPERF_EVAL), 224, CPU)
     assert isinstance(ops[0], CenterCropRGBImageDecoder)
     assert ops[0].ratio == pytest.approx(0.875) and ops[0].output_size == (224, 224)
 
 
 def test_cuda_variant_copies_uint8_without_blocking_and_normalises_after_transfer():
     ops = pipelines.parse_pipeline("train", GPU_LAYOUT)
-    built = pipelines.build_image_ops(ops, 176, torch.device("cuda", 0))  # building needs no GPU
+    built = ffcv_ops.build_image_ops(ops, 176, torch.device("cuda", 0))  # building needs no GPU
     assert [type(op) for op in built] == [
         RandomResizedCropRGBImageDecoder,
         RandomHorizontalFlip,
@@ -97,7 +97,7 @@ def test_built_op_guard_refuses_normalize_image_after_to_tensor():
         NormalizeImage(np.zeros(3), np.ones(3), np.float32),
     ]
     with pytest.raises(UserError, match="NormalizeImage .* after ToTensor"):
-        pipelines.check_ffcv_op_order(ops)
+        ffcv_ops.check_ffcv_op_order(ops)
 
 
 @pytest.mark.parametrize(
@@ -241,5 +241,5 @@ def test_an_op_without_arguments_gets_torchvisions_defaults_in_every_loader():
         "scale": [0.05, 1.0],
         "ratio": crop["ratio"].default,
     }
-    ops = pipelines.build_image_ops(train, 32, CPU, seed=None)
+    ops = ffcv_ops.build_image_ops(train, 32, CPU, seed=None)
     assert (tuple(ops[0].scale), tuple(ops[0].ratio)) == (crop["scale"].default, crop["ratio"].default)

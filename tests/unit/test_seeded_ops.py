@@ -19,7 +19,7 @@ from ffcv.transforms import RandomHorizontalFlip
 from ffcv.writer import DatasetWriter
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.data import pipelines, seeded_ops
+from lightning_lars.data import ffcv_ops, pipelines, seeded_ops
 from lightning_lars.data.epoch_loader import EpochProgress, FFCVEpochLoader
 from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 from lightning_lars.data.pipelines import DEFAULT_PIPELINE
@@ -164,14 +164,14 @@ def test_a_separate_process_produces_the_same_bytes(beton, module):
 
 def test_build_image_ops_seeds_random_ops_only_when_given_a_seed():
     ops = pipelines.parse_pipeline("train", DEFAULT_PIPELINE["train"])
-    seeded = pipelines.build_image_ops(ops, 32, torch.device("cpu"), seed=7)
+    seeded = ffcv_ops.build_image_ops(ops, 32, torch.device("cpu"), seed=7)
     assert isinstance(seeded[0], seeded_ops.SeededRandomResizedCropRGBImageDecoder)
     assert isinstance(seeded[1], seeded_ops.SeededRandomHorizontalFlip)
     assert seeded[0].seed == seeded[1].seed == 7
     assert (seeded[0].scale, seeded[0].output_size, seeded[1].flip_prob) == ((0.08, 1.0), (32, 32), 0.5)
-    unseeded = pipelines.build_image_ops(ops, 32, torch.device("cpu"))
+    unseeded = ffcv_ops.build_image_ops(ops, 32, torch.device("cpu"))
     assert type(unseeded[0]) is RandomResizedCropRGBImageDecoder and type(unseeded[1]) is RandomHorizontalFlip
-    pipelines.check_ffcv_op_order(seeded)  # the seeded ops count as jitted: the hang guard still applies
+    ffcv_ops.check_ffcv_op_order(seeded)  # the seeded ops count as jitted: the hang guard still applies
 
 
 def test_sample_seeds_spread_over_indices_epochs_and_seeds():
