@@ -78,7 +78,9 @@ def summarise(events, our_callbacks: set[str]) -> tuple[int, dict[str, dict[str,
     nest (the optimizer step's closure runs forward and backward; a callback hook such as
     ``on_before_optimizer_step`` runs inside the step): each part gets its ranges' own time, less the time of the
     counted ranges directly inside them, so that every moment is counted once."""
-    ours = [e for e in events if e.name.startswith(PROFILED)]
+    # with CUDA on, the profiler gives each range a second event on the GPU's timeline (device_type CUDA, same
+    # name): the host's ranges are the steps, each once, as torch's own summaries take them
+    ours = [e for e in events if e.name.startswith(PROFILED) and e.device_type.name == "CPU"]
     steps = [e for e in ours if part_of(e.name[len(PROFILED) :], our_callbacks) == "optimizer"]
     if not steps:
         return 0, {}

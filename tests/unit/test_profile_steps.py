@@ -2,14 +2,20 @@
 
 import pytest
 from helpers import benchmark_script
+from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 
 profile_steps = benchmark_script("profile_steps")
 
 
-def event(action: str, start_us: int, end_us: int) -> FunctionEvent:
+def event(action: str, start_us: int, end_us: int, device_type=DeviceType.CPU) -> FunctionEvent:
     return FunctionEvent(
-        id=start_us, name=f"{profile_steps.PROFILED}{action}", thread=0, start_us=start_us, end_us=end_us
+        id=start_us,
+        name=f"{profile_steps.PROFILED}{action}",
+        thread=0,
+        start_us=start_us,
+        end_us=end_us,
+        device_type=device_type,
     )
 
 
@@ -39,3 +45,25 @@ def test_nested_ranges_count_once_so_the_parts_fill_the_steps_wall_time():
             "wall": 0.200,
         }
     )
+
+
+def test_the_gpu_timelines_copies_of_the_ranges_are_not_counted_again():
+    """With CUDA on, torch.profiler gives each named range a second event (device_type CUDA, the same name) on the
+    GPU's later timeline; the steps and parts are the host's, counted once."""
+    host = [
+        event("[Strategy]SingleDeviceStrategy.optimizer_step", 0, 100),
+        event("[LightningModule]Net.training_step", 10, 40),
+        event("[Strategy]SingleDeviceStrategy.backward", 40, 80),
+        event("[Strategy]SingleDeviceStrategy.optimizer_step", 110, 200),
+    ]
+    on_gpu = [
+        event(
+            e.name[len(profile_steps.PROFILED) :],
+            e.time_range.start + 30,
+            e.time_range.end + 50,
+            DeviceType.CUDA,
+        )
+        for e in host
+    ]
+    assert profile_steps.summarise(host + on_gpu, set()) == profile_steps.summarise(host, set())
+    assert profile_steps.summarise(host + on_gpu, set())[0] == 2
