@@ -64,7 +64,9 @@ def resize_batch(
         slot[:, : crop.shape[-2], : crop.shape[-1]].copy_(crop)
     full = torch.tensor(out_full if out_full is not None else [(side, side)] * count).view(count, 2)
     shift = torch.tensor(offsets if offsets is not None else [(0, 0)] * count).view(count, 2)
-    on_device = torch.stack([heights, widths, full[:, 0], full[:, 1], shift[:, 0], shift[:, 1]]).to(device)
+    # non_blocking: CUDA stages the few host bytes and returns; a blocking copy would wait for every step queued
+    on_device = torch.stack([heights, widths, full[:, 0], full[:, 1], shift[:, 0], shift[:, 1]])
+    on_device = on_device.to(device, non_blocking=True)
     rows = aa_weights(on_device[0], on_device[2], on_device[4], side, batch.shape[-2])
     cols = aa_weights(on_device[1], on_device[3], on_device[5], side, batch.shape[-1])
     # TF32's 10-bit mantissa would move pixels by ~0.3 of a level. The per-backend setting, not the legacy

@@ -50,10 +50,30 @@ TORCHVISION_IO_DEPRECATION = "The image decoding and encoding capabilities of To
 def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """JPEG files' bytes (1-D uint8, on the host) -> uint8 CHW RGB images on ``device`` (nvJPEG on CUDA, one
     batched call), without torchvision's per-call deprecation warning (module comment above; called from the
-    main thread, where ``catch_warnings`` is safe)."""
+    main thread, where ``catch_warnings`` is safe).
+
+    On CUDA the call runs with a stream of ours as the current one. torchvision allocates the images on the
+    current stream but nvJPEG writes them on a stream of its own, which waits for nothing: memory the training
+    stream freed while its kernels still run (the host queues steps ahead) could be written under them. Our
+    stream's blocks are only those of earlier decoded images, each held until the training stream is done with
+    it (``record_stream``), and the training stream waits for the decode before it reads the images."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=TORCHVISION_IO_DEPRECATION, category=DeprecationWarning)
-        return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        if device.type != "cuda":
+            return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        training = torch.cuda.current_stream(device)
+        if device not in _decode_streams:
+            _decode_streams[device] = torch.cuda.Stream(device=device)
+        decoding = _decode_streams[device]
+        with torch.cuda.stream(decoding):
+            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        training.wait_stream(decoding)
+        for image in images:
+            image.record_stream(training)
+        return images
+
+
+_decode_streams: dict[torch.device, torch.cuda.Stream] = {}  # one a device, made at its first batch
 
 
 @dataclass
@@ -63,7 +83,11 @@ class EncodedImages:
     decoded image; unused by a centre crop); ``flips``: (N,) bool; ``split``: whose ops crop it.
 
     It has no ``.to``: Lightning's batch transfer would otherwise copy the bytes to the GPU, where nvJPEG does not
-    read them. The DataModule's ``transfer_batch_to_device`` decodes it instead (`DeviceImageOps`)."""
+    read them. The DataModule's ``transfer_batch_to_device`` decodes it instead (`DeviceImageOps`).
+
+    Pickled (a loader worker hands the batch over), ``data`` travels as one buffer and comes back as views of it:
+    torch shares each tensor through a file descriptor of its own, and 408 images a batch times the batches in
+    flight passed a limit of 1,024 open files ("received 0 items of ancdata")."""
 
     data: list[torch.Tensor]
     boxes: torch.Tensor
@@ -72,6 +96,22 @@ class EncodedImages:
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        data = state.pop("data")
+        state["shapes"] = [tuple(item.shape) for item in data]
+        state["buffer"] = (
+            torch.cat([item.reshape(-1) for item in data]) if data else torch.empty(0, dtype=torch.uint8)
+        )
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        shapes, buffer = state.pop("shapes"), state.pop("buffer")
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        state["data"] = [part.view(shape) for part, shape in zip(buffer.split(sizes), shapes, strict=True)]
+        self.__dict__.update(state)
 
 
 def collate_encoded(samples: Sequence[tuple], split: str) -> tuple[EncodedImages, torch.Tensor]:

@@ -6,6 +6,8 @@ device path decodes with libjpeg-turbo (torchvision.io.decode_jpeg); only the nv
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -241,3 +243,45 @@ def test_decoding_a_batch_warns_nothing_though_torchvision_deprecates_its_decode
         (ours,) = decode_jpegs([jpeg], CPU)
     pil = torch.from_numpy(np.array(Image.open(io.BytesIO(raw)).convert("RGB"))).permute(2, 0, 1)
     assert torch.equal(ours, pil)
+
+
+FEW_OPEN_FILES = """\
+import functools, resource, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+from lightning_lars.data import pipelines
+from lightning_lars.data.device_decode import EncodedSamples, collate_encoded
+from torchvision.datasets import ImageFolder
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+ops = pipelines.parse_pipeline("train", pipelines.DEFAULT_PIPELINE["train"])
+samples = EncodedSamples(ImageFolder(sys.argv[1]).samples, ops)
+
+class Repeated(Dataset):  # 240 samples from the tree's 12
+    def __len__(self):
+        return 240
+    def __getitem__(self, index):
+        return samples[index % len(samples)]
+
+loader = DataLoader(Repeated(), batch_size=240, num_workers=2,
+                    collate_fn=functools.partial(collate_encoded, split="train"))
+for encoded, labels in loader:
+    assert len(encoded) == 240 and all(item.dim() in (1, 3) for item in encoded.data)
+    print("batch", len(encoded), torch.multiprocessing.get_sharing_strategy())
+"""
+
+
+def test_a_workers_batch_of_bytes_passes_under_a_limit_of_128_open_files(tmp_path):
+    """torch shares each tensor a worker returns through a file descriptor of its own: a batch of 240 separate
+    byte tensors under a limit of 128 open files fails in torch's own DataLoader ("received 0 items of ancdata");
+    the batch travels as one buffer."""
+    root = write_jpeg_tree(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", FEW_OPEN_FILES, str(root / "train")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # ~6 s; a batch of separate tensors hangs the loader here rather than failing
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["batch", "240", "file_descriptor"]
