@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -143,8 +144,9 @@ def bare_images_per_s(
     return batch_size * steps / (time.perf_counter() - start)
 
 
-def optimizer_step_ms(steps: int) -> dict[str, float | str]:
-    """Median ms per step on ResNet-50's parameters (fp32, random gradients), same param groups for all."""
+def optimizer_step_ms(steps: int) -> Iterator[tuple[str, float | str]]:
+    """(optimizer, median ms per step) on ResNet-50's parameters (fp32, random gradients), same param groups for
+    all, one row at a time."""
     import timm
     from timm.optim import Lars as TimmLars
 
@@ -155,23 +157,22 @@ def optimizer_step_ms(steps: int) -> dict[str, float | str]:
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     groups = functools.partial(param_groups, model, 5e-5)
-    table = {
+    table = {  # the compiled rows last: compiling them takes the longest, and a part cut at its limit keeps the rest
         "ours LARS (mlperf form)": lambda: lars(groups()),
-        "ours LARS (mlperf form, compiled)": lambda: lars(groups(), implementation="compiled"),
-        "ours LAMB": lambda: LAMB(groups(), lr=1e-3),
-        "ours LAMB (compiled)": lambda: LAMB(groups(), lr=1e-3, implementation="compiled"),
         "torch SGD (fused=True)": lambda: torch.optim.SGD(groups(), lr=1.0, momentum=0.9, fused=True),
+        "ours LAMB": lambda: LAMB(groups(), lr=1e-3),
         "torch AdamW (fused=True)": lambda: torch.optim.AdamW(groups(), lr=1e-3, fused=True),
         "timm Lars (foreach=True)": lambda: TimmLars(groups(), lr=1.0, momentum=0.9, foreach=True),
         # timm 1.0.29 (the H200 node's) has no foreach argument: its per-tensor loop is what its users get
         "timm Lars (per tensor)": lambda: TimmLars(groups(), lr=1.0, momentum=0.9),
+        "ours LARS (mlperf form, compiled)": lambda: lars(groups(), implementation="compiled"),
+        "ours LAMB (compiled)": lambda: LAMB(groups(), lr=1e-3, implementation="compiled"),
     }
-    results: dict[str, float | str] = {}
     for name, make in table.items():
         try:
             optimizer = make()
         except TypeError as error:  # an older timm without foreach
-            results[name] = f"n/a ({error})"
+            yield name, f"n/a ({error})"
             continue
         optimizer.step()  # creates the state (and compiles the compiled rows)
         times = []
@@ -181,8 +182,7 @@ def optimizer_step_ms(steps: int) -> dict[str, float | str]:
             optimizer.step()
             torch.cuda.synchronize()
             times.append((time.perf_counter() - start) * 1e3)
-        results[name] = statistics.median(times)
-    return results
+        yield name, statistics.median(times)
 
 
 def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, float | str]:
@@ -191,9 +191,10 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
     only those (two warm-up batches, then ten, on 16 workers) read 91,078 images/s on the H200, the queue's
     drain; the recipe on the same JPEGs trained at 4,123."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_data import PIPELINE, make_jpegs
+    from bench_data import make_jpegs
 
     from lightning_lars.core.extras import ffcv_available
+    from lightning_lars.data.pipelines import DEFAULT_PIPELINE
     from lightning_lars.data.torchvision_datamodule import TorchvisionDataModule
 
     workers = len(os.sched_getaffinity(0))
@@ -219,7 +220,7 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
         num_workers=workers,
         resolution=224,
         val_resolution=224,
-        pipeline=PIPELINE,
+        pipeline=DEFAULT_PIPELINE,
     )
     results: dict[str, float | str] = {
         f"torchvision DataLoader ({workers} workers)": rate(data.train_dataloader())
@@ -239,7 +240,7 @@ def loader_images_per_s(batch_size: int, batches: int, root: Path) -> dict[str, 
         batch_size=batch_size,
         num_workers=workers,
         resolution=224,
-        pipeline=PIPELINE,
+        pipeline=DEFAULT_PIPELINE,
     )
     data.device = torch.device("cuda")
     results[name] = rate(data.train_dataloader())
@@ -293,20 +294,26 @@ def main(argv=None) -> int:
     )
     numbers: dict[str, dict] = {"images_per_s": {}, "optimizer_ms": {}, "loader_images_per_s": {}}
     tables = io.StringIO()  # the tables as printed, for --json
+
+    def save() -> None:
+        """The numbers so far: written after every row, so a run cut at its time limit keeps what it measured."""
+        if args.json:
+            Path(args.json).write_text(
+                json.dumps({**numbers, "tables": tables.getvalue().strip()}, indent=2) + "\n"
+            )
+
     with contextlib.redirect_stdout(Tee(sys.stdout, tables)):
-        measure_all(args, numbers)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({**numbers, "tables": tables.getvalue().strip()}, indent=2) + "\n"
-        )
+        measure_all(args, numbers, save)
+    save()
     return 0
 
 
-def optimizer_table(numbers: dict) -> None:
+def optimizer_table(numbers: dict, save) -> None:
     print("\n| optimizer step on ResNet-50 params (fp32) | ms/step (median of 50) |\n|---|---|")
-    for name, ms in optimizer_step_ms(50).items():
+    for name, ms in optimizer_step_ms(50):
         numbers["optimizer_ms"][name] = ms
         print(f"| {name} | {ms if isinstance(ms, str) else f'{ms:.2f}'} |", flush=True)
+        save()
 
 
 class Tee(io.TextIOBase):
@@ -320,7 +327,7 @@ class Tee(io.TextIOBase):
         return len(text)
 
 
-def measure_all(args, numbers: dict) -> None:
+def measure_all(args, numbers: dict, save) -> None:
     if args.only == "bare-compiled":
         rate = bare_images_per_s(
             args.batch_size,
@@ -335,7 +342,7 @@ def measure_all(args, numbers: dict) -> None:
         print(f"bare loop, compiled, LARS {args.lars_form} form: {rate:.0f} images/s", flush=True)
         return
     if args.only == "optimizer":
-        optimizer_table(numbers)
+        optimizer_table(numbers, save)
         return
     print("\n| ResNet-50 training | eager img/s | torch.compile img/s |\n|---|---|---|")
     rates = {}
@@ -357,7 +364,8 @@ def measure_all(args, numbers: dict) -> None:
     print(f"| ours / bare | {ours_eager / bare_eager:.3f} | {ratio_compiled} |")
     numbers["bare_loop"] = {"eager": bare_eager, "compiled": bare_compiled}
 
-    optimizer_table(numbers)
+    save()
+    optimizer_table(numbers, save)
 
     print("\n| loader, 224 px RandomResizedCrop + flip + normalise, to the GPU | img/s |\n|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 """One job for a GPU node (``make gpu-check``), at most 8 minutes with the kit's install: the GPU parts in order of
-value, each under its own time limit (``LIMITS``, which add up to the budget), results in the repository under
+value, sharing that budget (``BUDGET_S``), each under its own limit (``LIMITS``), results in the repository under
 ``benchmarks/results/<date>-<device>/`` and packed into ``$OUT`` (benchmarks/gpu_results.py).
 
     make gpu-kit                                   # here, with internet: gpu-kit/ (wheels, FFCV's built here)
@@ -14,9 +14,10 @@ LARS in its nvidia form, cuDNN's autotuner on, as the recipe runs; images/s afte
         kit's wheel; the JPEGs converted on the node), decoding on the GPU (``data.decode=device``) from the JPEG
         tree and from the same .beton files, each beside (a). A loader the config does not offer, or a package
         the node lacks, is reported "not available".
-    (c) a step profile of the compiled recipe (benchmarks/profile_steps.py: forward, backward, optimizer,
-        data, idle).  (d) bf16-mixed compiled, beside (a).  (e) 816 images per GPU compiled, beside (a).
-    (f) the optimizer steps (bench_gpu.py --only optimizer).  (g) ``pytest -m gpu tests/gpu``.
+    (f) the optimizer steps (bench_gpu.py --only optimizer).  (g) the ``-m gpu`` tests, the no-read-back probe
+        first.  (c) a step profile of the compiled recipe (benchmarks/profile_steps.py: forward, backward,
+        optimizer, data, idle).  (d) bf16-mixed compiled, beside (a).  (e) 816 images per GPU compiled, beside (a).
+    They run in that order: (f) and (g) answer goals of their own, (c)-(e) explain and compile new shapes.
 Without CUDA each GPU part records why it skipped, so the whole job runs on a CPU (tests/integration).
 ``--kit none`` runs in this environment as it is. Stdlib only until the kit is installed.
 """

@@ -62,6 +62,12 @@ class Job:
         (self.folder / "summary.md").write_text(markdown(self.results))
         return result
 
+    def stopped(self, trace: str) -> None:
+        """The job ended on an error: its last lines go into the summary, the parts recorded so far stay."""
+        self.results["stopped"] = trace.strip().splitlines()[-12:]
+        (self.folder / "summary.json").write_text(json.dumps(self.results, indent=2) + "\n")
+        (self.folder / "summary.md").write_text(markdown(self.results))
+
 
 def cell(value) -> str:
     if isinstance(value, float):
@@ -94,6 +100,8 @@ def markdown(results: dict) -> str:
             part.get("why", ""),
         ]
         lines.append("| " + " | ".join(row) + " |")
+    if results.get("stopped"):
+        lines += ["", "## The job stopped on an error", "", "```", *results["stopped"], "```"]
     for name, part in results["parts"].items():
         if part.get("tables"):
             lines += ["", f"## {name}", "", part["tables"]]

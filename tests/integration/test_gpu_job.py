@@ -2,6 +2,7 @@
 every GPU part records why it did not run, and the job leaves its files (results folder and the pack for $OUT)."""
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -104,3 +105,39 @@ def test_a_timed_run_reads_its_images_per_s_from_the_runs_own_results_and_sets_i
     assert result["ms_per_step"] == round(8 / images_per_s * 1e3, 2)
     assert result["ratio"] == round(result["images_per_s"] / 2.0, 3)
     assert result["peak_gib"] == 0  # no CUDA memory on a CPU
+
+
+def test_the_jobs_gpu_tests_are_every_gpu_test_and_their_outcomes_are_read_off_pytests_lines(tmp_path):
+    """(g) names its tests one by one (most telling first): pytest's own collection of those names is its
+    collection of ``-m gpu tests/gpu``, no test left out or unknown. The counts the job records from ``-v``'s
+    line per test are those of pytest's own summary line."""
+    job, parts = benchmark_script("gpu_job_settings"), benchmark_script("gpu_check_parts")
+
+    def collected(*paths: str) -> list[str]:
+        done = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", *paths], cwd=ROOT)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    assert sorted(collected(*job.GPU_TESTS)) == sorted(collected("tests/gpu")) != []
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_outcomes.py").write_text(
+        "import pytest\n"
+        "def test_passes(): pass\n"
+        "def test_fails(): assert False\n"
+        "@pytest.mark.skip(reason='no GPU')\n"
+        "def test_skips(): pass\n"
+        "@pytest.mark.parametrize('n', [1, 2])\n"
+        "def test_passes_twice(n): pass\n"
+    )
+    done = run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rs", "tests"], cwd=tmp_path)
+    summary = re.findall(r"(\d+) (passed|failed|skipped)", done.stdout.splitlines()[-1])
+    assert (
+        parts.outcome_counts(done.stdout)
+        == {what: int(n) for n, what in summary}
+        == {
+            "passed": 3,
+            "failed": 1,
+            "skipped": 1,
+        }
+    )
