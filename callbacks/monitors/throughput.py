@@ -5,7 +5,17 @@ from __future__ import annotations
 import time
 
 import lightning as L
+import torch
 from lightning_lars.callbacks import is_log_step
+
+
+def ends_a_timed_span(trainer) -> bool:
+    """At ``on_train_batch_end``: a log step, where Lightning reads the logged values back from the device anyway,
+    or the run's last step (``max_steps``, or the last batch of the last epoch)."""
+    last_step = 0 < trainer.max_steps <= trainer.global_step
+    max_epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
+    last_batch = trainer.is_last_batch and max_epochs is not None and trainer.current_epoch + 1 >= max_epochs
+    return is_log_step(trainer) or last_step or last_batch
 
 
 def _batch_size(batch) -> int:
@@ -20,6 +30,11 @@ class ThroughputCallback(L.Callback):
     Data wait = time from the end of one training batch to the start of the next (the loader's share);
     compute = start to end of a batch. The first ``skip_batches`` batches (warm-up, compilation) are not counted.
     Validation time between epochs is excluded.
+
+    On CUDA the host queues steps ahead of the GPU, so a batch's end on the host's clock can come before the GPU
+    has run it. At the steps that end a timed span (``ends_a_timed_span``: the log steps, where Lightning waits
+    for the GPU to read the logged values anyway, and the last step) the clock waits for the GPU first: the rate
+    is the GPU's, with no wait added between log steps.
     """
 
     def __init__(self, skip_batches: int = 2):
@@ -30,6 +45,7 @@ class ThroughputCallback(L.Callback):
         self._seen = 0
         self._batch_start: float | None = None
         self._batch_end: float | None = None
+        self._cuda: torch.device | None = None
 
     @property
     def busy_s(self) -> float:
@@ -53,6 +69,9 @@ class ThroughputCallback(L.Callback):
             "perf/num_images_counted": float(self.images * world_size),
         }
 
+    def on_train_start(self, trainer, pl_module):
+        self._cuda = pl_module.device if pl_module.device.type == "cuda" else None
+
     def on_train_epoch_start(self, trainer, pl_module):
         self._batch_end = None  # do not count the gap across validation or epoch boundaries
 
@@ -63,6 +82,8 @@ class ThroughputCallback(L.Callback):
         self._batch_start = now
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self._cuda is not None and self._seen >= self.skip_batches and ends_a_timed_span(trainer):
+            torch.cuda.synchronize(self._cuda)
         now = time.perf_counter()
         self._seen += 1
         if self._seen > self.skip_batches and self._batch_start is not None:
