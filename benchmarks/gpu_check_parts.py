@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -41,7 +40,7 @@ from gpu_job_settings import (  # benchmarks/gpu_job_settings.py, beside this sc
     WARMUP_STEPS,
     train_overrides,
 )
-from gpu_results import Job, results_folder
+from gpu_results import Job, environment, outcome_counts, read_json, results_folder
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.recipe.plan import check_command_line
@@ -125,35 +124,6 @@ class Parts:
             result["beside"] = {"what": other, "images_per_s": base["images_per_s"]}
             result["ratio"] = round(result["images_per_s"] / base["images_per_s"], 3)
         return result
-
-
-def read_json(path: Path) -> dict:
-    """A part's JSON file, or what was wrong with it: a part killed at its limit can leave one half written."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        return {"unreadable": f"{path.name}: {error}"}
-
-
-def outcome_counts(log: str) -> dict[str, int]:
-    """How many tests ended how, from ``pytest -v``'s line per test: a run cut at its limit keeps the ended ones."""
-    ended = re.findall(r"^tests/\S+::\S+ (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", log, re.MULTILINE)
-    return {outcome.lower(): ended.count(outcome) for outcome in dict.fromkeys(ended)}
-
-
-def environment(folder: Path) -> None:
-    """pip freeze and nvidia-smi beside the numbers (each a few seconds at most; one that hangs says so)."""
-    smi = shutil.which("nvidia-smi")
-    for name, command, limit in (
-        ("pip-freeze.txt", [sys.executable, "-m", "pip", "freeze"], 60),
-        ("nvidia-smi.txt", [smi] if smi else None, 30),
-    ):
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=limit) if command else None
-            text = done.stdout + done.stderr if done else "nvidia-smi: not on this machine\n"
-        except (OSError, subprocess.TimeoutExpired) as error:
-            text = f"{' '.join(command)}: {error}\n"
-        (folder / name).write_text(text)
 
 
 def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float) -> Path:

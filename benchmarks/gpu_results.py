@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -120,3 +122,32 @@ def pack(folder: Path, out: Path) -> list[Path]:
         tar.add(folder, arcname=folder.name)
     copies = [Path(shutil.copy(folder / name, out / name)) for name in ("summary.json", "summary.md")]
     return [archive, *copies]
+
+
+def read_json(path: Path) -> dict:
+    """A part's JSON file, or what was wrong with it: a part killed at its limit can leave one half written."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        return {"unreadable": f"{path.name}: {error}"}
+
+
+def outcome_counts(log: str) -> dict[str, int]:
+    """How many tests ended how, from ``pytest -v``'s line per test: a run cut at its limit keeps the ended ones."""
+    ended = re.findall(r"^tests/\S+::\S+ (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", log, re.MULTILINE)
+    return {outcome.lower(): ended.count(outcome) for outcome in dict.fromkeys(ended)}
+
+
+def environment(folder: Path) -> None:
+    """pip freeze and nvidia-smi beside the numbers (each a few seconds at most; one that hangs says so)."""
+    smi = shutil.which("nvidia-smi")
+    for name, command, limit in (
+        ("pip-freeze.txt", [sys.executable, "-m", "pip", "freeze"], 60),
+        ("nvidia-smi.txt", [smi] if smi else None, 30),
+    ):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=limit) if command else None
+            text = done.stdout + done.stderr if done else "nvidia-smi: not on this machine\n"
+        except (OSError, subprocess.TimeoutExpired) as error:
+            text = f"{' '.join(command)}: {error}\n"
+        (folder / name).write_text(text)

@@ -111,7 +111,7 @@ def test_the_jobs_gpu_tests_are_every_gpu_test_and_their_outcomes_are_read_off_p
     """(g) names its tests one by one (most telling first): pytest's own collection of those names is its
     collection of ``-m gpu tests/gpu``, no test left out or unknown. The counts the job records from ``-v``'s
     line per test are those of pytest's own summary line."""
-    job, parts = benchmark_script("gpu_job_settings"), benchmark_script("gpu_check_parts")
+    job, results = benchmark_script("gpu_job_settings"), benchmark_script("gpu_results")
 
     def collected(*paths: str) -> list[str]:
         done = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", *paths], cwd=ROOT)
@@ -133,7 +133,7 @@ def test_the_jobs_gpu_tests_are_every_gpu_test_and_their_outcomes_are_read_off_p
     done = run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rs", "tests"], cwd=tmp_path)
     summary = re.findall(r"(\d+) (passed|failed|skipped)", done.stdout.splitlines()[-1])
     assert (
-        parts.outcome_counts(done.stdout)
+        results.outcome_counts(done.stdout)
         == {what: int(n) for n, what in summary}
         == {
             "passed": 3,
