@@ -108,8 +108,8 @@ SHARED = values_by_target(OPTIONS)
 # Disagreements not resolved yet, each a behaviour change for a Python caller or a run (a run's resolved config
 # must stay byte-identical, so the YAML side cannot move): Checkpoint's None triggers mean Lightning's own
 # choice, which tests and the preemption runs rely on; GroupedAllReduceState's caps are also its topology
-# subclasses' (the config gives those 1, 4, 16, 25); the data modules' None pipeline reads DEFAULT_PIPELINE, whose
-# crop ratio is 4/3 where the YAML has 1.333.
+# subclasses' (the config gives those 1, 4, 16, 25); the data modules' None pipeline reads DEFAULT_PIPELINE, which
+# the ImageNet configs spell out op by op for overrides to edit.
 NOT_YET_ONE_HOME = {
     "callbacks/checkpoint": [
         "save_last: config True, Checkpoint default False",
