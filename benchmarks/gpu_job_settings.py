@@ -16,7 +16,7 @@ JPEG_STEPS = 60  # 40 timed: the loader's steady rate shows within them
 JPEG_IMAGES = PER_GPU_BATCH * 20  # ImageNet-like sizes, made on the node; plus a tenth for val
 PROFILED_STEPS, PROFILE_AFTER = 20, 20  # steps recorded, and left out before them (warm-up, compilation)
 # The parts share BUDGET_S (8 minutes with the install: 15 minutes of device time hold the machine's start, this
-# job and one short rerun); each also stops at its own limit, and a part that finds under 10 s left is not run.
+# job and one short rerun); each also stops at its own limit, and a part that finds under 30 s left is not run.
 # Limits from the first H200 run (benchmarks/results/2026-11-27-h200/run1-summary.json, run1-train-compile-*.log):
 # the entry point's first step 23.2 s after its start eager, 61.7 s compiled (ResNet-50 compiled cold), then
 # 94 ms a step at 408 on JPEGs, the whole compiled run of 150 steps 98.5 s. A later run of the same graph (same

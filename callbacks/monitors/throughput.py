@@ -82,7 +82,8 @@ class ThroughputCallback(L.Callback):
         self._batch_start = now
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self._cuda is not None and self._seen >= self.skip_batches and ends_a_timed_span(trainer):
+        # from the last warm-up batch on: work it queued would otherwise be timed with the first counted batch
+        if self._cuda is not None and self._seen + 1 >= self.skip_batches and ends_a_timed_span(trainer):
             torch.cuda.synchronize(self._cuda)
         now = time.perf_counter()
         self._seen += 1

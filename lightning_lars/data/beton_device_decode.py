@@ -168,14 +168,23 @@ def encoded_image_ops(ops: Sequence[pipelines.Op], max_bytes: int, seed: int) ->
 
 def rows_to_encoded(rows: torch.Tensor, split: str) -> EncodedImages:
     """A batch of rows (N, HEADER_BYTES + max_bytes) uint8 on the host -> `EncodedImages`: JPEG bytes as 1-D
-    views, raw images as CHW views of the row. Views of FFCV's buffer: decode before the next batch."""
+    views of the row (the batch's decode reads them before the next batch is taken), raw images as CHW copies.
+
+    Raw images are copied out of FFCV's buffer, one block a batch from torch's pinned-memory pool where CUDA is:
+    FFCV's thread rewrites its (pinned) buffer once the next batch is taken, while the copy to the GPU, queued
+    behind the steps the host has run ahead, may not have run yet; torch's pool keeps its own block until then."""
     header = rows[:, :HEADER_BYTES].contiguous().view(torch.int32).tolist()  # little-endian, as written
-    data = []
-    for row, fields in zip(rows, header, strict=True):
-        stored = row[HEADER_BYTES : HEADER_BYTES + fields[NUM_BYTES]]
-        if fields[MODE] == RAW_MODE:
-            stored = stored.view(fields[HEIGHT], fields[WIDTH], 3).permute(2, 0, 1)
-        data.append(stored)
+    data = [
+        row[HEADER_BYTES : HEADER_BYTES + fields[NUM_BYTES]] for row, fields in zip(rows, header, strict=True)
+    ]
+    raw = [i for i, fields in enumerate(header) if fields[MODE] == RAW_MODE]
+    if raw:
+        block = torch.empty(
+            sum(data[i].numel() for i in raw), dtype=torch.uint8, pin_memory=torch.cuda.is_available()
+        )
+        for i, part in zip(raw, block.split([data[i].numel() for i in raw]), strict=True):
+            height, width = header[i][HEIGHT], header[i][WIDTH]
+            data[i] = part.copy_(data[i]).view(height, width, 3).permute(2, 0, 1)
     boxes = torch.tensor([fields[TOP : BOX_WIDTH + 1] for fields in header], dtype=torch.int64)
     flips = torch.tensor([bool(fields[FLIP]) for fields in header])
     return EncodedImages(data, boxes.view(-1, 4), flips, split)

@@ -61,6 +61,8 @@ def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.
         warnings.filterwarnings("ignore", message=TORCHVISION_IO_DEPRECATION, category=DeprecationWarning)
         if device.type != "cuda":
             return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        # cuda and cuda:0 alike: torchvision rebuilds its decoder whenever the device it is given changes form
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         training = torch.cuda.current_stream(device)
         if device not in _decode_streams:
             _decode_streams[device] = torch.cuda.Stream(device=device)

@@ -184,6 +184,19 @@ def test_the_rows_hold_the_files_stored_bytes(beton, device_module):
             assert torch.equal(data, torch.from_numpy(image).permute(2, 0, 1))
 
 
+def test_raw_images_outlive_ffcvs_buffer(device_module):
+    """FFCV's thread rewrites its buffer once the next batch is taken, while a GPU copy of the raw images may still
+    be queued: they are copies, and rewriting the rows leaves them as they were."""
+    rows, _ = next(iter(device_module.val_dataloader()))
+    rows = rows.clone()  # stands in for FFCV's buffer
+    encoded = rows_to_encoded(rows, "val")
+    raw = [item for item in encoded.data if item.dim() == 3]
+    before = [item.clone() for item in raw]
+    assert raw, "no raw image in the batch: the test would cover nothing"
+    rows.fill_(7)
+    assert all(torch.equal(item, kept) for item, kept in zip(raw, before, strict=True))
+
+
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_pixels_agree_with_ffcvs_cpu_path_within_the_resize_gap(cpu_module, device_module, split):
     """FFCV resizes with OpenCV's INTER_AREA, this path with torchvision's antialiased bilinear: measured here,

@@ -17,10 +17,15 @@ def parts_here(tmp_path, budget_s: float):
     return job_module, parts_module, parts_module.Parts(job, set(job_module.LIMITS), True, tmp_path)
 
 
-def test_the_limits_add_up_to_the_jobs_eight_minutes_with_the_install_first():
-    limits = benchmark_script("gpu_job_settings").LIMITS
-    assert sum(limits.values()) <= JOB_MINUTES * 60
-    assert list(limits)[:3] == ["install", "recipe compiled", "bare loop compiled"]
+def test_the_parts_that_decide_the_goals_fit_the_jobs_eight_minutes_with_the_install_first():
+    """The budget is the issue's 8 minutes; the parts up to (g) fit in it at their limits, in order of value; what
+    comes after takes only what they leave."""
+    settings = benchmark_script("gpu_job_settings")
+    limits = list(settings.LIMITS.items())
+    assert settings.BUDGET_S <= JOB_MINUTES * 60
+    deciding = [limit for _, limit in limits[: [name for name, _ in limits].index("gpu tests") + 1]]
+    assert sum(deciding) <= settings.BUDGET_S
+    assert [name for name, _ in limits][:3] == ["install", "recipe compiled", "bare loop compiled"]
 
 
 def test_a_part_past_its_limit_is_cut_there_and_its_log_kept(tmp_path, monkeypatch):
