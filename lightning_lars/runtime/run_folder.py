@@ -100,21 +100,32 @@ def holding(folder: str | Path) -> Iterator[None]:
 BEFORE_TRAINING = frozenset({".hydra", "train.log", LOCK_FILE, "resolved_config.yaml"})
 
 
+# What Hydra writes into a sweep's folder before its first job: the sweep's overrides and config
+SWEEP_RECORD = "multirun.yaml"
+
+
 def discard_refused(folder: str | Path) -> bool:
     """Remove ``folder`` and the parents made with it, for a run refused before it trained: only a folder this
     process made (``${fresh_folder:}``, never a ``hydra.run.dir`` of the user's) and that holds nothing but
-    `BEFORE_TRAINING`. Returns whether it was removed."""
+    `BEFORE_TRAINING`. A sweep's job folder sits in the sweep folder this process made: the job's folder goes,
+    and the sweep's too when nothing but Hydra's `SWEEP_RECORD` is left in it (its first job was refused).
+    Returns whether ``folder`` was removed."""
     folder = Path(folder).resolve()
-    outermost = MADE_HERE.get(folder)
+    made = folder if folder in MADE_HERE else folder.parent  # the run's own folder, or its sweep's
+    outermost = MADE_HERE.get(made)
     if outermost is None or not holds_locks() or not folder.is_dir():
         return False
     if any(entry.name not in BEFORE_TRAINING for entry in folder.iterdir()):
         return False
     release(folder)
     shutil.rmtree(folder, ignore_errors=True)
-    MADE_HERE.pop(folder)
-    if outermost != folder:
-        for parent in folder.parents:
+    if made != folder:
+        if any(entry.name != SWEEP_RECORD for entry in made.iterdir()):
+            return True  # the sweep's other jobs' folders stay
+        shutil.rmtree(made, ignore_errors=True)
+    MADE_HERE.pop(made)
+    if outermost != made:
+        for parent in made.parents:
             try:
                 parent.rmdir()  # only while empty: another run's folder beside it keeps it
             except OSError:

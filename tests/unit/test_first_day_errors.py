@@ -288,3 +288,13 @@ def test_the_entry_point_refuses_a_key_inside_a_list_in_one_line_before_any_run_
     done = entry_point("recipe=demo", "debug=toy", "data.pipeline.train.flip=false", tmp=tmp_path)
     assert_one_line_error(done, "data.pipeline.train is a list", "data.pipeline.train.0=...")
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_sweep_whose_first_job_is_refused_leaves_no_sweep_folder(tmp_path):
+    """Hydra's launcher makes the sweep folder, writes multirun.yaml and job 0's folder before job 0 runs; the
+    refusal takes all of it back, as a single run's refusal takes back its run folder."""
+    logs = tmp_path / "logs"
+    done = entry_point("recipe=demo", f"paths.log_dir={logs}", "-m", "scheduler.base_lr=-1,-2", tmp=tmp_path)
+    assert_one_line_error(done, "scheduler.base_lr=-1: a learning rate must be > 0", alone=False)
+    assert "#0 : " in done.stdout + done.stderr  # Hydra launched the sweep: its folder was made
+    assert not logs.exists()

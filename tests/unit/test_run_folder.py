@@ -1,13 +1,17 @@
-"""A run folder's lock, asked of by another real process: held while its holder lives, free once it dies."""
+"""A run folder's lock, asked of by another real process: held while its holder lives, free once it dies; and
+what a refused run takes back."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from lightning_lars.config.paths import fresh_folder
 from lightning_lars.core.errors import UserError
 from lightning_lars.runtime import run_folder
 
@@ -78,3 +82,22 @@ def test_only_global_rank_zero_holds_the_lock(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank shares rank 0's folder
     with run_folder.holding(tmp_path):
         assert run_folder.live_holder(tmp_path) is None
+
+
+def test_a_refused_sweep_job_leaves_the_sweep_folder_while_another_jobs_record_is_in_it(tmp_path):
+    """The sweep folder (made here, as ${fresh_folder:} makes it) keeps job 0's trained record: only the refused
+    job's folder goes. With job 0's folder gone too, nothing but Hydra's multirun.yaml is left, and it goes."""
+    sweep = Path(fresh_folder(str(tmp_path / "logs" / "demo" / "multiruns" / "now")))
+    (sweep / run_folder.SWEEP_RECORD).write_text("hydra: {}\n")
+    for job in ("0", "1"):
+        (sweep / job / ".hydra").mkdir(parents=True)
+        (sweep / job / "train.log").write_text("")
+    (sweep / "0" / "checkpoints").mkdir()  # job 0 trained
+
+    assert run_folder.discard_refused(sweep / "1")
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", run_folder.SWEEP_RECORD]
+    assert not run_folder.discard_refused(sweep / "0")  # a record of training is never discarded
+
+    shutil.rmtree(sweep / "0" / "checkpoints")
+    assert run_folder.discard_refused(sweep / "0")
+    assert not (tmp_path / "logs").exists()  # the sweep folder and the parents made with it
