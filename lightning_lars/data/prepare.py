@@ -85,18 +85,18 @@ def convert(
     """
     require_ffcv(f"converting {src} to FFCV files", "train from the image folders with data=imagefolder")
     num_workers = num_workers or len(os.sched_getaffinity(0))
-    validate_settings(
-        max_resolution,
-        jpeg_quality,
-        compress_probability,
-        write_mode,
-        smart_threshold,
-        num_workers,
-        splits,
-        page_size or MIN_PAGE_SIZE,
-    )
+    settings = {  # the writer's, recorded in the manifest
+        "max_resolution": max_resolution,
+        "write_mode": write_mode,
+        "jpeg_quality": jpeg_quality,
+        "compress_probability": compress_probability,
+        "smart_threshold": smart_threshold,
+        "seed": seed,
+        "min_page_size": page_size,
+    }
+    validate_settings(settings, num_workers=num_workers, splits=splits, page_size=page_size or MIN_PAGE_SIZE)
     if compress_probability is None:
-        compress_probability = 0.5
+        compress_probability = settings["compress_probability"] = 0.5
     src, out = Path(src), Path(out)
     classes = list_classes(src)
     listings = [list_split(src, split, classes) for split in splits]
@@ -116,15 +116,6 @@ def convert(
     from ffcv.fields import IntField, RGBImageField  # FFCV imports numba (seconds): after the input checks
 
     writer_class = make_writer_class()
-    settings = {
-        "max_resolution": max_resolution,
-        "write_mode": write_mode,
-        "jpeg_quality": jpeg_quality,
-        "compress_probability": compress_probability,
-        "smart_threshold": smart_threshold,
-        "seed": seed,
-        "min_page_size": page_size,
-    }
     temporaries, started, images_done, page = {}, time.perf_counter(), 0, page_size or MIN_PAGE_SIZE
     checksums = {}  # per file: its size and each region's CRC, read back from disk as written
     try:

@@ -61,16 +61,12 @@ def remove_stale_temporaries(out):
             pass  # alive, owned by someone else
 
 
-def validate_settings(
-    max_resolution,
-    jpeg_quality,
-    compress_probability,
-    write_mode,
-    smart_threshold,
-    num_workers,
-    splits,
-    page_size,
-):
+def validate_settings(settings: dict, *, num_workers: int, splits, page_size: int) -> None:
+    """The writer's ``settings`` (``prepare.convert``'s, as the manifest records them), its process count, the
+    splits and the FFCV page size (bytes): each mistake one `UserError` line naming the allowed values."""
+    max_resolution, jpeg_quality = settings["max_resolution"], settings["jpeg_quality"]
+    compress_probability, write_mode = settings["compress_probability"], settings["write_mode"]
+    smart_threshold = settings["smart_threshold"]
     if write_mode not in WRITE_MODES:
         raise UserError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
     if max_resolution is not None and max_resolution < 8:
