@@ -25,14 +25,8 @@ from pathlib import Path
 from ffcv_wheel import FFCV_NEEDS, build_ffcv_wheel  # benchmarks/ffcv_wheel.py, beside this script
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from wheelhouse import (  # benchmarks/wheelhouse.py, beside this script
-    GROUPS,
-    download,
-    installed_closure,
-    project_requirements,
-    project_wheel,
-    this_machine,
-)
+from wheel_requirements import GROUPS, installed_closure, project_requirements  # beside this script
+from wheelhouse import download, project_wheel, this_machine  # benchmarks/wheelhouse.py, beside this script
 
 from lightning_lars.core.errors import UserError
 
