@@ -1,7 +1,7 @@
 """The training images a run trains on, counted before torch loads so that the run is planned once, at the size
 it trains on: the files of an image folder (as torchvision's ImageFolder finds them), a ``.beton``'s header less
 its held-out share (the FFCV datamodule's ``holdout``), or the size a synthetic data config says it stands for.
-Each equals the datamodule's ``num_train_images`` (`lightning_lars.training.run.plan_run` holds it to that)."""
+Each equals the datamodule's ``num_train_images`` (`lightning_lars.training.recipe_plan.plan_run` holds it to that)."""
 
 from __future__ import annotations
 

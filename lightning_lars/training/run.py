@@ -1,5 +1,5 @@
 """A run assembled from its config and its one plan, in the order `build` follows: the callbacks of the config ->
-the devices Lightning will use (`planned_world`) -> the plan (`plan_run`: the entry point's, made before torch
+the devices Lightning will use and the plan (`recipe_plan.plan_run`: the entry point's, made before torch
 loaded by `lightning_lars.train.check_job`, its batch split here only for ``devices: auto``; made here once where
 none is handed in) -> the datamodule with the per-device batch (its train-set size held to the plan's) -> the
 logger -> the trainer, built with the plan's accumulation, steps, epoch length and evaluation steps -> the
@@ -9,14 +9,11 @@ before `run` fits (lightning-hydra-template's ``train()``, reordered: the traine
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import time
 
 import lightning as L
 from hydra.utils import instantiate
-from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,7 +25,6 @@ from lightning_lars.callbacks.techniques.evaluation import EvaluationSchedule
 from lightning_lars.callbacks.techniques.schedule import ScheduleCallback
 from lightning_lars.config import schema
 from lightning_lars.core.errors import UserError
-from lightning_lars.recipe.plan import configured_world, make_plan
 from lightning_lars.recipe.planned_run import RecipePlan
 from lightning_lars.report import results
 from lightning_lars.report.provenance import provenance
@@ -37,26 +33,9 @@ from lightning_lars.runtime import config_change, preemption, resume, run_folder
 from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
 from lightning_lars.runtime.checkpointing import ResumeState
 from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
-from lightning_lars.schedules.scaling import plan_batch
 from lightning_lars.training import target_checks
+from lightning_lars.training.recipe_plan import plan_run
 from lightning_lars.training.run_record import run_record
-
-
-def planned_world(trainer: DictConfig) -> tuple[int, int]:
-    """(devices per node, nodes) as Lightning's accelerator will count them: ``devices: auto`` is every GPU of
-    the node, or 1 on a CPU. The trainer built with the plan is held to it (`build`)."""
-    accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
-    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and CUDAAccelerator.is_available())
-    kind = CUDAAccelerator if on_gpu else CPUAccelerator
-    try:
-        count = (
-            kind.auto_device_count()
-            if devices == "auto"
-            else len(kind.get_parallel_devices(kind.parse_devices(devices)))
-        )
-    except (MisconfigurationException, TypeError, ValueError) as err:  # Lightning's own refusal
-        raise UserError(f"trainer.devices={devices}: {str(err).splitlines()[0]}") from None
-    return count, int(trainer.get("num_nodes", 1))
 
 
 def run_callbacks(cfg: DictConfig, started: float) -> list:
@@ -74,37 +53,6 @@ def run_callbacks(cfg: DictConfig, started: float) -> list:
         RunHistory(),
         FirstStepTime(started),  # the time to the first step, as a plan line
     ]
-
-
-def plan_run(cfg: DictConfig, callbacks: list, plan: RecipePlan | None = None):
-    """The run's datamodule and its one plan, on the devices Lightning will use; returns (datamodule, plan).
-    ``plan``: the entry point's (`lightning_lars.train.check_job`, made before torch loaded, at the data's count):
-    taken as it is, its batch split here only where ``devices: auto`` left it to Lightning, its LR schedule never
-    recomputed. Without one (tests, benchmarks, in-process callers) the plan is made here, once, at the
-    datamodule's train-set size."""
-    devices, nodes = planned_world(cfg.trainer)
-    batch = plan.batch_plan if plan is not None and configured_world(cfg.trainer) is not None else None
-    if batch is not None and batch.world_size != devices * nodes:
-        raise UserError(
-            f"the config plans {batch.world_size} device(s), Lightning counts {devices} x {nodes} node(s): set"
-            f" trainer.devices={devices} or trainer.num_nodes to match"
-        )
-    if batch is None:  # the split the pre-torch plan could not make, or no plan yet
-        batch = plan_batch(
-            cfg.batch.global_size, devices, nodes, cfg.batch.max_per_device, cfg.batch.bn_group
-        )
-    datamodule = instantiate(schema.plain(cfg.data), batch_size=batch.per_device, seed=cfg.seed)
-    images = datamodule.num_train_images
-    if plan is None:
-        plan = make_plan(cfg, cfg.recipe_name, images, devices, nodes, counted=True, batch_plan=batch)
-    elif images != plan.num_train_images:  # count_train_images disagrees with the datamodule: our bug
-        raise RuntimeError(
-            f"internal error: the plan counted {plan.num_train_images} train images before torch loaded, the"
-            f" datamodule has {images}; data/image_count.py must count as the datamodule does"
-        )
-    # the callbacks that set a hyperparameter per step (their planned_values) join the plan: no step is recounted
-    hooks = [c for c in callbacks if hasattr(c, "planned_values")]
-    return datamodule, dataclasses.replace(plan, batch_plan=batch, value_hooks=hooks)
 
 
 def build(
