@@ -160,9 +160,10 @@ NORMALISED_AFTER_COPY = [
 ]
 
 
-def demo_ffcv_module(root: Path, ops: list, batch_size: int):
+def demo_ffcv_module(root: Path, ops: list, batch_size: int, seed: int | None = None):
     """An FFCVDataModule with ``ops`` for both splits (sequential order, 32 px) over the demo's generator at two
-    classes (16 train and 8 val images each), prepared in ``root`` on first use. Needs FFCV."""
+    classes (16 train and 8 val images each), prepared in ``root`` on first use; ``seed``: the seeded random
+    crop and flip (None: FFCV's own). Needs FFCV."""
     from lightning_lars.data.demo import prepare_demo
     from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 
@@ -178,6 +179,7 @@ def demo_ffcv_module(root: Path, ops: list, batch_size: int):
         val_resolution=32,
         order="sequential",
         pipeline={"train": ops, "val": ops},
+        seed=seed,
     )
 
 

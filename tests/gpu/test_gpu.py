@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -218,6 +219,42 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     assert batches["gpu"][0].is_cuda and batches["gpu"][0].is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(batches["gpu"][0], batches["cpu"][0], rtol=1e-4, atol=1e-4)
     assert torch.equal(batches["gpu"][1], batches["cpu"][1])
+
+
+@pytest.mark.gpu
+def test_ffcv_on_cuda_resumes_mid_epoch_with_the_same_images_bit_for_bit(tmp_path):
+    """FFCV on the node as the CPU tests hold it: the seeded random crop and flip on the node's cores, ToDevice,
+    normalised and laid out on the GPU; a loader restored mid-epoch yields the uninterrupted epoch's remaining
+    batches, images bit for bit, on the device."""
+    pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
+    ops = [
+        "random_resized_crop",
+        "flip",
+        "to_tensor",
+        "to_device",
+        "channels_last",
+        {"normalize": "imagenet"},
+    ]
+
+    def epoch(state: dict, limit: int | None = None) -> tuple[list, dict]:
+        data = demo_ffcv_module(tmp_path, ops, batch_size=8, seed=3)
+        data.load_state_dict(state)
+        data.setup("fit")
+        data.device = torch.device("cuda")
+        batches = []
+        for images, labels in itertools.islice(data.train_dataloader(), limit):
+            images, labels = data.on_after_batch_transfer((images, labels), 0)
+            assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
+            batches.append((images.clone(), labels.clone()))  # FFCV reuses its batch buffers
+        return batches, data.state_dict()
+
+    uninterrupted, _ = epoch({"epoch": 1, "samples_consumed": 0})
+    first, state = epoch({"epoch": 1, "samples_consumed": 0}, limit=2)
+    assert state == {"epoch": 1, "samples_consumed": 16}
+    rest, _ = epoch(state)
+    assert len(first) + len(rest) == len(uninterrupted) == 4
+    for (got, got_labels), (want, want_labels) in zip(first + rest, uninterrupted, strict=True):
+        assert torch.equal(got, want) and torch.equal(got_labels, want_labels)
 
 
 @pytest.mark.gpu
