@@ -50,7 +50,7 @@ SYNTHETIC = ["data=synthetic", "data.resolution=224"]
 GPU_TEST = "tests/gpu/test_gpu.py::test_"
 GPU_TESTS = [
     f"{GPU_TEST}no_host_read_between_log_steps_in_the_timed_recipe_at_16_mixed",
-    f"{GPU_TEST}ffcv_on_cuda_resumes_mid_epoch_with_the_same_images_bit_for_bit",
+    f"{GPU_TEST}ffcv_resumes_mid_epoch_with_the_same_images_bit_for_bit_on_the_device",
     f"{GPU_TEST}device_decode_on_cuda_matches_the_pil_path",
     f"{GPU_TEST}beton_device_decode_on_cuda_matches_ffcvs_cpu_path",
     f"{GPU_TEST}gpu_pipeline_variant_matches_the_cpu_pipeline",

@@ -221,11 +221,11 @@ def test_gpu_pipeline_variant_matches_the_cpu_pipeline(tmp_path):
     assert torch.equal(batches["gpu"][1], batches["cpu"][1])
 
 
-@pytest.mark.gpu
-def test_ffcv_on_cuda_resumes_mid_epoch_with_the_same_images_bit_for_bit(tmp_path):
-    """FFCV on the node as the CPU tests hold it: the seeded random crop and flip on the node's cores, ToDevice,
-    normalised and laid out on the GPU; a loader restored mid-epoch yields the uninterrupted epoch's remaining
-    batches, images bit for bit, on the device."""
+@CPU_AND_CUDA
+def test_ffcv_resumes_mid_epoch_with_the_same_images_bit_for_bit_on_the_device(device, tmp_path):
+    """FFCV on the node as on a CPU: the seeded random crop and flip on the node's cores, ToDevice, normalised and
+    laid out on the GPU; a loader restored mid-epoch yields the uninterrupted epoch's remaining batches, images
+    bit for bit, on the device (on a CPU: the same loop, ToDevice a no-op)."""
     pytest.importorskip("ffcv", reason="FFCV is not installed here: pip install 'lightning-lars[ffcv]'")
     ops = [
         "random_resized_crop",
@@ -240,11 +240,11 @@ def test_ffcv_on_cuda_resumes_mid_epoch_with_the_same_images_bit_for_bit(tmp_pat
         data = demo_ffcv_module(tmp_path, ops, batch_size=8, seed=3)
         data.load_state_dict(state)
         data.setup("fit")
-        data.device = torch.device("cuda")
+        data.device = torch.device(device)
         batches = []
         for images, labels in itertools.islice(data.train_dataloader(), limit):
             images, labels = data.on_after_batch_transfer((images, labels), 0)
-            assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
+            assert images.device.type == device and images.is_contiguous(memory_format=torch.channels_last)
             batches.append((images.clone(), labels.clone()))  # FFCV reuses its batch buffers
         return batches, data.state_dict()
 
