@@ -18,12 +18,12 @@ PROFILED_STEPS, PROFILE_AFTER = 20, 20  # steps recorded, and left out before th
 # The parts share BUDGET_S (8 minutes with the install: 15 minutes of device time hold the machine's start, this
 # job and one short rerun); each also stops at its own limit, and a part that finds under 30 s left is not run.
 # Limits from the first H200 run (benchmarks/results/2026-11-27-h200/run1-summary.json, run1-train-compile-*.log):
-# the entry point's first step 23.2 s after its start eager, 61.7 s compiled (ResNet-50 compiled cold), then
-# 94 ms a step at 408 on JPEGs, the whole compiled run of 150 steps 98.5 s. A later run of the same graph (same
-# shapes and head) reads inductor's on-disk cache, so the JPEG and profile runs keep (a)'s shapes and 1000-class
-# head. Order of value: (a) and three loaders of (b) answer "JPEGs at 0.9x synthetic", (f) and (g) the optimizer
-# and no-read-back goals, together 470 s; the fourth loader, then (c), (d), (e), which explain and compile new
-# shapes (bf16 dtypes, 816 images), take what the others left under their limits.
+# the entry point's first step 23.2 s after its start eager, 61.7 s compiled (ResNet-50 compiled cold), then 94 ms
+# a step at 408 (data=synthetic, then copied from pageable memory every step), the whole compiled run of 150 steps
+# 98.5 s. A later run of the same graph (same shapes and head) reads inductor's on-disk cache, so the JPEG and
+# profile runs keep (a)'s shapes and 1000-class head. Order of value: (a) and three loaders of (b) answer "JPEGs at
+# 0.9x synthetic", (f) and (g) the optimizer and no-read-back goals, together 470 s; the fourth loader, then (c),
+# (d), (e), which explain and compile new shapes (bf16 dtypes, 816 images), take what the others left.
 BUDGET_S = 480
 LIMITS = {
     "install": 30,
