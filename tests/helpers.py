@@ -160,10 +160,10 @@ NORMALISED_AFTER_COPY = [
 ]
 
 
-def demo_ffcv_module(root: Path, ops: list, batch_size: int, seed: int | None = None):
+def demo_ffcv_module(root: Path, ops: list, batch_size: int, seed: int = 0):
     """An FFCVDataModule with ``ops`` for both splits (sequential order, 32 px) over the demo's generator at two
-    classes (16 train and 8 val images each), prepared in ``root`` on first use; ``seed``: the seeded random
-    crop and flip (None: FFCV's own). Needs FFCV."""
+    classes (16 train and 8 val images each), prepared in ``root`` on first use; ``seed``: the DataModule's
+    (its seeded random crop and flip). Needs FFCV."""
     from lightning_lars.data.demo import prepare_demo
     from lightning_lars.data.ffcv_datamodule import FFCVDataModule
 
