@@ -60,13 +60,15 @@ class Job:
             log.write_bytes(b"[... cut: the last 256 KiB follow]\n" + data)
         result = {"at_s": round(time.monotonic() - self.started, 1), **result}  # a re-record keeps its time
         self.results["parts"][part] = result
-        (self.folder / "summary.json").write_text(json.dumps(self.results, indent=2) + "\n")
-        (self.folder / "summary.md").write_text(markdown(self.results))
+        self._write_summary()
         return result
 
     def stopped(self, trace: str) -> None:
         """The job ended on an error: its last lines go into the summary, the parts recorded so far stay."""
         self.results["stopped"] = trace.strip().splitlines()[-12:]
+        self._write_summary()
+
+    def _write_summary(self) -> None:
         (self.folder / "summary.json").write_text(json.dumps(self.results, indent=2) + "\n")
         (self.folder / "summary.md").write_text(markdown(self.results))
 
@@ -140,14 +142,16 @@ def outcome_counts(log: str) -> dict[str, int]:
 
 def environment(folder: Path) -> None:
     """pip freeze and nvidia-smi beside the numbers (each a few seconds at most; one that hangs says so)."""
+    (folder / "pip-freeze.txt").write_text(_output([sys.executable, "-m", "pip", "freeze"], timeout=60))
     smi = shutil.which("nvidia-smi")
-    for name, command, limit in (
-        ("pip-freeze.txt", [sys.executable, "-m", "pip", "freeze"], 60),
-        ("nvidia-smi.txt", [smi] if smi else None, 30),
-    ):
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=limit) if command else None
-            text = done.stdout + done.stderr if done else "nvidia-smi: not on this machine\n"
-        except (OSError, subprocess.TimeoutExpired) as error:
-            text = f"{' '.join(command)}: {error}\n"
-        (folder / name).write_text(text)
+    text = _output([smi], timeout=30) if smi else "nvidia-smi: not on this machine\n"
+    (folder / "nvidia-smi.txt").write_text(text)
+
+
+def _output(command: list[str], timeout: float) -> str:
+    """``command``'s stdout and stderr, or why it gave none."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{' '.join(command)}: {error}\n"
+    return done.stdout + done.stderr

@@ -19,9 +19,8 @@ import torch
 
 # pixel values after the resize are rounded as torchvision rounds a uint8 image's float resize
 UINT8_MAX = 255.0
-SMALLEST_GROUP = (
-    256  # px: crops up to this longer side share one padded batch (a 224-px recipe's usual crops)
-)
+# px: crops up to this longer side share one padded batch (a 224-px recipe's usual crops)
+SMALLEST_GROUP = 256
 
 
 def aa_weights(

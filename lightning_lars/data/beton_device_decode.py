@@ -179,10 +179,9 @@ def rows_to_encoded(rows: torch.Tensor, split: str) -> EncodedImages:
     ]
     raw = [i for i, fields in enumerate(header) if fields[MODE] == RAW_MODE]
     if raw:
-        block = torch.empty(
-            sum(data[i].numel() for i in raw), dtype=torch.uint8, pin_memory=torch.cuda.is_available()
-        )
-        for i, part in zip(raw, block.split([data[i].numel() for i in raw]), strict=True):
+        sizes = [data[i].numel() for i in raw]
+        block = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        for i, part in zip(raw, block.split(sizes), strict=True):
             height, width = header[i][HEIGHT], header[i][WIDTH]
             data[i] = part.copy_(data[i]).view(height, width, 3).permute(2, 0, 1)
     boxes = torch.tensor([fields[TOP : BOX_WIDTH + 1] for fields in header], dtype=torch.int64)

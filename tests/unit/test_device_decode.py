@@ -6,7 +6,6 @@ device path decodes with libjpeg-turbo (torchvision.io.decode_jpeg); only the nv
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 import warnings
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 import torchvision
 import torchvision.transforms.functional as tv_functional
+from helpers import run
 from packaging.version import Version
 from PIL import Image, ImageDraw
 from torchvision.io import ImageReadMode, decode_jpeg
@@ -276,12 +276,7 @@ def test_a_workers_batch_of_bytes_passes_under_a_limit_of_128_open_files(tmp_pat
     byte tensors under a limit of 128 open files fails in torch's own DataLoader ("received 0 items of ancdata");
     the batch travels as one buffer."""
     root = write_jpeg_tree(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", FEW_OPEN_FILES, str(root / "train")],
-        capture_output=True,
-        text=True,
-        timeout=120,  # ~6 s; a batch of separate tensors hangs the loader here rather than failing
-        check=False,
-    )
+    # ~6 s; a batch of separate tensors hangs the loader here rather than failing
+    done = run([sys.executable, "-c", FEW_OPEN_FILES, root / "train"], timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["batch", "240", "file_descriptor"]

@@ -5,10 +5,10 @@ batch, counted with torch.profiler on the CPU as the proxy for GPU kernel launch
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import torch
+from helpers import run
 from torch.profiler import ProfilerActivity, profile
 from torchvision.transforms.v2 import functional as F
 
@@ -162,9 +162,7 @@ def test_one_large_crop_does_not_pad_the_whole_batch_to_its_size():
     """Crops resize in groups of similar size: one 3,000 px crop among 48 of 200 px pads only itself (as one
     batch, the 49 padded to 3,000 px took 6.4 GiB, bytes and their float copy; here it adds ~160 MiB). The
     kernel's peak memory, read by the OS in a process of its own."""
-    done = subprocess.run(
-        [sys.executable, "-c", ONE_LARGE_CROP], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run([sys.executable, "-c", ONE_LARGE_CROP], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) < 1024
 
