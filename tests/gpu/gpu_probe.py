@@ -7,7 +7,7 @@ from pathlib import Path
 
 import lightning as L
 import torch.distributed as dist
-from helpers import HostReadRecorder
+from host_reads import HostReadRecorder
 
 
 class ProcessGroupProbe(L.Callback):

@@ -5,7 +5,7 @@ conf/callbacks/default.yaml's, the BN groups, the plugins), on 2 gloo ranks, onc
 (what a SLURM log gets) and once with the tqdm bar (what a terminal gets). ``bare``: the same module and data
 under a plain ``L.Trainer`` (no callbacks, no progress bar, no checkpoints): Lightning's own reads. All run the
 same steps with the same logging interval, one after the other in the same two processes (bare first).
-``helpers.HostReadRecorder`` (first in the callbacks) writes ``OUT/<mode>-rank<r>.json``: each read, its
+``host_reads.HostReadRecorder`` (first in the callbacks) writes ``OUT/<mode>-rank<r>.json``: each read, its
 optimizer step, whether it fell between log steps, and whether our code made it. The trust-ratio monitor
 samples every 3 steps, off the logging interval of 4, so its statistics are taken on steps that log nothing.
 Lightning's ``ddp`` launcher starts rank 1 by running this script again.
@@ -20,9 +20,9 @@ from pathlib import Path
 import lightning as L
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))  # helpers.py, for rank 1 too (started with this script's sys.path)
+sys.path.insert(0, str(ROOT / "tests"))  # host_reads.py, for rank 1 too (started with this script's sys.path)
 
-from helpers import HostReadRecorder  # noqa: E402
+from host_reads import HostReadRecorder  # noqa: E402
 
 from lightning_lars.config.jobs import compose_job  # noqa: E402
 from lightning_lars.training import run  # noqa: E402

@@ -1,5 +1,5 @@
 """No device-to-host read by our code between log steps. The demo recipe as train.py builds it (every
-callback, BN groups, plugins) runs on 2 gloo ranks under ``helpers.HostReadRecorder``, which records every
+callback, BN groups, plugins) runs on 2 gloo ranks under ``host_reads.HostReadRecorder``, which records every
 ``.item()``/``float``/``bool`` (``aten._local_scalar_dense``), copy to the CPU and ``tolist``/``numpy`` with the
 stack that made it (tests/integration/sync_runs.py). On a GPU each such read waits for the device. Our code
 may read only where it logs (every ``trainer.log_every_n_steps`` optimizer steps); between those steps the only

@@ -16,7 +16,7 @@ import time
 import lightning as L
 import pytest
 import torch
-from helpers import free_port, outside_slurm
+from helpers import SLURM_VARS, free_port, outside_slurm
 from lightning.pytorch.demos.boring_classes import BoringModel
 from resume_runs import ROOT, assert_same_training, env, reference_run, train_command
 
@@ -26,16 +26,6 @@ from lightning_lars.runtime.checkpointing import Checkpoint, ResumeState
 from lightning_lars.runtime.signal_checkpoint import SignalCheckpoint
 
 pytestmark = pytest.mark.slow
-
-SLURM_VARS = {
-    "SLURM_JOB_ID": "4242",
-    "SLURM_NTASKS": "1",
-    "SLURM_JOB_NAME": "lars",
-    "SLURM_PROCID": "0",
-    "SLURM_LOCALID": "0",
-    "SLURM_NODEID": "0",
-    "SLURM_NODELIST": "localhost",
-}
 
 
 def fake_scontrol(folder):
