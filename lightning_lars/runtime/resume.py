@@ -17,6 +17,10 @@
   config of the run it was saved in differs, one warning line names the keys and what the change does to
   the schedule and the data position (`lightning_lars.runtime.config_change`).
 
+Whichever way it was found, a checkpoint at or past the step where this run ends, saved by a run that finished
+(its ``results.json``), is `run_folder.Finished` too: resuming it would train nothing and write that run's
+results again without its final evaluation (a pinned ``hydra.run.dir`` resumed with the run's own length).
+
 A checkpoint is a file (``torch.save``) or, under ``strategy=fsdp2`` (``save_distributed_checkpoint``), a
 directory ``*.ckpt/`` of torch.distributed.checkpoint shards plus Lightning's ``meta.pt`` (everything but the
 weights and optimizer state: loops, callbacks, the W&B run id), which rank 0 writes after the shards: a
@@ -177,8 +181,32 @@ def _newest_of_this_config(cfg: DictConfig, run_dir: Path) -> Path | None:
     return None
 
 
-def resolve_ckpt_path(cfg: DictConfig) -> str | None:
-    """The checkpoint ``trainer.fit(ckpt_path=...)`` gets for this config (see the module docstring)."""
+def resolve_ckpt_path(cfg: DictConfig, end_step: int | None = None) -> str | None:
+    """The checkpoint ``trainer.fit(ckpt_path=...)`` gets for this config (see the module docstring); ``end_step``:
+    the optimizer step this run ends at (the plan's), where known."""
+    found = _wanted_checkpoint(cfg)
+    if found is not None and end_step is not None:
+        _refuse_ended(Path(found), end_step)
+    if found is not None and cfg.run.ckpt_path is not None:
+        log.info(f"resuming from {found}")
+    return found
+
+
+def _refuse_ended(path: Path, end_step: int) -> None:
+    """`run_folder.Finished` for a checkpoint at or past ``end_step`` whose run folder holds a finished run."""
+    step = int(load_meta(path)["global_step"])
+    folder = checkpoint_run_folder(path)
+    results = run_folder.finished(folder) if step >= end_step else None
+    if results is not None:
+        raise run_folder.Finished(
+            f"{path} is at step {step} and this run ends at step {end_step}: its run finished"
+            f" ({run_folder.result_text(results)}, {folder / run_folder.RESULTS_FILE}); nothing to train: set a"
+            " later end (trainer.max_steps or trainer.max_epochs) to train it further, or leave out run.ckpt_path"
+            " and give a new hydra.run.dir to train again"
+        )
+
+
+def _wanted_checkpoint(cfg: DictConfig) -> str | None:
     wanted = cfg.run.ckpt_path
     run_dir = Path(cfg.paths.output_dir)
     if wanted is None:
@@ -196,7 +224,6 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
                 "run.ckpt_path=last: no checkpoint of this recipe and config yet; starting from scratch"
             )
             return None
-        log.info(f"resuming from {found}")
         return str(found)
     path = Path(str(wanted)).expanduser()
     if not path.exists():

@@ -161,31 +161,36 @@ def finished(folder: str | Path) -> dict | None:
         return None
 
 
-def finished_message(folder: Path, results: dict) -> str:
+def result_text(results: dict) -> str:
+    """A finished run's top-1 as its messages quote it."""
     top1 = (results.get("metrics") or {}).get("val/top1")
-    result = f"top-1 {100 * top1:.2f} %" if isinstance(top1, int | float) else "no top-1 recorded"
+    return f"top-1 {100 * top1:.2f} %" if isinstance(top1, int | float) else "no top-1 recorded"
+
+
+def finished_message(folder: Path, results: dict) -> str:
     return (
-        f"run.ckpt_path=last: the newest run of this config already finished ({result}, {folder}/{RESULTS_FILE});"
-        " nothing to resume: leave out run.ckpt_path to train it again"
+        f"run.ckpt_path=last: the newest run of this config already finished ({result_text(results)},"
+        f" {folder}/{RESULTS_FILE}); nothing to resume: leave out run.ckpt_path to train it again"
     )
 
 
 def refuse_finished(folder: str | Path, ckpt_path: str | None) -> None:
     """A ``hydra.run.dir`` given on the command line that holds a finished run (its `RESULTS_FILE`): a one-line
     `UserError` before Hydra writes its ``.hydra/`` there, unless this run resumes that run (``run.ckpt_path=last``
-    or a checkpoint inside the folder). A new run there would replace its results, resolved config, ``.hydra/``
-    and last.ckpt and mix two runs' checkpoints and W&B runs in one folder. No overwrite switch: deleting the
-    folder is the explicit way to train there again, and it keeps nothing by accident."""
+    or a checkpoint inside the folder) to train it further; a resume with nothing left to train ends as
+    `Finished` in ``resume.resolve_ckpt_path``, before the run writes anything but Hydra's files. A new run there
+    would replace its results, resolved config, ``.hydra/`` and last.ckpt and mix two runs' checkpoints and W&B
+    runs in one folder. No overwrite switch: deleting the folder is the explicit way to train there again, and it
+    keeps nothing by accident."""
     folder = Path(folder).expanduser().resolve()
     results = finished(folder)
     if results is None or str(ckpt_path) == "last":
         return
     if ckpt_path is not None and folder in Path(str(ckpt_path)).expanduser().resolve().parents:
         return
-    top1 = (results.get("metrics") or {}).get("val/top1")
-    result = f"top-1 {100 * top1:.2f} %" if isinstance(top1, int | float) else "no top-1 recorded"
     raise UserError(
-        f"hydra.run.dir={folder} holds a finished run ({result}, {RESULTS_FILE}, its checkpoints and config),"
-        " which a new run would replace: give another hydra.run.dir (or leave it out for a fresh folder), add"
-        " run.ckpt_path=last to resume that run, or delete the folder to train there again"
+        f"hydra.run.dir={folder} holds a finished run ({result_text(results)}, {RESULTS_FILE}, its checkpoints and"
+        " config), which a new run would replace: give another hydra.run.dir (or leave it out for a fresh folder),"
+        " add run.ckpt_path=last and a later end (trainer.max_steps or trainer.max_epochs) to train that run"
+        " further, or delete the folder to train there again"
     )

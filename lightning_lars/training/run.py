@@ -162,21 +162,18 @@ def run(cfg: DictConfig, started: float | None = None, plan: RecipePlan | None =
 def _run(cfg: DictConfig, started: float | None, plan: RecipePlan | None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     fit_started = time.perf_counter()  # time/wall_s counts from here; `started` (the command's) is start-up
-    ckpt_path = resume.resolve_ckpt_path(cfg)
+    ckpt_path = resume.resolve_ckpt_path(cfg, plan.total_steps if plan is not None else None)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
     resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
     if resumed is not None:  # where it now writes: no second run resumes that folder while this one lives
         run_folder.hold(resumed)
-    config_change.write_resolved_config(
-        cfg
-    )  # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
+    # what a later `run.ckpt_path=last` compares, $LARS_DATA_DIR resolved
+    config_change.write_resolved_config(cfg)
     trainer, module, datamodule, _batch = build(cfg, ckpt_path, started, plan)
     try:
         # weights_only: Lightning's None leaves it to torch and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD; data only here
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except (
-        SystemExit
-    ):  # Lightning's exit after a KeyboardInterrupt: ours, the second Ctrl-C, says what it lost
+    except SystemExit:  # Lightning's exit after Ctrl-C: ours, the second Ctrl-C, says what it lost
         signals = [c for c in trainer.callbacks if isinstance(c, SignalCheckpoint) and c.aborted]
         if not signals:
             raise

@@ -120,7 +120,7 @@ def test_last_after_a_finished_run_says_so_and_does_not_train(env, tmp_path):
     ]  # nor a folder for the run it did not start
 
 
-def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it(env, tmp_path):
+def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it_to_train_further(env, tmp_path):
     folder = tmp_path / "my-run"
     first = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2")
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
@@ -132,11 +132,24 @@ def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it(env, tmp_pa
         "checkpoints/last.ckpt",
     ]
     before = {name: (folder / name).read_bytes() for name in kept}
+    runs_of_wandb = sorted((folder / "wandb").glob("offline-run-*"))
 
     again = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2")
     assert_one_line_error(again, f"hydra.run.dir={folder} holds a finished run", "run.ckpt_path=last")
     assert {name: (folder / name).read_bytes() for name in kept} == before  # nothing of it replaced
 
-    resumed = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2", "run.ckpt_path=last")
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    assert f"resuming from {folder / 'checkpoints' / 'last.ckpt'}" in resumed.stdout + resumed.stderr
+    # resumed at its own length: nothing to train, and its results, checkpoints and W&B runs stay as they were
+    same = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2", "run.ckpt_path=last")
+    output = same.stdout + same.stderr
+    assert same.returncode == 0 and "Traceback" not in output, output[-3000:]
+    (line,) = [ln for ln in same.stderr.splitlines() if "nothing to train" in ln]
+    assert "is at step 2 and this run ends at step 2" in line and "trainer.max_steps" in line
+    assert "Restoring states" not in output and "Results: recipe" not in output
+    for name in ("results.json", "resolved_config.yaml", "checkpoints/last.ckpt"):
+        assert (folder / name).read_bytes() == before[name], name
+    assert sorted((folder / "wandb").glob("offline-run-*")) == runs_of_wandb
+
+    further = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=4", "run.ckpt_path=last")
+    assert further.returncode == 0, (further.stdout + further.stderr)[-3000:]
+    assert f"resuming from {folder / 'checkpoints' / 'last.ckpt'}" in further.stdout + further.stderr
+    assert json.loads((folder / "results.json").read_text())["steps"] == 4

@@ -1,10 +1,12 @@
 """Which checkpoint a run resumes from: ``run.ckpt_path=last`` finds the newest loadable checkpoint of a run with
-this config (this run's folder first, damaged files skipped, another config refused naming its keys), an explicit
-path fails in one line, and a W&B run id comes back from the checkpoint. Real checkpoints written by our
-`AtomicCheckpointIO`, Hydra's saved configs as a finished run leaves them; seconds on CPU."""
+this config (this run's folder first, damaged files skipped, another config refused naming its keys), a finished
+run resumed at its own end is finished, an explicit path fails in one line, and a W&B run id comes back from the
+checkpoint. Real checkpoints written by our `AtomicCheckpointIO`, Hydra's saved configs as a finished run leaves
+them; seconds on CPU."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -16,7 +18,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from lightning_lars.core.errors import UserError
-from lightning_lars.runtime import config_change, resume
+from lightning_lars.runtime import config_change, resume, run_folder
 from lightning_lars.runtime.checkpoint_io import AtomicCheckpointIO
 
 
@@ -182,3 +184,28 @@ def test_wandb_resume_arguments_come_from_the_checkpoint(tmp_path):
     assert resume.logger_kwargs(cfg, None) == {}
     cfg.logger = {"_target_": "lightning.pytorch.loggers.CSVLogger"}
     assert resume.logger_kwargs(cfg, str(path)) == {}
+
+
+def finished_run(folder: Path, step: int, top1: float) -> Path:
+    """A run folder as a finished run leaves it: its checkpoint at ``step`` and its ``results.json``."""
+    path = write_checkpoint(folder / "checkpoints" / "last.ckpt", step, 1_000)
+    (folder / run_folder.RESULTS_FILE).write_text(json.dumps({"metrics": {"val/top1": top1}}))
+    return path
+
+
+@pytest.mark.parametrize("how", ["last", "path"])
+def test_a_finished_run_resumed_at_its_own_end_is_finished_and_a_later_end_resumes_it(
+    how, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    folder = tmp_path / "logs/demo/runs/now"  # the run's own folder, as a pinned hydra.run.dir
+    path = finished_run(folder, 8, 0.25)
+    cfg = cfg_for(tmp_path, "last" if how == "last" else str(path))
+    with pytest.raises(run_folder.Finished) as ended:
+        resume.resolve_ckpt_path(cfg, end_step=8)
+    message = str(ended.value)
+    assert f"{path} is at step 8 and this run ends at step 8" in message and "top-1 25.00 %" in message
+    assert "\n" not in message
+    assert resume.resolve_ckpt_path(cfg, end_step=12) == str(path)  # a longer run trains it further
+    (folder / run_folder.RESULTS_FILE).unlink()  # stopped after its last checkpoint, before its results
+    assert resume.resolve_ckpt_path(cfg, end_step=8) == str(path)
