@@ -12,7 +12,8 @@ records its set-up's factors (``--width``, ``--lr-rule``, ratio, epochs, px), so
 the same data, factors and seed is skipped: an interrupted bench resumes where it stopped, on this machine or
 on the one the data folder travelled to (``--device cuda``). At the end: a table, one verdict per large-batch
 arm (the gap its published claim is about, to small-batch SGD or, for NLCG's, to SGD at the same batch; 95 %
-Welch CI over seeds), the README's "Runs of ours" and its plot (lightning_lars/report/runs_table.py).
+Welch CI over seeds), printed; with ``--readme README.md`` also that README's "Runs of ours" and its plot
+(lightning_lars/report/runs_table.py).
 
     make bench-largebatch bench_data=DIR ratio=0.1 seeds=2 [only="sgd_small lamb"] [epochs=8 px=32]
     python benchmarks/bench_largebatch.py --data DIR --ratio 0.1 --seeds 2 [--only ...] [--runs FILE]
@@ -118,8 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--runs", type=Path, default=ROOT / "recipes" / "runs.jsonl", help="kept runs (resume)"
     )
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="'Runs of ours' goes here")
-    parser.add_argument("--no-readme", action="store_true", help="leave the README and the plot alone")
+    parser.add_argument("--readme", type=Path, default=None, help="rewrite its 'Runs of ours' and --plot")
+    # what leaving out --readme does; the plan files' commands, written before it was the default, still name it
+    parser.add_argument("--no-readme", action="store_true", help="print only (the default)")
     parser.add_argument("--resolution", type=int, default=RESOLUTION, help="px, train and eval")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "runs.png")
     parser.add_argument("--width", choices=tuple(WIDTHS), default="quarter", help="resnet10t's widths")
@@ -274,16 +276,16 @@ def main(argv: list[str] | None = None) -> None:
         and ((k.ratio, k.lr_rule) == (args.ratio, args.lr_rule) or k.arm == bench_key.BASELINE_ARM)
     ]
     print("\n" + runs_table.markdown(group) + "\n\n" + runs_table.verdicts(group), flush=True)
-    if not args.no_readme:
+    if args.readme is not None:
         try:
             runs_table.update_readme(args.readme, kept, args.plot)
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         print(f"[bench] {args.readme} 'Runs of ours' and {args.plot} rewritten from {args.runs}", flush=True)
-        if args.runs.resolve() == catalog.RUNS_FILE.resolve():  # the recipes' catalog lists the same runs
-            (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
-            print("[bench] recipes/README.md rewritten from the same runs", flush=True)
+    if trained and args.runs.resolve() == catalog.RUNS_FILE.resolve():  # the catalog lists the same runs
+        (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
+        print("[bench] recipes/README.md rewritten from the runs this bench appended to", flush=True)
     sys.stdout.flush()
     if (
         trained

@@ -11,6 +11,6 @@ cell() {
     local arms=$1 seeds=$2
     shift 2
     echo "[$label] $(date -u +%H:%M:%S) seeds=$seeds only=$arms $*"
-    "$py" "$here/benchmarks/bench_largebatch.py" --data "$data" --runs "$runs" --no-readme --seeds "$seeds" \
+    "$py" "$here/benchmarks/bench_largebatch.py" --data "$data" --runs "$runs" --seeds "$seeds" \
         "${base[@]}" --only $arms "$@" "${extra[@]}"
 }

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        runs = runs_file.read_runs(args.runs)
+        runs = runs_file.read_runs(args.runs, required=True)
         check_evaluation_set(runs, args.held_out, args.runs)
         if args.readme:
             update_readme(args.readme, runs, args.plot, args.section, args.held_out)

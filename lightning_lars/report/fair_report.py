@@ -4,7 +4,8 @@ test, Holm's correction over all verdict lines at once, and each line marked in 
 (``claims.in_scope``: out of scope is an extrapolation, listed apart). The square-root SGD arm is a control: its
 lines are intervals of what a layer-wise arm adds over SGD on the same LR rule, with no verdict.
 
-    python -m lightning_lars.report.fair_report [--runs recipes/runs-fair.jsonl] [--plan PLAN] [--readme README.md]
+    python -m lightning_lars.report.fair_report [--runs recipes/runs-fair.jsonl] [--plan PLAN]   # prints the section
+    python -m lightning_lars.report.fair_report --readme README.md [--plot docs/runs.png]         # rewrites it
 """
 
 from __future__ import annotations
@@ -240,14 +241,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs-fair.jsonl")
     parser.add_argument("--plan", type=Path, default=None)
-    parser.add_argument("--readme", type=Path, default=root / "README.md")
-    parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
+    parser.add_argument(
+        "--readme", type=Path, default=None, help="rewrite its 'Runs of ours' (default: print)"
+    )
+    parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png", help="with --readme")
     parser.add_argument("--tuning-runs", type=Path, default=root / "recipes" / "runs-tuning.jsonl")
     args = parser.parse_args(argv)
     try:
         plan = load(args.plan) if args.plan else load()
-        trials = runs_file.read_runs(args.tuning_runs)
-        rows = runs_file.read_runs(args.runs)
+        trials = runs_file.read_runs(args.tuning_runs, required=True)
+        rows = runs_file.read_runs(args.runs, required=True)
+        if args.readme is None:
+            print(section(rows, None, plan, trials))
+            return
         render = lambda _read, ref: section(rows, ref, plan, trials)  # noqa: E731
         read = verdict_rows.split(rows, plan, trials).read  # the plot draws what the verdicts read
         runs_table.update_readme(args.readme, read, args.plot, render=render)

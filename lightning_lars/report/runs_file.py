@@ -58,8 +58,13 @@ def bench_row(
     }
 
 
-def read_runs(path: Path) -> list[dict]:
+def read_runs(path: Path, required: bool = False) -> list[dict]:
+    """The rows of a runs file; a missing file has none, unless ``required`` (a report of it): a `UserError`."""
     if not Path(path).is_file():
+        if required:
+            raise UserError(
+                f"{path} not found: give --runs FILE, a runs file that make bench-largebatch or make check wrote"
+            )
         return []
     rows = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):

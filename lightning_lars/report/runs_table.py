@@ -8,7 +8,8 @@ and one per ``make check`` (``lightning_lars/check.py``: already a summary over 
 grouped by arm, data set, large-batch ratio and epochs; each group is one table row with mean +- std over
 seeds and its gap to small-batch SGD on the same data, with a 95 % Welch interval over the seeds.
 
-    python -m lightning_lars.report.runs_table [--runs FILE] [--readme README.md] [--plot docs/runs.png]
+    python -m lightning_lars.report.runs_table [--runs FILE]        # prints the section
+    python -m lightning_lars.report.runs_table [--runs FILE] --readme README.md [--plot docs/runs.png]
 """
 
 from __future__ import annotations
@@ -233,15 +234,21 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=Path, default=root / "recipes" / "runs.jsonl")
-    parser.add_argument("--readme", type=Path, default=root / "README.md")
-    parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png")
+    parser.add_argument(
+        "--readme", type=Path, default=None, help="rewrite its 'Runs of ours' (default: print)"
+    )
+    parser.add_argument("--plot", type=Path, default=root / "docs" / "runs.png", help="with --readme")
     args = parser.parse_args(argv)
     if args.runs.name == "runs-fair.jsonl":  # its verdicts follow a plan: n, correction, scope
         raise SystemExit(
             f"error: {args.runs} has a plan: render it with python -m lightning_lars.report.fair_report"
         )
     try:
-        update_readme(args.readme, read_runs(args.runs), args.plot)
+        rows = read_runs(args.runs, required=True)
+        if args.readme is None:
+            print(section(rows, None))
+            return
+        update_readme(args.readme, rows, args.plot)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"{args.readme}: 'Runs of ours' rewritten from {args.runs}")

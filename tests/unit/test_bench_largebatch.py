@@ -152,7 +152,7 @@ def test_kept_runs_are_not_trained_again(tmp_path, capsys, prepared):
     kept_rows(runs, data, {"width": "full"}, ratio=0.1, arm="lars_mlperf")
     before = runs.read_text()
     argv = ["--data", str(data), "--ratio", "0.1", "--seeds", "2", "--epochs", "8", "--only", "sgd_small"]
-    bench.main([*argv, "--runs", str(runs), "--no-readme"])
+    bench.main([*argv, "--runs", str(runs)])
     assert "sgd_small seed 1: kept" in capsys.readouterr().out
     assert runs.read_text() == before
     full = bench_key.RunKey(
@@ -224,7 +224,7 @@ def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path, p
 def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_path, capsys, prepared):
     data = prepared(tmp_path)
     with pytest.raises(SystemExit):
-        bench.main(["--data", str(data), "--lr-rule", "reference", "--only", "lars_you", "--no-readme"])
+        bench.main(["--data", str(data), "--lr-rule", "reference", "--only", "lars_you"])
     err = capsys.readouterr().err.strip()
     assert (
         "\n" not in err
@@ -235,13 +235,13 @@ def test_the_reference_rule_is_refused_for_arms_without_reference_points(tmp_pat
 
 def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys, prepared):
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--data", str(tmp_path), "--no-readme"])
+        bench.main(["--data", str(tmp_path)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "make prepare" in err
     data = prepared(tmp_path, train=100)
     with pytest.raises(SystemExit):
-        bench.main(["--data", str(data), "--ratio", "0.5", "--no-readme"])
+        bench.main(["--data", str(data), "--ratio", "0.5"])
     assert "largest ratio that works here is 0.33" in capsys.readouterr().err
 
 
@@ -267,7 +267,7 @@ def test_the_square_root_sgd_arm_refuses_another_rule_and_is_left_out_without_on
 ):
     data = prepared(tmp_path)
     with pytest.raises(SystemExit):
-        bench.main(["--data", str(data), "--lr-rule", "linear", "--only", "sgd_sqrt", "--no-readme"])
+        bench.main(["--data", str(data), "--lr-rule", "linear", "--only", "sgd_sqrt"])
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "sgd_sqrt trains on the sqrt rule only; run it with --lr-rule sqrt" in err
     sqrt_sgd = next(a for a in bench.ARMS if a.name == "sgd_sqrt")

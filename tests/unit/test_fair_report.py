@@ -5,6 +5,7 @@ to reproduce, and verdicts read at the planned n only."""
 import collections
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -314,3 +315,18 @@ def test_small_batch_sgds_trials_answer_its_one_point_line_whatever_rule_the_lin
     command = [sys.executable, "-m", "lightning_lars.report.plan", "--scale-for", arm, ratio, rule]
     done = subprocess.run([*command, "--tuning-runs", str(trials)], capture_output=True, text=True, cwd=ROOT)
     assert (arm, done.returncode, done.stdout) == ("sgd_small", 0, "1\n")
+
+
+def test_the_readmes_runs_of_ours_is_what_the_command_renders_from_the_tracked_files(tmp_path, capsys):
+    """The command prints the section; ``--readme`` rewrites a README's: from the plan and runs files in the
+    repository, the section the README holds now (so it reads from those files, not from an edit by hand)."""
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    fair_report.main([])  # prints; the repository's README is the oracle below, left alone
+    printed = capsys.readouterr().out
+    fair_report.main(["--readme", str(readme), "--plot", str(tmp_path / "docs" / "runs.png")])
+    assert readme.read_text() == (ROOT / "README.md").read_text()
+    begin, end = "<!-- runs-of-ours:begin -->", "<!-- runs-of-ours:end -->"
+    section = readme.read_text().split(begin)[1].split(end)[0].strip()
+    without_plot = re.sub(r"\n\n!\[[^\]]*\]\(docs/runs\.png\)", "", section)  # printing draws no plot
+    assert without_plot != section and without_plot == printed.strip()

@@ -219,6 +219,29 @@ def test_bad_files_are_one_line_errors(tmp_path):
         runs_file.read_runs(runs)
 
 
+def test_the_command_prints_unless_given_a_readme_and_a_missing_runs_file_is_one_line(
+    filled_runs, tmp_path, capsys
+):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n{runs_table.BEGIN}\nthe fair set-up's table\n{runs_table.END}\n")
+    before = readme.read_bytes()
+    plot = tmp_path / "runs.png"
+    runs_table.main(["--runs", str(filled_runs), "--plot", str(plot)])
+    printed = capsys.readouterr().out
+    assert "| lamb (lamb_32k) |" in printed and "Verdicts" in printed
+    assert readme.read_bytes() == before and not plot.exists()  # printed only: no file of the project changes
+
+    with pytest.raises(SystemExit) as stopped:  # was: the section emptied, "rewritten from" it, exit 0
+        runs_table.main(["--runs", str(tmp_path / "missing.jsonl"), "--readme", str(readme)])
+    assert str(stopped.value).startswith("error: ") and "missing.jsonl not found: give --runs FILE" in str(
+        stopped.value
+    )
+    assert "\n" not in str(stopped.value) and readme.read_bytes() == before
+
+    runs_table.main(["--runs", str(filled_runs), "--readme", str(readme), "--plot", str(plot)])
+    assert "| lamb (lamb_32k) |" in readme.read_text() and plot.is_file()
+
+
 def test_the_plots_band_is_scipys_95_percent_interval_of_the_mean_for_every_arm():
     stats = pytest.importorskip("scipy.stats")
     column = [57.2, 59.4, 58.8, 56.6, 58.0]
