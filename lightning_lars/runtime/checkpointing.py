@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,11 +207,23 @@ class ResumeState(L.Callback):
     Lightning saves weights, optimizer, loop counters, callback and DataModule state (the data position). Not
     saved: RNG states (dropout, stochastic depth, mixup would draw differently) and the epoch's running
     aggregates (``on_epoch`` means such as ``train/loss`` and torchmetrics states such as ``train/top1``
-    would cover only the batches after the resume). Both are kept per rank; plus the W&B run id.
+    would cover only the batches after the resume). Both are kept per rank; plus the W&B run id and the run's
+    wall time so far, so that ``run_wall_s`` after a resume is the whole run's (every attempt's time from its
+    fit start, without the time the job was down), as the time to the target is.
     """
 
     def __init__(self):
         self._pending_aggregates: dict | None = None  # logged-value sums to fold in after the first batch
+        self._earlier_attempts_s = 0.0  # wall time up to the checkpoint this attempt resumed from
+        self._fit_started: float | None = None
+
+    def run_wall_s(self) -> float:
+        """Seconds the run has trained and evaluated: this attempt since its fit began plus the earlier ones."""
+        here = time.perf_counter() - self._fit_started if self._fit_started is not None else 0.0
+        return self._earlier_attempts_s + here
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_started = time.perf_counter()
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         local = {
@@ -224,11 +237,13 @@ class ResumeState(L.Callback):
         else:
             gathered = [local]
         checkpoint[resume.PER_RANK_KEY] = gathered
+        checkpoint[resume.WALL_KEY] = self.run_wall_s()
         run_id = wandb_run_id(trainer)
         if run_id:
             checkpoint[resume.WANDB_KEY] = run_id
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self._earlier_attempts_s = float(checkpoint.get(resume.WALL_KEY, 0.0))
         per_rank = checkpoint.get(resume.PER_RANK_KEY)
         if not per_rank:
             return

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # written by lightning_lars.runtime.checkpointing.ResumeState
 WANDB_KEY = "wandb_run_id"
 PER_RANK_KEY = "resume_state_per_rank"  # [{"rng": ..., "aggregates": ...} for each rank]
+WALL_KEY = "wall_s_of_the_run"  # seconds the run trained and evaluated up to this checkpoint, all attempts
 REQUIRED_KEYS = ("state_dict", "loops", "global_step")
 SHARDED_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
 

@@ -161,7 +161,6 @@ def run(cfg: DictConfig, started: float | None = None, plan: RecipePlan | None =
 
 def _run(cfg: DictConfig, started: float | None, plan: RecipePlan | None) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    fit_started = time.perf_counter()  # time/wall_s counts from here; `started` (the command's) is start-up
     ckpt_path = resume.resolve_ckpt_path(cfg, plan.total_steps if plan is not None else None)
     resume.keep_checkpoints_together(cfg, ckpt_path)  # a resumed run saves beside the checkpoint it resumed
     resumed = resume.run_folder_of(cfg, ckpt_path) if ckpt_path is not None else None
@@ -183,7 +182,8 @@ def _run(cfg: DictConfig, started: float | None, plan: RecipePlan | None) -> dic
     if cfg.run.validate_at_end and not trainer.interrupted:
         trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    metrics["time/wall_s"] = time.perf_counter() - fit_started
+    # the whole run's, earlier attempts included (ResumeState's clock, from Lightning's fit start on)
+    metrics["time/wall_s"] = next(c for c in trainer.callbacks if isinstance(c, ResumeState)).run_wall_s()
     if trainer.is_global_zero:
         if trainer.logger is not None:
             trainer.logger.log_metrics({f"final/{k}": v for k, v in metrics.items()})

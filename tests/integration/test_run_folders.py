@@ -12,6 +12,8 @@ import time
 import pytest
 from helpers import ROOT, TRAIN, assert_one_line_error, entry_point_env, run
 
+from lightning_lars.runtime.resume import WALL_KEY, load_meta
+
 pytestmark = pytest.mark.slow
 
 
@@ -132,6 +134,7 @@ def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it_to_train_fu
         "checkpoints/last.ckpt",
     ]
     before = {name: (folder / name).read_bytes() for name in kept}
+    first_attempt_s = load_meta(folder / "checkpoints" / "last.ckpt")[WALL_KEY]
     runs_of_wandb = sorted((folder / "wandb").glob("offline-run-*"))
 
     again = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=2")
@@ -152,4 +155,7 @@ def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it_to_train_fu
     further = train(env, f"hydra.run.dir={folder}", "trainer.max_steps=4", "run.ckpt_path=last")
     assert further.returncode == 0, (further.stdout + further.stderr)[-3000:]
     assert f"resuming from {folder / 'checkpoints' / 'last.ckpt'}" in further.stdout + further.stderr
-    assert json.loads((folder / "results.json").read_text())["steps"] == 4
+    results = json.loads((folder / "results.json").read_text())
+    assert results["steps"] == 4
+    # the whole run's wall time: the first attempt's, as its checkpoint holds it, and this one's
+    assert results["metrics"]["time/wall_s"] > first_attempt_s

@@ -12,6 +12,7 @@ import random
 import re
 import signal
 import sys
+import time
 
 import lightning as L
 import numpy as np
@@ -306,3 +307,20 @@ def test_newest_file_kept_across_a_resume_but_never_the_one_resumed_from(tmp_pat
     assert sorted(p.name for p in folder.iterdir()) == ["epoch0-step4.ckpt", "epoch0-step8.ckpt", "last.ckpt"]
     assert resume.load_meta(folder / "last.ckpt")["global_step"] == 8
     assert resume.load_meta(ckpt.best_model_path)["global_step"] == 8
+
+
+def test_a_resumed_runs_wall_time_adds_the_earlier_attempts_from_the_checkpoint(tmp_path):
+    folder = tmp_path / "ckpt"
+    first = ResumeState()
+    boring_trainer(
+        tmp_path, [first, Checkpoint(dirpath=folder, save_last=True)], max_steps=4, limit_val_batches=0
+    ).fit(BoringModel())
+    saved = resume.load_meta(folder / "last.ckpt")[resume.WALL_KEY]
+    assert 0 < saved <= first.run_wall_s()
+
+    again = ResumeState()
+    trainer = boring_trainer(tmp_path, [again], max_steps=8, limit_val_batches=0)
+    before = time.perf_counter()
+    trainer.fit(BoringModel(), ckpt_path=folder / "last.ckpt")
+    this_attempt = time.perf_counter() - before
+    assert saved < again.run_wall_s() <= saved + this_attempt  # the earlier attempt's time, then this one's
