@@ -207,7 +207,8 @@ def build(argv: list[str], env=os.environ, which=shutil.which) -> tuple[str, lis
         if cpus_per_node is None:
             raise UserError(
                 f"cannot tell the cores of a compute node: {why}; pass --cpus-per-node N"
-                " (make ... args='--cpus-per-node N'), the cores of one node, shared by its GPUs' tasks"
+                " (make ... args='--cpus-per-node N'), the cores of one node, shared by its GPUs' tasks, or"
+                " train on this machine instead of submitting: make ... args='--launcher local'"
             )
         return launcher, sbatch_script(
             recipe,

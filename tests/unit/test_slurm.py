@@ -129,3 +129,16 @@ def test_a_failing_sinfo_is_named_with_its_own_last_line_not_as_missing(tmp_path
     )
     assert "not on PATH" not in errors[0] and "--cpus-per-node N" in errors[0]
     assert "sbatch must not run" not in done.stderr
+    assert "make ... args='--launcher local'" in errors[0]  # the way to train here: it skips sinfo and sbatch
+    here = subprocess.run(
+        [*make, "recipe=demo", "devices=2", "args=--launcher local --dry-run"],
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert here.returncode == 0, here.stderr[-2000:]
+    assert "[launch] local:" in here.stdout and "lightning_lars.train recipe=demo" in here.stdout
+    assert "trainer.devices=2" in here.stdout
