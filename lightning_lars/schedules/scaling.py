@@ -51,9 +51,14 @@ class BatchPlan:
             "sync": f"BN synchronised over {span} images ({self.bn_ranks} devices x {self.per_device})",
         }[self.bn_mode]
         return (
-            f"global batch {self.global_size} = {self.world_size} devices x {self.per_device} images"
-            f" x {self.accumulation} accumulation steps; {bn}"
+            f"global batch {self.global_size} = {counted(self.world_size, 'device')} x"
+            f" {counted(self.per_device, 'image')} x {counted(self.accumulation, 'accumulation step')}; {bn}"
         )
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 device``, ``8 devices``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _bn_ranks(per_device: int, bn_group: int | None, world: int) -> int | None:

@@ -34,7 +34,7 @@ def test_generate_prepare_train_and_log_offline(tmp_path):
     out = trained.stdout + trained.stderr
     assert trained.returncode == 0, out[-3000:]
     assert "W&B: offline (no credentials configured)" in out
-    assert "plan: global batch 32 = 1 devices x 16 images x 2 accumulation steps" in out
+    assert "plan: global batch 32 = 1 device x 16 images x 2 accumulation steps" in out
     assert "plan: 5 steps/epoch (drop_last: 160 // 32); 10 steps = 2 epochs;" in out and "peak LR" in out
     assert "Results: recipe demo" in out and "top-1 (val)" in out and "images/s" in out
 

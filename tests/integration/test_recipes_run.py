@@ -58,7 +58,7 @@ def test_recipe_runs_three_steps(name, data_dir, tmp_path, capsys, caplog, monke
     out = capsys.readouterr().out
     assert trainer.global_step == 3, name
     assert math.isfinite(metrics["train/loss_step"]), name
-    printed = "plan: global batch 16 = 1 devices x 8 images x 2 accumulation steps; ghost BN over 4 images"
+    printed = "plan: global batch 16 = 1 device x 8 images x 2 accumulation steps; ghost BN over 4 images"
     assert printed in caplog.text and "steps/epoch" in caplog.text and "peak LR" in caplog.text
     assert plan.bn_mode == "ghost"
     assert all(isinstance(bn, GroupBatchNorm) and bn.group_size == 4 for _, bn in batch_norms(module))

@@ -50,7 +50,7 @@ def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
     assert "Trainable params" not in log and "GPU available" not in log and "TPU available" not in log, log[
         -3000:
     ]
-    assert "[lightning-lars] plan: global batch 32 = 1 devices" in log
+    assert "[lightning-lars] plan: global batch 32 = 1 device x" in log
     # the W&B run (offline: its files on disk) carries the report image beside its table
     (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
     images = list((wandb_run / "files" / "media" / "images" / "report").glob("report_png_*.png"))

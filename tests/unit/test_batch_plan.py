@@ -73,6 +73,10 @@ def test_describe_names_devices_batch_accumulation_and_bn():
     ):
         assert part in text
     assert "synchronised over 128 images (4 devices x 32)" in plan_batch(32768, 1024, 1, None, 128).describe()
+    assert (
+        "global batch 256 = 1 device x 256 images x 1 accumulation step;"
+        in plan_batch(256, 1, 1, 256, None).describe()
+    )
 
 
 @pytest.mark.parametrize(
