@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error
+from helpers import MAKE, assert_one_line_error, run
 
 ROOT = Path(__file__).resolve().parents[2]
 CORES = len(os.sched_getaffinity(0))
@@ -111,16 +111,8 @@ def test_a_failing_sinfo_is_named_with_its_own_last_line_not_as_missing(tmp_path
     ):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"PY={sys.executable}"]
-    done = subprocess.run(
-        [*make, "recipe=demo", "nodes=2", "devices=1"],
-        cwd=ROOT,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    done = run([*MAKE, "recipe=demo", "nodes=2", "devices=1"], env=env, timeout=120)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert (
@@ -130,15 +122,7 @@ def test_a_failing_sinfo_is_named_with_its_own_last_line_not_as_missing(tmp_path
     assert "not on PATH" not in errors[0] and "--cpus-per-node N" in errors[0]
     assert "sbatch must not run" not in done.stderr
     assert "make ... args='--launcher local'" in errors[0]  # the way to train here: it skips sinfo and sbatch
-    here = subprocess.run(
-        [*make, "recipe=demo", "devices=2", "args=--launcher local --dry-run"],
-        cwd=ROOT,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    here = run([*MAKE, "recipe=demo", "devices=2", "args=--launcher local --dry-run"], env=env, timeout=120)
     assert here.returncode == 0, here.stderr[-2000:]
     assert "[launch] local:" in here.stdout and "lightning_lars.train recipe=demo" in here.stdout
     assert "trainer.devices=2" in here.stdout
