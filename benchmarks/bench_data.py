@@ -189,9 +189,8 @@ def main(argv=None) -> None:
             for name, loader in loaders.items():
                 warm_up(loader, to_device=transfers[name])
             rates = {name: [] for name in loaders}
-            for epoch in range(
-                1, args.repeats + 1
-            ):  # interleaved, so load from other processes hits both alike
+            # interleaved, so load from other processes hits both alike
+            for epoch in range(1, args.repeats + 1):
                 for name, loader in loaders.items():
                     rates[name].append(time_epoch(loader, epoch, transfers[name]))
             base_rate = statistics.median(rates["torchvision ImageFolder + PIL"])

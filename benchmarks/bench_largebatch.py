@@ -287,9 +287,8 @@ def main(argv: list[str] | None = None) -> None:
         (ROOT / "recipes" / "README.md").write_text(catalog.markdown(args.runs))
         print("[bench] recipes/README.md rewritten from the runs this bench appended to", flush=True)
     sys.stdout.flush()
-    if (
-        trained
-    ):  # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (numba 0.68, FFCV 1.0.2)
+    # numba's finalizers print KeyError tracebacks at exit after FFCV loaders ran (numba 0.68, FFCV 1.0.2)
+    if trained:
         os._exit(0)
 
 

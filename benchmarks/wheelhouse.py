@@ -196,9 +196,8 @@ def project_wheel(out: Path) -> Path:
         source.mkdir()
         for name in WHEEL_SOURCES:
             path = PROJECT_ROOT / name
-            if (
-                path.is_dir()
-            ):  # callbacks/, conf/ and recipes/ go inside the package by pyproject's package-dir
+            # callbacks/, conf/ and recipes/ go inside the package by pyproject's package-dir
+            if path.is_dir():
                 shutil.copytree(
                     path,
                     source / name,

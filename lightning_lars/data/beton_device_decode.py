@@ -136,9 +136,8 @@ class EncodedRGBImageDecoder(_EpochSeeded, SimpleRGBImageDecoder):
                     w,
                     flip,
                 )
-                for slot in range(
-                    num_fields
-                ):  # little-endian int32, byte by byte (no view of the row needed)
+                # little-endian int32, byte by byte (no view of the row needed)
+                for slot in range(num_fields):
                     for k in range(4):
                         row[4 * slot + k] = (fields[slot] >> (8 * k)) & 255
             return destination[: len(batch_indices)]

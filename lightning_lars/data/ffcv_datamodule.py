@@ -226,9 +226,8 @@ class FFCVDataModule(L.LightningDataModule):
     def val_dataloader(self) -> FFCVEpochLoader:
         def val_loader(epoch: int) -> Loader:
             if "val" not in self._loaders:
-                path = (
-                    self.train_path if self.holdout else self.val_path
-                )  # held-out train images, unaugmented
+                # held-out train images, unaugmented
+                path = self.train_path if self.holdout else self.val_path
                 self._loaders["val"] = self._build_loader(
                     path, self.val_ops, self.val_resolution, "sequential"
                 )

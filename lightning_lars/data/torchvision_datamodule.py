@@ -106,9 +106,8 @@ class TorchvisionDataModule(L.LightningDataModule):
             raise UserError(
                 "progressive resizing needs the FFCV loader: use data=imagenet, or a fixed resolution"
             )
-        if (
-            no_aug_from_epoch is not None
-        ):  # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
+        # Fujitsu's last epochs: the FFCV loader builds each epoch's pipeline
+        if no_aug_from_epoch is not None:
             raise UserError(no_aug_message(no_aug_from_epoch))
         pipeline = dict(pipelines.DEFAULT_PIPELINE if pipeline is None else pipeline)
         if set(pipeline) != {"train", "val"}:

@@ -266,9 +266,8 @@ def card_text(
     """The whole card of ``plan`` (composed as ``cfg``): `card`, the MLCommons reference lines where they
     apply, and the plot written to ``plot_path``."""
     text = card(plan, devices, nodes)
-    if plan.recipe.startswith(
-        reference_points.RECIPE_PREFIX
-    ):  # its card needs the RCP file: an error names the install
+    # its card needs the RCP file: an error names the install
+    if plan.recipe.startswith(reference_points.RECIPE_PREFIX):
         text += "\n" + "\n".join(_entry_lines(plan))
     if is_lars(cfg) and has_mlperf_round(cfg):  # the RCPs judge MLPerf runs: nothing to say of the demo's
         try:

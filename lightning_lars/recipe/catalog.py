@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows()
     ]
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS[:-1]}
-    lines = ["  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1])]
-    lines += ["  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]) for r in table]
+    lines = ["  ".join(f"{c:{widths[c]}}" for c in COLUMNS[:-1]).rstrip()]
+    lines += ["  ".join(f"{r[c]!s:{widths[c]}}" for c in COLUMNS[:-1]).rstrip() for r in table]
     # in a clone, make's targets (they create the venv first); installed, the module itself
     card = (
         'make recipe-card recipe=NAME [devices=G nodes=N] [args="--plot FILE.png"]'

@@ -167,9 +167,8 @@ class RcpVerdict:
     message: str  # the checker's: "RCP found", "RCP Interpolation", "Insufficient convergence", ...
     epochs: list[float]  # epochs to converge per run as the checker read them (1e9: did not converge)
     global_batch: int
-    reference: dict = field(
-        default_factory=dict
-    )  # the RCP record it compared with (RCP Mean, Min Epochs, BS)
+    # the RCP record it compared with (RCP Mean, Min Epochs, BS)
+    reference: dict = field(default_factory=dict)
     submission_mean: float | None = None  # the olympic mean of ``epochs``
     note: str = ""
 
@@ -215,9 +214,8 @@ def rcp_verdict(logs: list[Path], round_: str, workdir: Path) -> RcpVerdict:
         old.unlink()
     copies = [workdir / f"result_{index}.txt" for index in range(len(logs))]
     for log, copy in zip(logs, copies):
-        events = read_events(
-            log
-        )  # names a damaged line; the checker's own reader would stop with a traceback
+        # names a damaged line; the checker's own reader would stop with a traceback
+        events = read_events(log)
         if is_v06_log(log):  # the RCP checker reads mllog's lines only
             copy.write_text("".join(f"{TOKEN}{json.dumps(e)}\n" for e in events))
         else:
@@ -245,9 +243,8 @@ def rcp_verdict(logs: list[Path], round_: str, workdir: Path) -> RcpVerdict:
     for record in handler.records:
         if record.msg.strip().startswith("RCP Record"):  # logging keeps a lone dict argument as the args
             verdict.reference = dict(record.args if isinstance(record.args, dict) else record.args[0])
-        if (
-            record.msg.strip().startswith("Submission mean epochs:") and record.args
-        ):  # not its "... faster" line
+        # not its "... faster" line
+        if record.msg.strip().startswith("Submission mean epochs:") and record.args:
             verdict.submission_mean = float(record.args[0])
     return verdict
 

@@ -86,9 +86,8 @@ def _wd_momentum_panel(ax, samples: HParamSamples | None) -> None:
     ax.plot([h[0] for h in rows], applied_wd, "o", ms=3, color="C3", label="weight decay applied")
     # weight decay in the lower half, momentum (0..1 scale) near the top: two constants must not overlap
     ax.set_ylim(0, 2 * max([*applied_wd, base_wd or 0.0]) or 1.0)
-    ax.yaxis.set_major_formatter(
-        FuncFormatter(lambda value, _: f"{value:.3g}")
-    )  # an offset label hits the title
+    # an offset label hits the title
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
     ax.set(title="weight decay and momentum, group 0", xlabel="optimizer step", ylabel="weight decay")
     momentum = [(h[0], h[4]) for h in rows if h[4] is not None]
     handles, labels = ax.get_legend_handles_labels()

@@ -112,9 +112,8 @@ def wandb_logger(
     logger = FallbackWandbLogger(
         project=project, save_dir=save_dir, name=name, offline=mode != "online", settings=settings, **kwargs
     )
-    if (
-        logger._wandb_init.get("anonymous") is None
-    ):  # Lightning passes anonymous=None: W&B warns at every start
+    # Lightning passes anonymous=None: W&B warns at every start
+    if logger._wandb_init.get("anonymous") is None:
         logger._wandb_init.pop("anonymous", None)
     return logger
 

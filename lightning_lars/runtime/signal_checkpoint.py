@@ -207,9 +207,8 @@ class SignalCheckpoint(L.Callback):
                 then = functools.partial(submitit, signum, None)  # runs once fit has unwound
             else:
                 next_step = f"resume with: {resume_command(path)}"
-        if (
-            io and io.num_failed_writes > failed_before
-        ):  # disk full or gone: the older checkpoints still count
+        # disk full or gone: the older checkpoints still count
+        if io and io.num_failed_writes > failed_before:
             where = f"checkpoint NOT written ({one_line(io.last_error)}), the newest earlier one is used"
         # Ctrl-C and SIGTERM: the status a shell gives a process the signal ended (130, 143); a requeue: 0
         status = 128 + signum if signum in (signal.SIGINT, signal.SIGTERM) else 0

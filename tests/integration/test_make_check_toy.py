@@ -29,9 +29,8 @@ def test_make_check_at_toy_scale_leaves_the_tracked_files_alone(data_dir):
     try:
         assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
         assert status() == before
-        assert where and Path(where.group(1)).is_file(), checked.stdout[
-            -2000:
-        ]  # the row, in the check's folder
+        # the row, in the check's folder
+        assert where and Path(where.group(1)).is_file(), checked.stdout[-2000:]
     finally:
         if where and Path(where.group(1)).parent.is_relative_to(ROOT / "logs"):
             shutil.rmtree(Path(where.group(1)).parent)

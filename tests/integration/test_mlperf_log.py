@@ -84,9 +84,10 @@ def test_short_run_fails_only_the_accuracy_target(name, data_dir, tmp_path, monk
     assert accuracies[0]["metadata"]["epoch_num"] == 1  # 3 steps of a 12-step epoch: MLPerf's epoch 1
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "aborted"
     assert value["lars_opt_learning_rate_decay_steps"] > 0  # the toy's schedule decays after its warmup
+    # and ends below its peak (a warmup outlasting the run once logged a point of the warmup here)
     assert value["lars_opt_end_learning_rate"] < value.get(
         "lars_opt_base_learning_rate", value.get("opt_base_learning_rate")
-    )  # and ends below its peak (a warmup outlasting the run once logged a point of the warmup here)
+    )
     # warmup and decay shrink together: the full run's decay steps per warmup step (its plan at ImageNet size,
     # held to the sources' logs by test_golden_mlperf), up to the toy's rounding of its phases to steps
     full = plan_recipe(name).lr_schedule

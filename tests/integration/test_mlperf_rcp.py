@@ -57,9 +57,10 @@ def test_check_prints_the_rcp_checkers_verdict_on_the_runs_logs(data_dir, tmp_pa
         shutil.copyfile(out / f"seed_{seed}" / "mlperf.log", judged / f"result_{seed}.txt")
     logging.disable(logging.CRITICAL)
     try:
+        # as its command line does (the function's own default, "full_rcp", names no RCP set)
         passed, message, _ = rcp_checker.check_directory(
             str(judged), "training", "1.0.0", False, False, rcp_pass="pruned_rcps"
-        )  # as its command line does (the function's own default, "full_rcp", names no RCP set)
+        )
         read = [rcp_checker.read_submission_file(str(p), "1.0.0", False)[1] for p in sorted(judged.iterdir())]
     finally:
         logging.disable(logging.NOTSET)

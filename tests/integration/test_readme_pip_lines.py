@@ -57,9 +57,8 @@ def venv(tmp_path_factory):
 def test_readme_pip_lines_install_all_but_ffcv_and_say_so(venv, tmp_path):
     clone = tmp_path / "clone"  # a copy: pip builds in it and nothing lands in the checkout
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    subprocess.run(
-        ["cp", str(ROOT / "README.md"), str(clone / "README.md")], check=True
-    )  # as checked out here
+    # as checked out here
+    subprocess.run(["cp", str(ROOT / "README.md"), str(clone / "README.md")], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
     env.update(
         PIP_NO_INDEX="1",  # offline: FFCV is nowhere to be found, the rest is already in deps/

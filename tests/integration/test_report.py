@@ -45,9 +45,8 @@ def test_report_results_json_and_wandb_tables(data_dir, tmp_path):
     log = trained.stdout + trained.stderr
     assert trained.returncode == 0, log[-3000:]
     assert "Results: recipe demo" in log and "time to 99.9 % top-1" in log
-    assert (
-        "[train] epoch 2.00/2 step 4/4 (100.0%)" in log and "[val] epoch 1 step 2" in log
-    )  # not a TTY: lines
+    # not a TTY: lines
+    assert "[train] epoch 2.00/2 step 4/4 (100.0%)" in log and "[val] epoch 1 step 2" in log
     # no library noise (W&B's anonymous-mode warning, torch's pytree deprecation through Lightning,
     # Lightning's weights_only notice, its untrue "validation will run after every batch")
     for noise in ("anonymous", "LeafSpec", "weights_only", "validation will run after every batch"):

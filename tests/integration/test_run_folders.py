@@ -117,9 +117,8 @@ def test_last_after_a_finished_run_says_so_and_does_not_train(env, tmp_path):
     (line,) = [ln for ln in again.stderr.splitlines() if "already finished" in ln]
     assert f"top-1 {100 * top1:.2f} %" in line and str(folder) in line
     assert "Restoring states" not in output and "Results: recipe" not in output  # nothing trained
-    assert list((tmp_path / "demo" / "runs").iterdir()) == [
-        folder
-    ]  # nor a folder for the run it did not start
+    # nor a folder for the run it did not start
+    assert list((tmp_path / "demo" / "runs").iterdir()) == [folder]
 
 
 def test_a_finished_runs_folder_is_refused_unless_the_run_resumes_it_to_train_further(env, tmp_path):

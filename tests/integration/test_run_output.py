@@ -14,9 +14,8 @@ pytestmark = pytest.mark.slow
 def test_train_log_holds_the_run_and_the_console_no_noise(tmp_path):
     make_demo_data(tmp_path)
     extra = {}
-    if (
-        shutil.which("srun") is None
-    ):  # Lightning hints at srun wherever SLURM's srun is on PATH: put one there
+    # Lightning hints at srun wherever SLURM's srun is on PATH: put one there
+    if shutil.which("srun") is None:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
         (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")

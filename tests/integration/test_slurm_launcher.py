@@ -87,9 +87,8 @@ def test_a_slurm_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp
             job = sweep_dir / "0"
             wait_for((job / "checkpoints" / "epoch0-step2.ckpt").exists, sweep, message="no checkpoint")
             queued = subprocess.run(["squeue", "-h", "-o", "%i"], env=job_env, capture_output=True, text=True)
-            (task0,) = [
-                i for i in queued.stdout.split() if i.endswith("_0")
-            ]  # array task 0: the sweep's job 0
+            # array task 0: the sweep's job 0
+            (task0,) = [i for i in queued.stdout.split() if i.endswith("_0")]
             subprocess.run(["scancel", "--signal=USR2", task0], env=job_env, check=True)
             # SLURM holds a requeued job (reason BeginTime, about 30 s here) before it may start again. Not
             # released early (scontrol update StartTime=now): slurmd may still be ending the first attempt, and

@@ -176,9 +176,8 @@ def make_strategy(kind: str):
         return instantiate(cfg, find_unused_parameters=True, timeout=COLLECTIVE_TIMEOUT)
     if kind == "fsdp2":
         return FSDP2Strategy(timeout=COLLECTIVE_TIMEOUT)
-    return FSDP1Strategy(
-        min_params_per_unit=10, timeout=COLLECTIVE_TIMEOUT
-    )  # a unit per layer: uneven shards
+    # a unit per layer: uneven shards
+    return FSDP1Strategy(min_params_per_unit=10, timeout=COLLECTIVE_TIMEOUT)
 
 
 def full_parameters(module: Module, trainer: L.Trainer) -> dict[str, torch.Tensor]:

@@ -47,9 +47,8 @@ def test_a_local_sweep_finishes_and_a_preempted_job_resumes_in_its_wandb_run(tmp
     log = (job / "train.log").read_text()  # Hydra's job log: both attempts' log records, with times
     job_logs = "".join(p.read_text() for p in (sweep_dir / ".submitit").glob("*/*_log.*"))  # stdout, stderr
     assert f"preempted: signal SIGUSR2 at step {step}: checkpoint {saved}" in job_logs
-    assert (
-        "Requeued job" in job_logs
-    )  # submitit's handler: exit status 144, its controller starts the task again
+    # submitit's handler: exit status 144, its controller starts the task again
+    assert "Requeued job" in job_logs
     assert "resuming requeued job" in log and f"Restoring states from the checkpoint path at {saved}" in log
     assert len(list((sweep_dir / "1" / "wandb").glob("offline-run-*"))) == 1
 

@@ -132,9 +132,8 @@ def test_sigusr2_checkpoints_at_an_agreed_step_and_submitit_requeues(tmp_path):
     results = finish(srun_tasks(tmp_path, folder, "requeued", free_port()))
     for code, log in results:
         assert code == 0, log[-3000:]
-    assert (
-        f"Restoring states from the checkpoint path at {saved[0]}" in results[0][1]
-    )  # Lightning: rank 0 says it
+    # Lightning: rank 0 says it
+    assert f"Restoring states from the checkpoint path at {saved[0]}" in results[0][1]
     final = torch.load(run_dir / "final.pt", weights_only=False)
     assert final["global_step"] == 12
     assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", JOB_ID]  # no second requeue

@@ -39,9 +39,8 @@ def backward(model, images, labels) -> None:
 
 def hooked_ddp(name: str, caps, grid) -> tuple[DistributedDataParallel, object]:
     state_cls, hook = HOOKS[name]
-    model = DistributedDataParallel(
-        small_conv_net(**NET), bucket_cap_mb=0.001
-    )  # ~1 KiB buckets: several per backward
+    # ~1 KiB buckets: several per backward
+    model = DistributedDataParallel(small_conv_net(**NET), bucket_cap_mb=0.001)
     state = state_cls(group_caps_mb=caps, grid=grid)
     register(model, state, hook)
     return model, state

@@ -207,9 +207,8 @@ def test_lr_rules_give_the_square_root_and_mlcommons_reference_point(tmp_path, p
     assert lr_of("linear", 0.1, 500)[0] == pytest.approx(10.5 * 500 / 3264)  # NVIDIA's 10.5 at 3264, linearly
     assert lr_of("sqrt", 0.1, 500)[0] == pytest.approx(10.5 * math.sqrt(500 / 3264))
     sqrt_run = bench.run_overrides(mlperf, recipe, 500, 8, data, 10, 0, tmp_path, 32, {"lr_rule": "sqrt"})
-    assert bench.lr_at_batch(sqrt_run, recipe, 500) == pytest.approx(
-        10.5 * math.sqrt(500 / 3264)
-    )  # as a row records it
+    # as a row records it
+    assert bench.lr_at_batch(sqrt_run, recipe, 500) == pytest.approx(10.5 * math.sqrt(500 / 3264))
     # 2.5 % of ImageNet's 1,281,167 images is 32,029 per step: MLCommons' entry at 32768, read from the package
     rcps = importlib.resources.files("mlperf_logging.rcp_checker") / "training_4.0.0" / "rcps_resnet.json"
     entry = json.loads(rcps.read_text())["resnet_ref_32768"]["Hyperparams"]

@@ -173,9 +173,8 @@ def test_the_rows_hold_the_files_stored_bytes(beton, device_module):
     assert rows.shape[1] == HEADER_BYTES + max_stored_bytes(str(beton))
     for data, label in zip(encoded.data, labels.tolist(), strict=True):
         mode, width, height, _ = reader.metadata["f0"][label]
-        image = ffcv_rgb_image.resizer(
-            PhotoLikeImages()[label][0], MAX_RESOLUTION
-        )  # what FFCV's writer stored
+        # what FFCV's writer stored
+        image = ffcv_rgb_image.resizer(PhotoLikeImages()[label][0], MAX_RESOLUTION)
         if mode == 0:
             decoded = np.asarray(Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB"))
             assert decoded.shape == (height, width, 3)

@@ -107,9 +107,8 @@ def test_trust_ratio_monitor_tracks_only_sampled_steps(tmp_path):
     low, median, high = (monitor.history[-1][1][q] for q in ("min", "median", "max"))
     assert 0 < low <= median <= high
     optimizer = fit.optimizers[0]
-    assert (
-        optimizer.track_stats is False and optimizer.last_stats is None
-    )  # steps between samples pay nothing
+    # steps between samples pay nothing
+    assert optimizer.track_stats is False and optimizer.last_stats is None
 
 
 def test_trust_ratio_monitor_is_silent_for_sgd(tmp_path):

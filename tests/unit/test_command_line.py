@@ -163,9 +163,8 @@ def test_make_passes_multirun_and_the_sweep(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
     command = shlex.split(done.stdout)  # make echoes the command it runs, each override shell-quoted
     assert "--multirun" in command and "seed=x,0" in command, done.stdout
-    assert "Error merging override seed=x" in done.stderr, (
-        done.stderr
-    )  # the sweep's first job, in Hydra's words
+    # the sweep's first job, in Hydra's words
+    assert "Error merging override seed=x" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("reader", ["head -1", "true"])  # true: gone before the first write, every time

@@ -86,9 +86,8 @@ def test_checkpoints_load_across_compiled_and_eager_with_the_same_logits(tmp_pat
     assert compiled.model._compiled_call_impl is not None
     torch.testing.assert_close(logits(compiled), logits(eager))
 
-    fit_one_step_and_save(
-        compiled, tmp_path / "compiled.ckpt"
-    )  # a compiled training step, then its checkpoint
+    # a compiled training step, then its checkpoint
+    fit_one_step_and_save(compiled, tmp_path / "compiled.ckpt")
     saved = torch.load(tmp_path / "compiled.ckpt", weights_only=False)["state_dict"]
     assert list(saved) == list(eager.state_dict())  # no _orig_mod. prefix
     back = load(tmp_path / "compiled.ckpt", False)

@@ -36,9 +36,8 @@ def torchs_own(image: torch.Tensor, size) -> torch.Tensor:
 def test_a_batch_resize_equals_torchs_per_image_kernel_to_float_rounding(monkeypatch):
     crops = images()
     expected = torch.stack([torchs_own(crop, (SIDE, SIDE)) for crop in crops])
-    monkeypatch.setattr(
-        torch.Tensor, "round_", lambda self: self
-    )  # compare before the rounding to uint8 values
+    # compare before the rounding to uint8 values
+    monkeypatch.setattr(torch.Tensor, "round_", lambda self: self)
     unrounded = resize_batch(crops, SIDE)
     monkeypatch.undo()
     torch.testing.assert_close(unrounded, expected, rtol=0, atol=1e-3)  # pixel units; measured 5e-5
@@ -69,9 +68,8 @@ def test_the_batch_resize_leaves_the_runs_matmul_precision_as_it_found_it(monkey
 
 def test_a_centre_crop_after_a_short_side_resize_equals_torchvisions():
     ops = pipelines.parse_pipeline("val", pipelines.DEFAULT_PIPELINE["val"])
-    device_ops = DeviceImageOps(
-        ops, SIDE
-    )  # resize the short side to round(32 / 0.875) = 37, keep the centre 32
+    # resize the short side to round(32 / 0.875) = 37, keep the centre 32
+    device_ops = DeviceImageOps(ops, SIDE)
     crops = images()
     got = device_ops.resized(crops, [(0, 0, *crop.shape[-2:]) for crop in crops])
     for image, ours in zip(crops, got, strict=True):

@@ -62,9 +62,8 @@ def test_data_smaller_than_one_batch_is_refused_before_any_folder_or_logger(give
         tmp=tmp_path,
     )
     line = assert_one_line_error(done, "the data has 24 training images", "global batch of", advised)
-    assert (
-        "debug=toy" not in line
-    )  # no advice to add what was given, nor to swap the user's data for the demo's
+    # no advice to add what was given, nor to swap the user's data for the demo's
+    assert "debug=toy" not in line
     assert not logs.exists()  # no run folder, so no W&B folder either
     assert "W&B" not in done.stdout + done.stderr
 
@@ -199,9 +198,8 @@ def make(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_recipe_card_plot_path_with_a_space_says_how_make_splits_args(tmp_path):
     path = tmp_path / "my card.png"
-    done = make(
-        "recipe-card", "recipe=demo", f"args=--plot {path}"
-    )  # as typed: args='--plot .../my card.png'
+    # as typed: args='--plot .../my card.png'
+    done = make("recipe-card", "recipe=demo", f"args=--plot {path}")
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "card.png: no key=value override" in errors[0] and "make passes args to the shell" in errors[0]

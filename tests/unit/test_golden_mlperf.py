@@ -70,9 +70,8 @@ def golden(name: str) -> Golden:
         return Golden(
             steps_per_epoch=spe,
             total_steps=spe * 90,  # config_DGX2_multi.sh NUMEPOCHS=90
-            eval_steps=[
-                spe * e for e in range(2, 91, 4)
-            ],  # log eval_accuracy epoch_num 2, 6, ..., 90 (EVAL_OFFSET=1)
+            # log eval_accuracy epoch_num 2, 6, ..., 90 (EVAL_OFFSET=1)
+            eval_steps=[spe * e for e in range(2, 91, 4)],
             crossed_at=spe
             * 90,  # all 5 logs: first eval_accuracy > 0.759 at epoch_num 90 (0.76068 in result_0)
             rows=_rows(
@@ -191,9 +190,8 @@ def golden(name: str) -> Golden:
         return Golden(
             steps_per_epoch=spe,
             total_steps=spe * 90,  # --num-epochs 90
-            eval_steps=[
-                spe * e for e in range(2, 91, 4)
-            ],  # log eval_offset 1: eval_accuracy epoch_num 2, ..., 90
+            # log eval_offset 1: eval_accuracy epoch_num 2, ..., 90
+            eval_steps=[spe * e for e in range(2, 91, 4)],
             crossed_at=spe * 90,  # all 5 logs: first eval_accuracy > 0.759 at epoch_num 90
             rows=_rows(
                 [0, 1, 538, 539, 540, 541, 900, 1319, 1320, 1349],
@@ -275,9 +273,8 @@ def test_card_reports_the_sources_warmup_and_decay_steps(name):
     text = card(ours, devices=1, nodes=1)
     assert f"warmup {expected.warmup_steps} steps; LR decays until step {expected.decay_end_step}" in text
     assert ours.lr(expected.warmup_steps - 2) < ours.lr(expected.warmup_steps - 1)  # still ramping there
-    if (
-        expected.decay_end_step < ours.total_steps
-    ):  # Fujitsu: decays until its end, then flat to the last step
+    # Fujitsu: decays until its end, then flat to the last step
+    if expected.decay_end_step < ours.total_steps:
         end = expected.decay_end_step
         assert ours.lr(end - 1) > ours.lr(end) == pytest.approx(ours.lr(ours.total_steps - 1), rel=1e-12)
 
@@ -287,9 +284,8 @@ def test_golden_tables_are_not_our_schedules_in_disguise():
     nvidia, tf, fujitsu = golden("nvidia_mlperf06_60k"), golden("google_mlperf06_32k"), golden("fujitsu_86k")
     assert nvidia.rows[0]["lr"] == pytest.approx(40.7 / 726)  # MXNet's first num_update is 1, not 0
     assert tf.rows[2982]["lr"] > 1e-4 * 1.2  # TF's denominator T - Tw + 1: never reaches the end LR
-    assert fujitsu.rows[1349]["weight_decay"] == pytest.approx(
-        6.5e-4 * 0.0025 * 539 / 540
-    )  # ramp stops at 539/540
+    # ramp stops at 539/540
+    assert fujitsu.rows[1349]["weight_decay"] == pytest.approx(6.5e-4 * 0.0025 * 539 / 540)
 
 
 def test_ying_normalises_per_core_of_the_papers_machine():

@@ -122,9 +122,8 @@ def test_synthetic_data_has_the_recipes_shape_and_layout():
     images, labels = batches[0]
     assert images.shape == (4, 3, 16, 16) and images.is_contiguous(memory_format=torch.channels_last)
     assert labels.dtype == torch.int64 and 0 <= labels.min() and labels.max() < 7
-    assert torch.equal(batches[2][0], images) and not torch.equal(
-        batches[1][0], images
-    )  # a pool of 2, cycled
+    # a pool of 2, cycled
+    assert torch.equal(batches[2][0], images) and not torch.equal(batches[1][0], images)
     assert next(iter(val))[0].shape == (4, 3, 8, 8)
     again = SyntheticDataModule(
         num_classes=7, batch_size=4, seed=3, num_train_images=18, resolution=16, pool_size=2

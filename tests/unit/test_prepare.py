@@ -93,9 +93,8 @@ def _bad_files(src):
     stray = src / "train" / "README"
     stray.write_text("outside any class folder\n")
     (src / "train" / "cat" / ".DS_Store").write_bytes(b"\0\0")  # hidden files are ignored silently
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(
-        src / "train" / "dog" / "fine.png"
-    )  # any decodable format counts
+    # any decodable format counts
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(src / "train" / "dog" / "fine.png")
     return [truncated, corrupt, text, stray]
 
 

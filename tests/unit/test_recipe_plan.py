@@ -41,9 +41,8 @@ def test_padded_epoch_is_mxnet_get_epoch_size(global_batch, workers):
 
 
 def test_drop_last_and_fixed_counts():
-    assert (
-        count_steps_per_epoch(IMAGENET, 32768, "drop_last") == 39
-    )  # torch DataLoader(drop_last=True) length
+    # torch DataLoader(drop_last=True) length
+    assert count_steps_per_epoch(IMAGENET, 32768, "drop_last") == 39
     assert count_steps_per_epoch(IMAGENET, 32768, "fixed", steps=40) == 40
 
 

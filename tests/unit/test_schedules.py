@@ -191,8 +191,7 @@ def test_the_builder_scales_the_lr_and_converts_epochs():
 def test_a_key_the_schedule_does_not_take_is_one_line_at_composition():
     with pytest.raises(UserError) as raised:
         check_command_line(["recipe=demo", "+scheduler.warmup_step=3"])  # warmup_epochs misspelt
-    message = str(
-        raised.value
-    )  # the schedule's schema lists what it reads, the misspelt key's fix among them
+    # the schedule's schema lists what it reads, the misspelt key's fix among them
+    message = str(raised.value)
     assert message.startswith("unknown config key 'scheduler.warmup_step': nothing reads it; remove it")
     assert "warmup_epochs" in message.partition("(its keys: ")[2] and "\n" not in message

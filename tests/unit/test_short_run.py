@@ -53,8 +53,7 @@ def test_a_short_run_of_a_recipe_counted_in_steps_keeps_the_sources_schedule(nam
     trainer.max_steps a smoke test gives: the first 20 steps' LR are the full run's, warmup included."""
     full, short = plan_recipe(name), plan_recipe(name, overrides=["trainer.max_steps=20"])
     assert [short.lr(s) for s in range(20)] == [full.lr(s) for s in range(20)]
-    assert full.lr(19) < full.lr(
-        full.warmup_steps
-    )  # still warming up at step 20: the warmup was not squeezed
+    # still warming up at step 20: the warmup was not squeezed
+    assert full.lr(19) < full.lr(full.warmup_steps)
     assert (short.planned_steps, short.decay_end_step) == (full.total_steps, full.decay_end_step)
     assert short.eval_steps == [20] and len(stops_early_lines(short)) == 1

@@ -69,9 +69,8 @@ def test_sbatch_asks_for_cores_per_gpu_all_memory_and_appends_to_its_log(
 
 def test_sbatch_without_sinfo_or_cpus_per_node_is_one_line_naming_the_option(tmp_path):
     """The submitting machine's cores are never taken for a compute node's (a login node has few)."""
-    no_slurm = (
-        tmp_path / "bin"
-    )  # an empty PATH: CI installs SLURM into /usr/bin, so /usr/bin may hold a sinfo
+    # an empty PATH: CI installs SLURM into /usr/bin, so /usr/bin may hold a sinfo
+    no_slurm = tmp_path / "bin"
     no_slurm.mkdir()
     result = subprocess.run(
         [

@@ -50,9 +50,8 @@ def test_toy_reads_the_demo_images_without_ffcv_and_data_demo_puts_ffcv_back():
         ffcv = compose("train", overrides=["recipe=demo", "debug=toy", "data=demo"])
     assert ffcv.data._target_.endswith("FFCVDataModule")
     for key in ("num_classes", "resolution", "val_resolution", "pipeline", "prepare_command"):
-        assert toy.data[key] == ffcv.data[key], (
-            key
-        )  # the same images, classes and ops: only the loader differs
+        # the same images, classes and ops: only the loader differs
+        assert toy.data[key] == ffcv.data[key], key
 
 
 @pytest.mark.parametrize("recipe", ["fujitsu_86k", "goyal_8k"])
@@ -110,9 +109,8 @@ def test_toy_tf_schedule_spans_the_sources_tf_epochs(recipe):
     """TF's schedule counts the warmup in epochs of N / B and the run in the source's train_steps: the toy's
     decay ends after as many of its own TF epochs as the source's train_steps are of the source's."""
     full = compose_job([f"recipe={recipe}"])
-    source_epochs = full.scheduler.total_steps / (
-        1281167 / full.batch.global_size
-    )  # float64, from the recipe
+    # float64, from the recipe
+    source_epochs = full.scheduler.total_steps / (1281167 / full.batch.global_size)
     plan = make_plan(compose_job([f"recipe={recipe}", "debug=toy"]), recipe, 5000, 1, 1)
     toy_epochs = (plan.decay_end_step - 1) / (5000 / 64)  # TF's decay ends one step past train_steps
     assert toy_epochs == pytest.approx(source_epochs, abs=1 / (5000 / 64))  # within the one rounded step
