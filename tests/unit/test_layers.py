@@ -1,5 +1,6 @@
 """The package's layers, read from the code: no import circle, no import from a lower layer to a higher one,
-and every import written inside a function says why it is there.
+and every import written inside a function says why it is there; no comment left behind a bracket that the
+formatter split open for it.
 
 The order is written once, here (the README's architecture section draws it). A module may import its own
 layer and the layers below it; ``callbacks`` is the top-level callbacks/ folder, installed as
@@ -170,6 +171,23 @@ def test_every_import_inside_a_function_says_why():
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and not said_why(lines, node):
                     silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not silent, "in-function imports without a reason:\n" + "\n".join(sorted(set(silent)))
+
+
+# ruff format's mark on a comment that made a statement too long: the statement split open around one line and
+# the comment pushed behind the closing bracket, where it reads as a remark on the bracket
+WRAPPED_COMMENT = re.compile(r"[(\[]\n[^\n]*[^,\n]\n[ \t]*[)\]]+[:,]?[ \t]+#(?! fmt: skip| noqa)")
+
+
+@pytest.mark.parametrize("folder", ["lightning_lars", "callbacks", "benchmarks", "tests"])
+def test_no_comment_is_left_behind_a_bracket_the_formatter_split_open(folder):
+    wrapped = [
+        f"{path.relative_to(ROOT)}:{path.read_text()[: found.start()].count(chr(10)) + 1}"
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for found in WRAPPED_COMMENT.finditer(path.read_text())
+    ]
+    assert not wrapped, "put these comments on a line of their own above the statement:\n" + "\n".join(
+        wrapped
+    )
 
 
 @pytest.mark.parametrize("folder", ["lightning_lars", "callbacks", "conf", "recipes", "tests"])
