@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
 
-from lightning_lars.optim import loss_scale, multi_tensor
+from lightning_lars.optim import lars_group, loss_scale, multi_tensor
 from lightning_lars.optim.compiled import Compiled, Scalars, lars_update
-from lightning_lars.optim.flat import scratch_for
 from lightning_lars.optim.layerwise import LayerwiseOptimizer
 from lightning_lars.optim.norms import global_norms
 
@@ -42,10 +40,11 @@ class LARS(LayerwiseOptimizer):
     plain ``model.parameters()``) is split by ``param_groups.excluded`` (``ndim <= 1``: BN and biases get
     no decay and no trust ratio; MLPerf), except for ``form="you2017"``, which adapts and decays every tensor.
 
-    All tensors of a step go through a few ``torch._foreach_*`` ops on CUDA's multi-tensor fast path: the
-    per-tensor trust ratios scale ``d`` as one flat scratch buffer (``optim.flat``), so neither dispatched ops
-    nor kernel launches grow with the number of tensors. Under ``torch.amp.GradScaler`` (16-mixed) the step
-    unscales and skips on inf/NaN gradients by itself, on the device (``optim.loss_scale``): no host read.
+    All tensors of a step go through a few ``torch._foreach_*`` ops (one group's: ``optim.lars_group``) on
+    CUDA's multi-tensor fast path: the per-tensor trust ratios scale ``d`` as one flat scratch buffer
+    (``optim.flat``), so neither dispatched ops nor kernel launches grow with the number of tensors. Under
+    ``torch.amp.GradScaler`` (16-mixed) the step unscales and skips on inf/NaN gradients by itself, on the device
+    (``optim.loss_scale``): no host read.
     Norms and state are fp32 for bf16/fp16 parameters, which get an fp32 master copy.
     FSDP2 DTensor parameters are detected; the trust ratio uses whole-parameter norms with one all_reduce.
 
@@ -112,7 +111,7 @@ class LARS(LayerwiseOptimizer):
         }
         self.shard_group = shard_group
         self.track_stats = False
-        # a GroupedAllReduceState whose hook computed ||g|| (see _hook_grad_norms)
+        # a GroupedAllReduceState whose hook computed ||g|| (see lars_group.hooked_grad_norms)
         self.grad_norm_source = None
         self.last_stats: dict | None = None
         self._update_fn = Compiled(lars_update, implementation)
@@ -123,18 +122,6 @@ class LARS(LayerwiseOptimizer):
     def implementation(self) -> str:
         """What steps run now: "compiled", or "eager" (also after a compile that failed)."""
         return self._update_fn.mode
-
-    def _hook_grad_norms(self, params: list[Tensor]) -> Tensor | None:
-        """Per-parameter ``||g||`` from the DDP comm hook (``ddp_comm_state.compute_grad_norms``), or None.
-
-        ``grad_norm_source`` is set by `BucketedDDPStrategy`; every norm is popped, so a stale one from an
-        earlier backward is never used, and the step falls back to its own pass if any is missing."""
-        if self.grad_norm_source is None or not params:
-            return None
-        norms = [self.grad_norm_source.pop_grad_norm(p) for p in params]
-        if any(n is None for n in norms):
-            return None
-        return torch.stack(norms).float()
 
     def adapts_all(self, param_group: dict) -> bool:
         """Form "you2017" (Intel Caffe) adapts and decays every tensor of a group that does not say."""
@@ -156,7 +143,7 @@ class LARS(LayerwiseOptimizer):
         params = [p for _, t in adapted for p in t.params]
         weights, grads = [w for _, t in adapted for w in t.weights], [x for _, t in adapted for x in t.grads]
         # the hook's norms are of the scaled gradients: the strategy refuses them under a scaler
-        hooked = self._hook_grad_norms(params) if skip is None else None
+        hooked = lars_group.hooked_grad_norms(self.grad_norm_source, params) if skip is None else None
         order = multi_tensor.sharded_order(self, lambda group: group["trust_adaptation"])
         if hooked is None:
             w_norm, g_norm = global_norms([weights, grads], params, self.shard_group, order)
@@ -166,18 +153,22 @@ class LARS(LayerwiseOptimizer):
         one = len(counts) == 1  # the usual case: skip the split
         w_parts, g_parts = ([w_norm], [g_norm]) if one else (w_norm.split(counts), g_norm.split(counts))
         if self._update_fn.mode == "eager":
-            ratios = [trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)]
+            ratios = [
+                lars_group.trust_ratio(w, g, group) for (group, _), w, g in zip(adapted, w_parts, g_parts)
+            ]
             by_group = {id(t): r for (_, t), r in zip(adapted, ratios)}
+            scratch = self.__dict__.setdefault("_flat", {})
             for index, (group, tensors) in enumerate(work):
                 keep = None if skip is None else loss_scale.keep_factor(skip, tensors.weights[0])
-                self._update(index, group, tensors, by_group.get(id(tensors)), keep)
+                lars_group.eager_update(group, tensors, by_group.get(id(tensors)), keep, scratch, index)
         else:
             norms = {id(t): (w, g) for (_, t), w, g in zip(adapted, w_parts, g_parts)}
             ratios = []
             for index, (group, tensors) in enumerate(work):
                 keep = None if skip is None else loss_scale.keep_factor(skip, tensors.weights[0])
                 w, g = norms.get(id(tensors), (None, None))
-                ratio = self._compiled_update(index, group, tensors, w, g, keep)
+                hyper = self._scalars(index, lars_group.hyper_values(group), tensors.weights[0])
+                ratio = lars_group.compiled_update(self._update_fn, hyper, group, tensors, w, g, keep)
                 ratios += [ratio] if ratio is not None else []
         if self.track_stats and adapted:
             names = [n for _, t in adapted for n in t.names]
@@ -185,75 +176,3 @@ class LARS(LayerwiseOptimizer):
                 names, w_norm, g_norm, ratios[0] if one else torch.cat(ratios)
             )
         return loss
-
-    def _compiled_update(self, index, group, tensors, w_norm, g_norm, keep) -> Tensor | None:
-        values = [group[k] for k in ("lr", "momentum", "weight_decay", "trust_coefficient", "eps")]
-        hyper = self._scalars(index, [*values, group.get("wd_coefficient", 1.0)], tensors.weights[0])
-        if w_norm is not None:  # norms in the weights' dtype, as the eager path's trust ratio
-            w_norm, g_norm = w_norm.to(hyper[0].dtype), g_norm.to(hyper[0].dtype)
-        ratio = self._update_fn(
-            tensors.weights,
-            tensors.grads,
-            tensors.state.get("momentum_buffer", []),
-            w_norm,
-            g_norm,
-            hyper,
-            group["form"],
-            group["nesterov"],
-            group["clip"],
-            bool(group["weight_decay"]),
-            bool(group["momentum"]),
-            bool(group["eps"]),
-            keep,
-        )
-        multi_tensor.write_back(tensors)
-        return ratio
-
-    def _update(
-        self, index: int, group: dict, tensors: multi_tensor.GroupTensors, ratio: Tensor | None, keep
-    ) -> None:
-        """Steps 1-3 for one group; ``keep`` (0-d, AMP only) is 0 on a step that must change nothing."""
-        lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
-        fujitsu = group["form"] == "fujitsu"
-        lr_inside = group["form"] != "nvidia"
-        # 1. d = g + wd * w (fujitsu: lr * g + c * wd * w), a new list: p.grad stays untouched
-        if fujitsu:
-            d = torch._foreach_mul(tensors.grads, lr)
-            if wd:
-                torch._foreach_add_(d, tensors.weights, alpha=wd * group.get("wd_coefficient", 1.0))
-        else:
-            d = torch._foreach_add(tensors.grads, tensors.weights, alpha=wd) if wd else tensors.grads
-        # 2. per-tensor buffer increment factor: trust (vector) or 1 (not adapted); LARC clips it
-        scale: Tensor | float = 1.0
-        spread = None  # an adapted group's per-tensor factors go through a scratch laid out like its weights
-        if ratio is not None:  # with clip and lr == 0, ratio / lr is inf and clamps to 1 (apex LARC)
-            scale = (ratio / lr).clamp(max=1.0) if group["clip"] else ratio
-            spread = scratch_for(self.__dict__.setdefault("_flat", {}), ("factor", index), tensors.weights)
-        if lr_inside and not fujitsu:  # fujitsu: lr is already inside d
-            scale = scale * lr
-        out = -1.0 if lr_inside else -lr  # 3. factor from buffer to weight step
-        if keep is not None:  # AMP: a skipped step adds nothing, keeps the buffer (mu -> 1) and the weights
-            scale, out, mu = scale * keep, out * keep, loss_scale.kept(mu, keep) if mu else mu
-        if group["momentum"]:  # not `mu`: a 0-d tensor's truth value would be a host read
-            bufs = tensors.state["momentum_buffer"]
-            torch._foreach_mul_(bufs, mu)
-            multi_tensor.add_scaled_(bufs, scale, d, spread)
-            if group["nesterov"]:
-                multi_tensor.add_scaled_(tensors.weights, scale * out, d, spread)
-                multi_tensor.add_scaled_(tensors.weights, out * mu, bufs)
-            else:
-                multi_tensor.add_scaled_(tensors.weights, out, bufs)
-        else:
-            multi_tensor.add_scaled_(tensors.weights, scale * out, d, spread)
-        multi_tensor.write_back(tensors)
-
-
-def trust_ratio(w_norm: Tensor, g_norm: Tensor, group: dict) -> Tensor:
-    """``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` per tensor, and 1 where either norm is 0 (form "fujitsu":
-    where ``||w|| == 0``, as the FJSGD kernel applies any ratio > 0)."""
-    denominator = g_norm + group["weight_decay"] * w_norm if group["weight_decay"] else g_norm
-    if group["eps"]:
-        denominator = denominator + group["eps"]
-    ratio = group["trust_coefficient"] * w_norm / denominator
-    valid = w_norm if group["form"] == "fujitsu" else torch.minimum(w_norm, g_norm)
-    return torch.where(valid > 0, ratio, 1.0)

@@ -31,7 +31,7 @@ class BucketedDDPStrategy(DDPStrategy):
             works (DDP checks the parameter names, which ``functools.partial`` keeps).
         ddp_comm_state: the hook's state, e.g. :class:`~lightning_lars.parallel.bucket_hook.GroupedAllReduceState`.
             If it has ``compute_grad_norms=True``, the state is handed to every optimizer that has a
-            ``grad_norm_source`` attribute (our LARS/LAMB), which then pops per-parameter gradient norms
+            ``grad_norm_source`` attribute (our LARS), which then pops per-parameter gradient norms
             from it instead of recomputing them.
         optimizer_sharding: each rank updates only its share of the tensors and the weights are
             all-gathered (:class:`~lightning_lars.parallel.sharded_update.ShardedUpdate`); optimizer state
@@ -92,7 +92,7 @@ class BucketedDDPStrategy(DDPStrategy):
             reason = "the fp16 loss scaler unscales gradients after the hook"
         takers = [opt for opt in self.optimizers if hasattr(opt, "grad_norm_source")]
         if reason is None and not takers:
-            reason = "no optimizer has a grad_norm_source attribute (LARS/LAMB have it)"
+            reason = "no optimizer has a grad_norm_source attribute (LARS has it)"
         if reason is not None:
             warnings.warn(f"ddp_comm_state.compute_grad_norms=true has no effect: {reason}", stacklevel=2)
             self._ddp_comm_state.compute_grad_norms = False
