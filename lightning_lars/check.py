@@ -113,6 +113,11 @@ def report(rows: list[dict], target: float, source: str, alpha: float, statistic
     ]
     if test["n"] < 2:
         lines.append("test     needs seeds >= 2")
+    elif test["std"] == 0:  # the t-test's arithmetic (scipy's too) gives t = +-inf, p = 0 or 1: no evidence
+        lines.append(
+            f"test     not decided: every seed gave {test['mean']:.2f} %, no spread to test against; run more"
+            " seeds or evaluate on more images"
+        )
     else:
         verdict = (
             f"claim supported: mean top-1 > {target:.2f} % at alpha {alpha:g}"

@@ -108,6 +108,27 @@ def check_image_folder(root: Path, num_classes, prepare_command: str | None) -> 
         raise UserError(classes_message(root / "train", found, num_classes))
 
 
+class UnreadableImage(UserError):
+    """An image file of the image folder that does not decode, met while training: its path and the fix in one
+    line (``make prepare`` decodes every image before a run; a loader that reads the folder meets one only when
+    it gets there). Raised in a DataLoader worker, it comes back through torch's ``ExceptionWrapper.reraise``,
+    which builds it again from the worker's whole traceback: only that text's last line, its own, is kept."""
+
+    def __init__(self, message: str):
+        if (
+            "\nOriginal Traceback" in message
+        ):  # "Caught UnreadableImage in DataLoader worker ...": the worker's
+            message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
+        super().__init__(message)
+
+
+def unreadable_image(path: str, reason: object) -> UnreadableImage:
+    return UnreadableImage(
+        f"{path} does not decode ({reason}): replace or remove it, then resume with run.ckpt_path=last"
+        " (make prepare decodes every image before a run)"
+    )
+
+
 def _installed(name: str) -> bool:
     """Whether an import system finds the package, without importing it (an import hook may raise instead)."""
     try:

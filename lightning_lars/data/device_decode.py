@@ -28,7 +28,7 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from lightning_lars.data import pipelines
 from lightning_lars.data.batched_resize import resize_batch
+from lightning_lars.data.checks import unreadable_image
 
 DECODE_CHOICES = ("cpu", "device")
 JPEG_MODES = {"RGB", "L"}  # what nvJPEG and libjpeg decode to RGB; CMYK/YCCK go through PIL
@@ -95,6 +96,7 @@ class EncodedImages:
     boxes: torch.Tensor
     flips: torch.Tensor
     split: str
+    sources: list[str] = field(default_factory=list)  # each image's file, for an error that names it
 
     def __len__(self) -> int:
         return len(self.data)
@@ -117,17 +119,18 @@ class EncodedImages:
 
 
 def collate_encoded(samples: Sequence[tuple], split: str) -> tuple[EncodedImages, torch.Tensor]:
-    """``(data, box, flip, label)`` samples -> ``(EncodedImages, labels)``: the bytes stay a list (sizes differ).
-    Bind ``split`` with ``functools.partial`` (picklable, for worker processes)."""
-    data, boxes, flips, labels = zip(*samples, strict=True)
+    """``(data, box, flip, label, path)`` samples -> ``(EncodedImages, labels)``: the bytes stay a list (sizes
+    differ). Bind ``split`` with ``functools.partial`` (picklable, for worker processes)."""
+    data, boxes, flips, labels, paths = zip(*samples, strict=True)
     boxes, flips = torch.tensor(boxes, dtype=torch.int64), torch.tensor(flips)
-    encoded = EncodedImages(list(data), boxes, flips, split)
+    encoded = EncodedImages(list(data), boxes, flips, split, list(paths))
     return encoded, torch.tensor(labels, dtype=torch.int64)
 
 
 class EncodedSamples(Dataset):
-    """``(path, label)`` samples -> ``(data, box, flip, label)``: the file's bytes, and the crop box and flip the
-    CPU path would draw for it (module docstring). Wrap it in ``SeededSamples`` for seeded draws.
+    """``(path, label)`` samples -> ``(data, box, flip, label, path)``: the file's bytes, and the crop box and flip
+    the CPU path would draw for it (module docstring). Wrap it in ``SeededSamples`` for seeded draws. A file PIL
+    cannot open, or cannot decode where it decodes here, is `checks.UnreadableImage`.
 
     Args:
         samples: ``(path, label)`` pairs, an ``ImageFolder``'s ``samples`` (so indices match the CPU path's).
@@ -140,18 +143,21 @@ class EncodedSamples(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, tuple[int, int, int, int], bool, int]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, tuple[int, int, int, int], bool, int, str]:
         path, label = self.samples[index]
         with open(path, "rb") as file:
             raw = file.read()
-        with Image.open(io.BytesIO(raw)) as image:  # reads the header only
-            width, height = image.size
-            if image.format == "JPEG" and image.mode in JPEG_MODES:
-                data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-            else:
-                data = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
-            box, flip = draw_crop_and_flip(self.ops, image, height, width)
-        return data, box, flip, label
+        try:
+            with Image.open(io.BytesIO(raw)) as image:  # reads the header only
+                width, height = image.size
+                if image.format == "JPEG" and image.mode in JPEG_MODES:
+                    data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+                else:
+                    data = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
+                box, flip = draw_crop_and_flip(self.ops, image, height, width)
+        except (OSError, SyntaxError, ValueError) as err:  # PIL: truncated, corrupt or not an image at all
+            raise unreadable_image(path, err) from None
+        return data, box, flip, label, path
 
 
 def draw_crop_and_flip(
@@ -194,15 +200,21 @@ class DeviceImageOps:
         self.normalize = pipelines.TorchNormalize(mean, std)
         self.channels_last = "channels_last" in names
 
-    def decode(self, data: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    def decode(
+        self, data: Sequence[torch.Tensor], device: torch.device, sources: Sequence[str] = ()
+    ) -> list[torch.Tensor]:
         """uint8 CHW RGB images on ``device``: JPEG bytes through one batched ``decode_jpeg`` there (nvJPEG on
-        CUDA, libjpeg-turbo elsewhere), pixels copied as they are."""
+        CUDA, libjpeg-turbo elsewhere), pixels copied as they are. A JPEG that does not decode (truncated: its
+        header read fine in the worker) is `checks.UnreadableImage` naming its file (``sources``)."""
         decode_on = device if device.type == "cuda" else torch.device("cpu")
         jpeg_at = [i for i, item in enumerate(data) if item.dim() == 1]
         images = list(data)
         if not jpeg_at:  # decode_jpeg refuses an empty list
             return [image.to(device, non_blocking=True) for image in images]
-        decoded = decode_jpegs([data[i] for i in jpeg_at], decode_on)
+        try:
+            decoded = decode_jpegs([data[i] for i in jpeg_at], decode_on)
+        except RuntimeError as err:
+            raise _first_unreadable([(i, data[i]) for i in jpeg_at], sources, err) from None
         for i, image in zip(jpeg_at, decoded, strict=True):
             images[i] = image
         return [image.to(device, non_blocking=True) for image in images]
@@ -229,10 +241,22 @@ class DeviceImageOps:
         return resize_batch(list(images), side, full, offsets)
 
     def __call__(self, encoded: EncodedImages, device: torch.device) -> torch.Tensor:
-        images = self.decode(encoded.data, device)
+        images = self.decode(encoded.data, device, encoded.sources)
         batch = self.resized(images, encoded.boxes.tolist())  # a host tensor: no device read-back
         flips = encoded.flips.to(device, non_blocking=True).view(-1, 1, 1, 1)
         batch = torch.where(flips, batch.flip(-1), batch)  # a mask index would read the mask back to the host
         if self.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)
         return self.normalize(batch)
+
+
+def _first_unreadable(jpegs: list[tuple[int, torch.Tensor]], sources: Sequence[str], error: RuntimeError):
+    """The `checks.UnreadableImage` of the first JPEG of a batch that fails alone (libjpeg-turbo, on the host:
+    run only after the batch failed); the batch's error where each decodes alone."""
+    for index, jpeg in jpegs:
+        try:
+            decode_jpegs([jpeg], torch.device("cpu"))
+        except RuntimeError as err:
+            where = sources[index] if index < len(sources) else f"image {index} of its batch"
+            return unreadable_image(where, str(err).strip().splitlines()[0])
+    return error

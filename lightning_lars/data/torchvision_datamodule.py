@@ -23,7 +23,12 @@ from torchvision import datasets, transforms
 
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
-from lightning_lars.data.checks import classes_message, missing_folder_message, no_aug_message
+from lightning_lars.data.checks import (
+    classes_message,
+    missing_folder_message,
+    no_aug_message,
+    unreadable_image,
+)
 from lightning_lars.data.device_decode import (
     DECODE_CHOICES,
     DeviceImageOps,
@@ -35,6 +40,14 @@ from lightning_lars.data.resolution import resolution_schedule
 from lightning_lars.data.resumable_loader import EpochSampler, ResumableDataLoader, SeededSamples
 from lightning_lars.data.val_order import val_order
 from lightning_lars.data.workers import default_num_workers
+
+
+def load_rgb(path: str):
+    """torchvision's default loader (a PIL image in RGB), with a file that does not decode named in one line."""
+    try:
+        return datasets.folder.default_loader(path)
+    except (OSError, SyntaxError, ValueError) as err:  # PIL: truncated, corrupt or not an image at all
+        raise unreadable_image(path, err) from None
 
 
 def torchvision_transform(ops: tuple[pipelines.Op, ...], resolution: int) -> transforms.Compose:
@@ -139,7 +152,10 @@ class TorchvisionDataModule(L.LightningDataModule):
                 (self.train_ops, self.resolution) if split == "train" else (self.val_ops, self.val_resolution)
             )
             transform = torchvision_transform(ops, res) if self.decode == "cpu" else None
-            dataset = datasets.ImageFolder(str(folder), transform=transform)
+            try:
+                dataset = datasets.ImageFolder(str(folder), transform=transform, loader=load_rgb)
+            except FileNotFoundError as err:  # a class folder without an image: torchvision's own one line
+                raise UserError(f"{folder}: {err}; add images there or remove the folder") from None
             if len(dataset.classes) != self.num_classes:
                 raise UserError(classes_message(folder, len(dataset.classes), self.num_classes))
             self._datasets[split] = dataset

@@ -2,10 +2,11 @@
 
 import math
 import statistics
+import warnings
 
 import pytest
 
-from lightning_lars.check import one_sided_test
+from lightning_lars.check import one_sided_test, report
 from lightning_lars.report.seed_stats import incomplete_beta, t_sf
 
 
@@ -45,3 +46,17 @@ def test_degenerate_samples():
     assert math.isnan(one_sided_test([76.0], 75.9)["p"])  # one seed: no test
     assert one_sided_test([76.0, 76.0], 75.9)["p"] == 0.0  # identical runs above target
     assert one_sided_test([75.0, 75.0], 75.9)["p"] == 1.0
+
+
+def test_identical_seeds_are_not_decided_though_the_t_tests_arithmetic_says_p_0():
+    """scipy's ttest_1samp gives t = inf, p = 0 for [30, 30] against 20 (and warns that results may be
+    unreliable): two seeds that agree to the digit on a small validation set are no evidence of a mean."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert scipy_stats.ttest_1samp([30.0, 30.0], 20.0, alternative="greater").pvalue == 0.0
+    assert one_sided_test([30.0, 30.0], 20.0)["p"] == 0.0  # the same arithmetic as scipy's
+    rows = [{"seed": s, "top1": 30.0, "time_to_target_s": 1.0, "wall_s": 2.0} for s in (0, 1)]
+    text = report(rows, 20.0, "callbacks.time_to_target.target_top1", 0.05)
+    assert "not decided: every seed gave 30.00 %, no spread to test against" in text
+    assert "claim supported" not in text

@@ -300,6 +300,17 @@ def test_a_users_recipe_with_its_package_line_composes_at_the_top(tmp_path):
     assert cfg.seed == 3 and cfg.model.arch == "resnet10t" and "recipe" not in cfg  # its keys at the top
 
 
+def test_a_users_recipe_that_sets_its_published_top1_moves_its_target_with_it(tmp_path):
+    """A recipe of one's own on goyal_8k with another result: the time to target and make check's test read it
+    (the recipe's target is ``${published.top1}``, not a second copy of 76.26)."""
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - goyal_8k\n  - _self_\npublished:\n  top1: 75.0\n"
+    )
+    cfg = check_command_line(["recipe=mine", f"hydra.searchpath=[file://{tmp_path}]"])
+    assert cfg.published.top1 == 75.0 and cfg.callbacks.time_to_target.target_top1 == 75.0
+
+
 @pytest.mark.parametrize("first_line", ["", "# @package recipe\n"])
 def test_a_users_recipe_without_the_global_package_line_is_told_the_line(first_line, tmp_path):
     (tmp_path / "recipe").mkdir()
