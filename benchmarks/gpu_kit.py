@@ -61,6 +61,12 @@ def tree_mib() -> float:
     return sum(f.stat().st_size for f in files if f.is_file()) / 2**20
 
 
+def glibc_of(tag_or_wheel: str) -> str | None:
+    """``2.35`` of ``manylinux_2_35_x86_64`` or of a wheel named with it; None for other tags."""
+    found = re.search(r"manylinux_(\d+)_(\d+)_", tag_or_wheel)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
+
+
 def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
     """Fill ``out`` with the kit; returns what ``kit.json`` records."""
     for stale in out.glob("*.whl"):  # a kit from an older lock or target must not mix in
@@ -100,6 +106,9 @@ def build(out: Path, python: str | None, platform_tag: str | None) -> dict:
         "left_out_for_size": left_out,
         "size_mib": round(size_mib(out), 1),
         "ffcv_wheel": ffcv.name if ffcv else None,
+        # auditwheel tags FFCV's wheel with the oldest glibc its symbols allow, from this machine's libraries:
+        # a node below it (RHEL 8: glibc 2.28) refuses that wheel however the rest of the kit is tagged
+        "ffcv_needs_glibc": glibc_of(ffcv.name) if ffcv else None,
         "ffcv_missing": ffcv_missing,  # why the kit has no FFCV; the job's FFCV part says it
         "ffcv_needs": list(FFCV_NEEDS),
     }
@@ -130,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     dropped = manifest["left_out_for_size"]
     note = f"; left out for size: {', '.join(dropped)}" if dropped else ""
     note += f"; FFCV: {manifest['ffcv_wheel'] or 'none, ' + manifest['ffcv_missing']}"
+    needs, target = manifest["ffcv_needs_glibc"], glibc_of(manifest["platform"])
+    if needs and target and tuple(map(int, needs.split("."))) > tuple(map(int, target.split("."))):
+        note += f" (needs glibc >= {needs}: pip refuses it on a node of glibc {target})"
     print(
         f"gpu kit {out}: {count} wheels, {manifest['size_mib']} MiB, Python {manifest['python']},"
         f" {manifest['platform']}{note}"

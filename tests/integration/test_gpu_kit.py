@@ -6,6 +6,7 @@ kit's wheels from PyPI (about 40 MiB) and builds FFCV (about 20 s)."""
 
 import json
 import os
+import platform
 import site
 import subprocess
 import sys
@@ -43,6 +44,11 @@ def test_make_gpu_check_installs_the_kit_offline_and_skips_each_gpu_part(tmp_pat
     assert list(kit.glob("setuptools-*.whl")), "the editable install's build backend must travel in the kit"
     # FFCV's wheel carries the libraries its extension links: the node has no libturbojpeg or OpenCV objects
     assert manifest["ffcv_wheel"], manifest["ffcv_missing"]
+    # the glibc its tag asks for, built against this machine's: no newer than the C library here
+    needs = manifest["ffcv_needs_glibc"]
+    assert f"-manylinux_{needs.replace('.', '_')}_" in manifest["ffcv_wheel"]
+    here = platform.libc_ver()[1]
+    assert tuple(map(int, needs.split("."))) <= tuple(map(int, here.split("."))), (needs, here)
     with zipfile.ZipFile(kit / manifest["ffcv_wheel"]) as wheel:
         bundled = [name for name in wheel.namelist() if name.startswith("ffcv.libs/")]
         wheel.extractall(tmp_path / "ffcv-unpacked")
