@@ -142,7 +142,11 @@ def run_parts(args, wanted: set[str], kit_info: dict, work: Path, started: float
         "cuda": torch.version.cuda,
         "lightning": lightning.__version__,
         "python": platform.python_version(),
-        "kit": {k: kit_info.get(k) for k in ("size_mib", "left_out_for_size", "ffcv_wheel", "ffcv_missing")},
+        "glibc": platform.libc_ver()[1],  # what FFCV's wheel's manylinux tag is held to
+        "kit": {
+            k: kit_info.get(k)
+            for k in ("size_mib", "left_out_for_size", "ffcv_wheel", "ffcv_missing", "ffcv_needs_glibc")
+        },
     }
     job = Job(folder, BUDGET_S, header, started)
     environment(folder)
