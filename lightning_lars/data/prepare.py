@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 from lightning_lars.core.atomic_files import write_json_atomic
@@ -167,8 +168,6 @@ def convert(
         for tmp in temporaries.values():
             tmp.unlink(missing_ok=True)
 
-    import ffcv  # already imported above by the conversion; its version goes in the manifest
-
     manifest = {
         "src": str(src.resolve()),
         "classes": classes,
@@ -186,7 +185,8 @@ def convert(
             for listing in listings
             for path, reason in listing.skipped
         ],
-        "writer": {**settings, "ffcv_version": getattr(ffcv, "__version__", "?")},
+        # the installed distribution's: FFCV 1.0.2's own ffcv.__version__ still says 0.0.3rc1
+        "writer": {**settings, "ffcv_version": metadata.version("ffcv")},
         "checksums": {"algorithm": ALGORITHM, "region_bytes": REGION_BYTES, "files": checksums},
         "seconds": round(time.perf_counter() - started, 1),
         **(manifest_extra or {}),
@@ -200,7 +200,7 @@ def _print_summary(manifest, out):
     counts = ", ".join(f"{name} {split['num_images']}" for name, split in manifest["splits"].items())
     print(f"wrote {out}: {manifest['num_classes']} classes, images: {counts} ({manifest['seconds']} s)")
     if manifest["skipped"]:
-        print(f"skipped {len(manifest['skipped'])} file(s) that could not be decoded:", file=sys.stderr)
+        print(f"skipped {len(manifest['skipped'])} entries (each with its reason):", file=sys.stderr)
         for entry in manifest["skipped"]:
             print(f"  {entry['path']}: {entry['reason']}", file=sys.stderr)
 

@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -54,6 +55,9 @@ def test_labels_follow_sorted_train_classes_and_counts_match(tmp_path):
     assert _labels(tmp_path / "out" / "val.beton") == [1, 1, 2]
     assert manifest["splits"]["train"]["num_images"] == 6 and manifest["splits"]["val"]["num_images"] == 3
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+    assert manifest["writer"]["ffcv_version"] == metadata.version(
+        "ffcv"
+    )  # pip's, not ffcv.__version__'s 0.0.3rc1
     images, _ = _image_meta(tmp_path / "out" / "train.beton")
     assert images["width"].max() == 16 and images["height"].max() <= 16  # 40x24 shrunk to the 16 px bound
     assert set(images["mode"].tolist()) == {0}  # FFCV mode 0 = jpg
