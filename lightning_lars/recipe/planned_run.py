@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning_lars.schedules.batch_growth import BatchGrowth, GrownBatchSchedule
 from lightning_lars.schedules.phases import LRSchedule
-from lightning_lars.schedules.scaling import BatchPlan
+from lightning_lars.schedules.scaling import BatchPlan, counted
 
 
 def epochs_done(epoch_end_steps: list[int], step: int) -> float:
@@ -127,16 +127,17 @@ class RecipePlan:
         lines = [
             f"plan: {self.batch_plan.describe()}",
             (
-                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text}); {self.planned_steps} steps"
-                f" = {self.epoch_at(self.planned_steps):.4g} epochs; warmup {self.warmup_steps} steps; LR decays"
-                f" until step {self.decay_end_step}{self._decay_note()}; peak LR {self.peak_lr:.6g}"
+                f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text});"
+                f" {counted(self.planned_steps, 'step')} = {epochs(self.epoch_at(self.planned_steps))};"
+                f" warmup {counted(self.warmup_steps, 'step')}; LR decays until step {self.decay_end_step}"
+                f"{self._decay_note()}; peak LR {self.peak_lr:.6g}"
             ),
             f"plan: {len(evals)} evaluation{plural}, after step{plural} {shown}",
         ]
         if self.stops_early:
             lines.append(
                 f"plan: stops early after step {self.total_steps} of {self.planned_steps} (trainer.max_steps,"
-                f" {self.total_epochs:.4g} epochs): LR and evaluations follow the full schedule, the last"
+                f" {epochs(self.total_epochs)}): LR and evaluations follow the full schedule, the last"
                 f" evaluation at step {self.total_steps}"
             )
         lines += [
@@ -144,3 +145,8 @@ class RecipePlan:
             for d in self.deviations
         ]
         return lines
+
+
+def epochs(count: float) -> str:
+    """``1 epoch``, ``0.5128 epochs``, ``90 epochs`` (4 significant digits)."""
+    return f"{count:.4g} epoch{'' if count == 1 else 's'}"
