@@ -57,7 +57,12 @@ def user_recipe_dirs(overrides: list[str]) -> tuple[Path, ...]:
                     raise UserError(
                         f"hydra.searchpath names the package {package}, which is not installed"
                     ) from None
-            else:  # file:// or a plain path
+            else:  # file:// or a plain path; Hydra passes over a folder that is not there without a word
+                if not Path(where).expanduser().is_dir():
+                    raise UserError(
+                        f"hydra.searchpath names {entry}, but {where} is no folder: give the folder that holds"
+                        " recipe/<name>.yaml, as an absolute path, e.g. hydra.searchpath=[file:///abs/my-conf]"
+                    )
                 folders.append(Path(where) / "recipe")
     return tuple(folders)
 

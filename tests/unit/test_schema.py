@@ -300,6 +300,17 @@ def test_a_users_recipe_with_its_package_line_composes_at_the_top(tmp_path):
     assert cfg.seed == 3 and cfg.model.arch == "resnet10t" and "recipe" not in cfg  # its keys at the top
 
 
+def test_a_searchpath_folder_that_is_not_there_is_one_line(tmp_path):
+    """Hydra passes over a missing searchpath folder without a word: the user's recipes there never load."""
+    missing = tmp_path / "my-conf"
+    with pytest.raises(UserError) as raised:
+        check_command_line(["recipe=demo", f"hydra.searchpath=[file://{missing}]"])
+    message = str(raised.value)
+    assert f"{missing} is no folder" in message and "\n" not in message
+    missing.mkdir()
+    assert check_command_line(["recipe=demo", f"hydra.searchpath=[file://{missing}]"]).seed == 0
+
+
 def test_a_users_recipe_that_sets_its_published_top1_moves_its_target_with_it(tmp_path):
     """A recipe of one's own on goyal_8k with another result: the time to target and make check's test read it
     (the recipe's target is ``${published.top1}``, not a second copy of 76.26)."""
