@@ -115,9 +115,8 @@ class UnreadableImage(UserError):
     which builds it again from the worker's whole traceback: only that text's last line, its own, is kept."""
 
     def __init__(self, message: str):
-        if (
-            "\nOriginal Traceback" in message
-        ):  # "Caught UnreadableImage in DataLoader worker ...": the worker's
+        # torch's "Caught UnreadableImage in DataLoader worker ...\nOriginal Traceback ...": the last line is ours
+        if "\nOriginal Traceback" in message:
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
         super().__init__(message)
 

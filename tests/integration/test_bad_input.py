@@ -172,7 +172,10 @@ def test_prepare_counts_bad_files_and_fails_one_line_on_a_wrong_path(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "skipped 2 file(s)" in done.stderr and "1 empty class folder(s): empty" in done.stderr
+    assert (
+        "skipped 2 entries (each with its reason)" in done.stderr
+        and "1 empty class folder(s): empty" in done.stderr
+    )
     assert "Traceback" not in done.stdout + done.stderr
     wrong = subprocess.run(
         [*prepare, "--src", str(tmp_path / "imagnet"), "--out", str(tmp_path / "out2")],
