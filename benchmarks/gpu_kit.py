@@ -25,6 +25,7 @@ from pathlib import Path
 from ffcv_wheel import FFCV_NEEDS, build_ffcv_wheel  # benchmarks/ffcv_wheel.py, beside this script
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from wheel_requirements import GROUPS, installed_closure, project_requirements  # beside this script
 from wheelhouse import download, project_wheel, this_machine  # benchmarks/wheelhouse.py, beside this script
 
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     note = f"; left out for size: {', '.join(dropped)}" if dropped else ""
     note += f"; FFCV: {manifest['ffcv_wheel'] or 'none, ' + manifest['ffcv_missing']}"
     needs, target = manifest["ffcv_needs_glibc"], glibc_of(manifest["platform"])
-    if needs and target and tuple(map(int, needs.split("."))) > tuple(map(int, target.split("."))):
+    if needs and target and Version(needs) > Version(target):
         note += f" (needs glibc >= {needs}: pip refuses it on a node of glibc {target})"
     print(
         f"gpu kit {out}: {count} wheels, {manifest['size_mib']} MiB, Python {manifest['python']},"

@@ -108,6 +108,10 @@ def check_image_folder(root: Path, num_classes, prepare_command: str | None) -> 
         raise UserError(classes_message(root / "train", found, num_classes))
 
 
+# what PIL raises for a truncated, corrupt or foreign file (UnidentifiedImageError is an OSError)
+PIL_DECODE_ERRORS = (OSError, SyntaxError, ValueError)
+
+
 class UnreadableImage(UserError):
     """An image file of the image folder that does not decode, met while training: its path and the fix in one
     line (``make prepare`` decodes every image before a run; a loader that reads the folder meets one only when

@@ -39,7 +39,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from lightning_lars.data import pipelines
 from lightning_lars.data.batched_resize import resize_batch
-from lightning_lars.data.checks import unreadable_image
+from lightning_lars.data.checks import PIL_DECODE_ERRORS, unreadable_image
 
 DECODE_CHOICES = ("cpu", "device")
 JPEG_MODES = {"RGB", "L"}  # what nvJPEG and libjpeg decode to RGB; CMYK/YCCK go through PIL
@@ -155,7 +155,7 @@ class EncodedSamples(Dataset):
                 else:
                     data = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
                 box, flip = draw_crop_and_flip(self.ops, image, height, width)
-        except (OSError, SyntaxError, ValueError) as err:  # PIL: truncated, corrupt or not an image at all
+        except PIL_DECODE_ERRORS as err:
             raise unreadable_image(path, err) from None
         return data, box, flip, label, path
 

@@ -24,6 +24,7 @@ from torchvision import datasets, transforms
 from lightning_lars.core.errors import UserError
 from lightning_lars.data import pipelines
 from lightning_lars.data.checks import (
+    PIL_DECODE_ERRORS,
     classes_message,
     missing_folder_message,
     no_aug_message,
@@ -46,7 +47,7 @@ def load_rgb(path: str):
     """torchvision's default loader (a PIL image in RGB), with a file that does not decode named in one line."""
     try:
         return datasets.folder.default_loader(path)
-    except (OSError, SyntaxError, ValueError) as err:  # PIL: truncated, corrupt or not an image at all
+    except PIL_DECODE_ERRORS as err:
         raise unreadable_image(path, err) from None
 
 

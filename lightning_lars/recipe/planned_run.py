@@ -124,11 +124,12 @@ class RecipePlan:
         evals = self.eval_steps
         shown = ", ".join(map(str, evals if len(evals) <= 8 else [*evals[:4], "...", *evals[-3:]]))
         plural = "" if len(evals) == 1 else "s"
+        planned_epochs = counted(self.epoch_at(self.planned_steps), "epoch", ".4g")
         lines = [
             f"plan: {self.batch_plan.describe()}",
             (
                 f"plan: {self.steps_per_epoch} steps/epoch ({self.epoch_mode_text});"
-                f" {counted(self.planned_steps, 'step')} = {epochs(self.epoch_at(self.planned_steps))};"
+                f" {counted(self.planned_steps, 'step')} = {planned_epochs};"
                 f" warmup {counted(self.warmup_steps, 'step')}; LR decays until step {self.decay_end_step}"
                 f"{self._decay_note()}; peak LR {self.peak_lr:.6g}"
             ),
@@ -137,16 +138,11 @@ class RecipePlan:
         if self.stops_early:
             lines.append(
                 f"plan: stops early after step {self.total_steps} of {self.planned_steps} (trainer.max_steps,"
-                f" {epochs(self.total_epochs)}): LR and evaluations follow the full schedule, the last"
-                f" evaluation at step {self.total_steps}"
+                f" {counted(self.total_epochs, 'epoch', '.4g')}): LR and evaluations follow the full schedule,"
+                f" the last evaluation at step {self.total_steps}"
             )
         lines += [
             f"deviation: {d['technique']}: published {d['published']}; ours {d['ours']} ({d['why']})"
             for d in self.deviations
         ]
         return lines
-
-
-def epochs(count: float) -> str:
-    """``1 epoch``, ``0.5128 epochs``, ``90 epochs`` (4 significant digits)."""
-    return f"{count:.4g} epoch{'' if count == 1 else 's'}"

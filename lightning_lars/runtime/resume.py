@@ -196,8 +196,10 @@ def resolve_ckpt_path(cfg: DictConfig, end_step: int | None = None) -> str | Non
 def _refuse_ended(path: Path, end_step: int) -> None:
     """`run_folder.Finished` for a checkpoint at or past ``end_step`` whose run folder holds a finished run."""
     step = int(load_meta(path)["global_step"])
+    if step < end_step:
+        return
     folder = checkpoint_run_folder(path)
-    results = run_folder.finished(folder) if step >= end_step else None
+    results = run_folder.finished(folder)
     if results is not None:
         raise run_folder.Finished(
             f"{path} is at step {step} and this run ends at step {end_step}: its run finished"

@@ -56,9 +56,9 @@ class BatchPlan:
         )
 
 
-def counted(number: int, noun: str) -> str:
-    """``1 device``, ``8 devices``."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+def counted(number: float, noun: str, spec: str = "") -> str:
+    """``1 device``, ``8 devices``; ``spec`` formats the number (``.4g``: ``0.5128 epochs``)."""
+    return f"{number:{spec}} {noun}{'' if number == 1 else 's'}"
 
 
 def _bn_ranks(per_device: int, bn_group: int | None, world: int) -> int | None:
